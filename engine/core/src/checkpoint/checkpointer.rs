@@ -1,0 +1,103 @@
+//! The checkpointer: owns the [`Tracker`] and the ack channel's receiving end.
+//!
+//! It pulls resolutions off the unbounded ack channel (D3), applies them,
+//! counts failed batches (`spate_ack_failures_total`, D6) and publishes
+//! `spate_committed_offset{topic,partition}` when a commit is accepted. The
+//! decision of *when* to commit (ticker, revoke, shutdown) belongs to the
+//! pipeline controller.
+
+use std::collections::BTreeMap;
+
+use crate::ack::{AckReceiver, Outcome, Resolution};
+use crate::checkpoint::{Applied, Tracker};
+use crate::metrics::{self as m, Gauge};
+use crate::record::{Epoch, TopicPartition};
+use crate::source::CommitOffset;
+
+/// The tracker plus the ack channel and checkpoint metrics.
+#[derive(Debug)]
+pub struct Checkpointer {
+    tracker: Tracker,
+    rx: AckReceiver,
+    ack_failures: m::Counter,
+    committed: BTreeMap<TopicPartition, Gauge>,
+}
+
+impl Checkpointer {
+    /// A checkpointer reading resolutions from `rx`.
+    pub fn new(rx: AckReceiver) -> Self {
+        Self {
+            tracker: Tracker::new(),
+            rx,
+            ack_failures: ::metrics::counter!(m::ACK_FAILURES),
+            committed: BTreeMap::new(),
+        }
+    }
+
+    /// The tracker, for queries.
+    pub fn tracker(&self) -> &Tracker {
+        &self.tracker
+    }
+
+    /// Starts tracking `partition` at `epoch` and registers its gauge.
+    pub fn assign(&mut self, partition: TopicPartition, epoch: Epoch) {
+        self.committed.entry(partition.clone()).or_insert_with(|| {
+            ::metrics::gauge!(m::COMMITTED_OFFSET,
+                "topic" => partition.topic().to_owned(),
+                "partition" => partition.partition().to_string())
+        });
+        self.tracker.assign(partition, epoch);
+    }
+
+    /// See [`Tracker::revoke`].
+    pub fn revoke(&mut self, partition: &TopicPartition, epoch: Epoch) {
+        self.tracker.revoke(partition, epoch);
+    }
+
+    /// See [`Tracker::release`].
+    pub fn release(&mut self, partition: &TopicPartition, epoch: Epoch) {
+        self.tracker.release(partition, epoch);
+    }
+
+    /// Applies one resolution and counts a failure.
+    pub fn apply(&mut self, r: &Resolution) -> Applied {
+        if r.outcome == Outcome::Failed {
+            self.ack_failures.increment(1);
+        }
+        self.tracker.apply(r)
+    }
+
+    /// Applies every resolution already queued, without waiting; returns how
+    /// many were applied.
+    pub fn apply_ready(&mut self) -> usize {
+        let mut n = 0;
+        while let Some(r) = self.rx.try_recv() {
+            self.apply(&r);
+            n += 1;
+        }
+        n
+    }
+
+    /// Waits for one resolution and applies it; `None` once the channel closed.
+    #[cfg(not(loom))]
+    pub async fn apply_next(&mut self) -> Option<Applied> {
+        let r = self.rx.recv().await?;
+        Some(self.apply(&r))
+    }
+
+    /// Applies queued resolutions, then returns the offsets to commit now.
+    pub fn pending_commits(&mut self) -> Vec<CommitOffset> {
+        self.apply_ready();
+        self.tracker.pending_commits()
+    }
+
+    /// Records commits the source accepted and publishes the gauge.
+    pub fn mark_committed(&mut self, commits: &[CommitOffset]) {
+        for c in commits {
+            self.tracker.mark_committed(c);
+            if let Some(g) = self.committed.get(&c.partition) {
+                g.set(c.offset as f64);
+            }
+        }
+    }
+}

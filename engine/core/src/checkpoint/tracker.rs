@@ -1,0 +1,330 @@
+//! The checkpoint tracker: per partition and epoch, the contiguous delivered
+//! prefix of poll batches, and the offset it is safe to commit (D1).
+//!
+//! Batches of one `(partition, epoch)` are numbered 0, 1, 2, ... by their
+//! [`crate::ack::AckIssuer`] in poll order and may resolve in any order. The
+//! tracker advances a watermark over the longest prefix of delivered batches;
+//! the **committable offset** is the last offset of that prefix plus one (Kafka
+//! commits the next offset to read). Numbering batches instead of offsets means
+//! gaps in Kafka offsets (compaction, transaction markers) never stall it.
+//!
+//! - The first failed batch **freezes** the partition at that epoch: the
+//!   watermark never passes it, whatever resolves later (D1).
+//! - State is keyed by `(partition, epoch)`: a resolution from a revoked or
+//!   released epoch can never move a later epoch's watermark.
+//! - Maps are `BTreeMap`s, so iteration (and every result) is deterministic (D7).
+//!
+//! Synchronous and free of async types so loom can model it
+//! (`tests/loom_models.rs`); `tests/tracker_props.rs` checks it against a
+//! brute-force model with proptest.
+
+use std::collections::BTreeMap;
+
+use crate::ack::{Outcome, Resolution};
+use crate::record::{Epoch, Offset, TopicPartition};
+use crate::source::CommitOffset;
+
+/// What [`Tracker::apply`] did with a resolution.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// The watermark moved forward.
+    Advanced,
+    /// Delivered ahead of an unresolved batch; held until the gap closes.
+    Buffered,
+    /// A failed batch: the partition is frozen at it (or stays frozen).
+    Failed,
+    /// The `(partition, epoch)` is not tracked (never assigned, or released):
+    /// ignored.
+    Stale,
+}
+
+/// The first failed batch of a frozen `(partition, epoch)`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FailedBatch {
+    /// The partition.
+    pub partition: TopicPartition,
+    /// The epoch.
+    pub epoch: Epoch,
+    /// The failed batch's sequence number.
+    pub seq: u64,
+    /// The failed batch's first offset: nothing at or past it is ever committed
+    /// under this epoch.
+    pub first: Offset,
+}
+
+#[derive(Debug, Default)]
+struct PartitionState {
+    /// Sequence number of the first batch not yet in the delivered prefix.
+    next_seq: u64,
+    /// Last offset of the delivered prefix, if any batch is in it.
+    last_delivered: Option<Offset>,
+    /// Delivered batches beyond the prefix: seq -> last offset.
+    ahead: BTreeMap<u64, Offset>,
+    /// The lowest failed batch, if any: (seq, first offset).
+    frozen_at: Option<(u64, Offset)>,
+    /// Distinct batches resolved either way.
+    resolved: u64,
+    /// Last offset handed out as committed by [`Tracker::mark_committed`].
+    committed: Option<Offset>,
+    revoked: bool,
+}
+
+impl PartitionState {
+    fn committable(&self) -> Option<Offset> {
+        self.last_delivered.map(|last| last + 1)
+    }
+
+    fn advance(&mut self) -> bool {
+        let mut moved = false;
+        while let Some(last) = self.ahead.remove(&self.next_seq) {
+            debug_assert!(self.frozen_at.is_none_or(|(s, _)| s > self.next_seq));
+            debug_assert!(self.last_delivered.is_none_or(|prev| last > prev));
+            self.last_delivered = Some(last);
+            self.next_seq += 1;
+            moved = true;
+        }
+        moved
+    }
+}
+
+/// Tracks delivered prefixes and committable offsets per partition and epoch.
+#[derive(Debug, Default)]
+pub struct Tracker {
+    parts: BTreeMap<(TopicPartition, Epoch), PartitionState>,
+    stale: u64,
+}
+
+impl Tracker {
+    /// An empty tracker.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Starts tracking `partition` at `epoch`. Panics if that pair is already
+    /// tracked (an epoch is never reused).
+    pub fn assign(&mut self, partition: TopicPartition, epoch: Epoch) {
+        let key = (partition, epoch);
+        assert!(
+            !self.parts.contains_key(&key),
+            "{} epoch {} assigned twice",
+            key.0,
+            key.1
+        );
+        self.parts.insert(key, PartitionState::default());
+    }
+
+    /// Marks `partition` at `epoch` revoked: it keeps accepting the
+    /// resolutions of batches already in flight until [`Tracker::release`].
+    pub fn revoke(&mut self, partition: &TopicPartition, epoch: Epoch) {
+        if let Some(state) = self.parts.get_mut(&(partition.clone(), epoch)) {
+            state.revoked = true;
+        }
+    }
+
+    /// Forgets `partition` at `epoch`; later resolutions for it are stale.
+    pub fn release(&mut self, partition: &TopicPartition, epoch: Epoch) {
+        self.parts.remove(&(partition.clone(), epoch));
+    }
+
+    /// Applies one resolution. Never panics on input from the ack channel:
+    /// unknown pairs are counted as stale, duplicates are ignored in release
+    /// builds (and assert in debug builds, since handles resolve exactly once).
+    pub fn apply(&mut self, r: &Resolution) -> Applied {
+        let Some(state) = self.parts.get_mut(&(r.partition.clone(), r.epoch)) else {
+            self.stale += 1;
+            return Applied::Stale;
+        };
+        debug_assert!(
+            r.seq >= state.next_seq && !state.ahead.contains_key(&r.seq),
+            "{} epoch {} seq {} resolved twice",
+            r.partition,
+            r.epoch,
+            r.seq
+        );
+        state.resolved += 1;
+        match r.outcome {
+            Outcome::Failed => {
+                // D1: freeze at the lowest failed batch.
+                if state.frozen_at.is_none_or(|(s, _)| r.seq < s) {
+                    state.frozen_at = Some((r.seq, r.first));
+                }
+                Applied::Failed
+            }
+            Outcome::Delivered => {
+                if state.frozen_at.is_some_and(|(s, _)| r.seq > s) {
+                    // Behind a failure: can never become committable.
+                    return Applied::Failed;
+                }
+                if r.seq < state.next_seq {
+                    return Applied::Stale;
+                }
+                state.ahead.insert(r.seq, r.last);
+                if state.advance() {
+                    Applied::Advanced
+                } else {
+                    Applied::Buffered
+                }
+            }
+        }
+    }
+
+    /// The offset it is safe to commit for `partition` at `epoch` (last
+    /// delivered + 1), or `None` when nothing is delivered yet or the pair is
+    /// not tracked.
+    pub fn committable(&self, partition: &TopicPartition, epoch: Epoch) -> Option<Offset> {
+        self.parts
+            .get(&(partition.clone(), epoch))
+            .and_then(PartitionState::committable)
+    }
+
+    /// Batches of `partition` at `epoch` resolved so far, delivered or failed.
+    /// Equal to the lane issuer's [`crate::ack::AckIssuer::issued`] once every
+    /// batch has settled.
+    pub fn resolved(&self, partition: &TopicPartition, epoch: Epoch) -> u64 {
+        self.parts
+            .get(&(partition.clone(), epoch))
+            .map_or(0, |s| s.resolved)
+    }
+
+    /// The first failed batch of `partition` at `epoch`, if it is frozen.
+    pub fn failure(&self, partition: &TopicPartition, epoch: Epoch) -> Option<FailedBatch> {
+        let state = self.parts.get(&(partition.clone(), epoch))?;
+        state.frozen_at.map(|(seq, first)| FailedBatch {
+            partition: partition.clone(),
+            epoch,
+            seq,
+            first,
+        })
+    }
+
+    /// Every frozen `(partition, epoch)`, in partition order.
+    pub fn failures(&self) -> Vec<FailedBatch> {
+        self.parts
+            .iter()
+            .filter_map(|((p, e), s)| {
+                s.frozen_at.map(|(seq, first)| FailedBatch {
+                    partition: p.clone(),
+                    epoch: *e,
+                    seq,
+                    first,
+                })
+            })
+            .collect()
+    }
+
+    /// Offsets that are committable and not yet marked committed, in partition
+    /// order. For a revoked-but-not-released pair too (the revoke commit).
+    pub fn pending_commits(&self) -> Vec<CommitOffset> {
+        self.parts
+            .iter()
+            .filter_map(|((p, e), s)| {
+                let offset = s.committable()?;
+                (s.committed != Some(offset)).then(|| CommitOffset {
+                    partition: p.clone(),
+                    epoch: *e,
+                    offset,
+                })
+            })
+            .collect()
+    }
+
+    /// Records that `commit` was accepted by the source, so it is not offered
+    /// again by [`Tracker::pending_commits`].
+    pub fn mark_committed(&mut self, commit: &CommitOffset) {
+        if let Some(state) = self
+            .parts
+            .get_mut(&(commit.partition.clone(), commit.epoch))
+        {
+            debug_assert!(
+                state.committable().is_some_and(|c| commit.offset <= c),
+                "D1: commit {} of {} passes the delivered prefix",
+                commit.offset,
+                commit.partition
+            );
+            state.committed = Some(commit.offset);
+        }
+    }
+
+    /// Whether `partition` at `epoch` was revoked (and not yet released).
+    pub fn is_revoked(&self, partition: &TopicPartition, epoch: Epoch) -> bool {
+        self.parts
+            .get(&(partition.clone(), epoch))
+            .is_some_and(|s| s.revoked)
+    }
+
+    /// Resolutions ignored because their `(partition, epoch)` was not tracked.
+    pub fn stale(&self) -> u64 {
+        self.stale
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn res(seq: u64, first: Offset, last: Offset, outcome: Outcome) -> Resolution {
+        Resolution {
+            partition: TopicPartition::new("t", 0),
+            epoch: 1,
+            seq,
+            first,
+            last,
+            outcome,
+        }
+    }
+
+    fn tp() -> TopicPartition {
+        TopicPartition::new("t", 0)
+    }
+
+    #[test]
+    fn out_of_order_delivery_waits_for_the_gap() {
+        let mut t = Tracker::new();
+        t.assign(tp(), 1);
+        assert_eq!(
+            t.apply(&res(1, 10, 19, Outcome::Delivered)),
+            Applied::Buffered
+        );
+        assert_eq!(t.committable(&tp(), 1), None);
+        assert_eq!(
+            t.apply(&res(0, 0, 9, Outcome::Delivered)),
+            Applied::Advanced
+        );
+        assert_eq!(t.committable(&tp(), 1), Some(20));
+    }
+
+    #[test]
+    fn commit_never_passes_failed_batch() {
+        let mut t = Tracker::new();
+        t.assign(tp(), 1);
+        t.apply(&res(0, 0, 9, Outcome::Delivered));
+        t.apply(&res(1, 10, 19, Outcome::Failed));
+        t.apply(&res(2, 20, 29, Outcome::Delivered));
+        assert_eq!(t.committable(&tp(), 1), Some(10));
+        assert_eq!(t.failure(&tp(), 1).map(|f| f.first), Some(10));
+    }
+
+    #[test]
+    fn revoked_epoch_never_moves_a_later_epoch() {
+        let mut t = Tracker::new();
+        t.assign(tp(), 1);
+        t.revoke(&tp(), 1);
+        t.release(&tp(), 1);
+        t.assign(tp(), 2);
+        assert_eq!(t.apply(&res(0, 0, 99, Outcome::Delivered)), Applied::Stale);
+        assert_eq!(t.committable(&tp(), 2), None);
+        assert_eq!(t.stale(), 1);
+    }
+
+    #[test]
+    fn pending_commits_offer_each_offset_once() {
+        let mut t = Tracker::new();
+        t.assign(tp(), 1);
+        t.apply(&res(0, 0, 4, Outcome::Delivered));
+        let pending = t.pending_commits();
+        assert_eq!(pending.len(), 1);
+        assert_eq!(pending[0].offset, 5);
+        t.mark_committed(&pending[0]);
+        assert!(t.pending_commits().is_empty());
+    }
+}

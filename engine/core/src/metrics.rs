@@ -1,0 +1,69 @@
+//! Metric names (all under `spate_`) and the handles the engine registers once,
+//! at build time, so no record or batch path looks a metric up by name.
+//!
+//! Emitted through the `metrics` facade; the service installs a Prometheus
+//! exporter, tests install a debugging recorder. Labels: `shard` (index in
+//! `sink.shards`), `topic` and `partition`.
+
+pub use ::metrics::{Counter, Gauge};
+
+/// Counter: batches a shard wrote and got acknowledged.
+pub const BATCHES_FLUSHED: &str = "spate_sink_batches_flushed_total";
+/// Counter: batches a shard gave up on (attempts exhausted, fatal error or
+/// drain deadline); their acks failed.
+pub const BATCHES_ABANDONED: &str = "spate_sink_batches_abandoned_total";
+/// Counter: rows acknowledged by a shard.
+pub const ROWS_WRITTEN: &str = "spate_sink_rows_written_total";
+/// Counter: bytes (encoded payload) acknowledged by a shard.
+pub const BYTES_WRITTEN: &str = "spate_sink_bytes_written_total";
+/// Counter: write attempts after the first, per shard.
+pub const RETRIES: &str = "spate_sink_retries_total";
+/// Gauge: seconds of retry backoff a shard's writes are sleeping right now
+/// (summed over its concurrent writes).
+pub const BACKOFF_SECONDS: &str = "spate_sink_backoff_seconds";
+/// Gauge: writes in flight per shard.
+pub const INFLIGHT_WRITES: &str = "spate_sink_inflight_writes";
+/// Gauge: chunks waiting in a shard's queue.
+pub const QUEUE_DEPTH: &str = "spate_sink_queue_depth";
+/// Gauge: last committed offset per topic and partition.
+pub const COMMITTED_OFFSET: &str = "spate_committed_offset";
+/// Counter: poll batches whose ack resolved as failed.
+pub const ACK_FAILURES: &str = "spate_ack_failures_total";
+
+/// Handles for one shard's metrics, registered when the sink pool is built.
+#[derive(Clone, Debug)]
+pub struct ShardMetrics {
+    /// [`BATCHES_FLUSHED`].
+    pub batches_flushed: Counter,
+    /// [`BATCHES_ABANDONED`].
+    pub batches_abandoned: Counter,
+    /// [`ROWS_WRITTEN`].
+    pub rows_written: Counter,
+    /// [`BYTES_WRITTEN`].
+    pub bytes_written: Counter,
+    /// [`RETRIES`].
+    pub retries: Counter,
+    /// [`BACKOFF_SECONDS`].
+    pub backoff_seconds: Gauge,
+    /// [`INFLIGHT_WRITES`].
+    pub inflight_writes: Gauge,
+    /// [`QUEUE_DEPTH`].
+    pub queue_depth: Gauge,
+}
+
+impl ShardMetrics {
+    /// Registers the handles of shard `shard` with the installed recorder.
+    pub fn register(shard: usize) -> Self {
+        let s = shard.to_string();
+        Self {
+            batches_flushed: ::metrics::counter!(BATCHES_FLUSHED, "shard" => s.clone()),
+            batches_abandoned: ::metrics::counter!(BATCHES_ABANDONED, "shard" => s.clone()),
+            rows_written: ::metrics::counter!(ROWS_WRITTEN, "shard" => s.clone()),
+            bytes_written: ::metrics::counter!(BYTES_WRITTEN, "shard" => s.clone()),
+            retries: ::metrics::counter!(RETRIES, "shard" => s.clone()),
+            backoff_seconds: ::metrics::gauge!(BACKOFF_SECONDS, "shard" => s.clone()),
+            inflight_writes: ::metrics::gauge!(INFLIGHT_WRITES, "shard" => s.clone()),
+            queue_depth: ::metrics::gauge!(QUEUE_DEPTH, "shard" => s),
+        }
+    }
+}

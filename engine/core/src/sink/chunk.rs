@@ -1,0 +1,194 @@
+//! Chunks (what a pipeline thread hands a shard) and sealed batches (what a
+//! shard worker writes).
+//!
+//! A [`Chunk`] is encoded rows for one shard plus the acks of the poll batches
+//! they came from and their share of the in-flight budget. A worker merges
+//! chunks into an open batch and seals it: the encoded segments and the dedup
+//! token go into an immutable [`SealedBatch`] shared by every retry (D4: same
+//! bytes, same token); acks and budget stay with the write task and settle
+//! when it ends.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+
+use crate::ack::AckSet;
+use crate::budget::BudgetPermit;
+use crate::record::{Epoch, Offset, TopicPartition};
+
+/// Encoded rows bound for one shard.
+#[derive(Debug)]
+pub struct Chunk {
+    data: Bytes,
+    rows: u64,
+    acks: AckSet,
+    permit: BudgetPermit,
+}
+
+impl Chunk {
+    /// `rows` rows encoded in `data` (whole rows in the sink's format), with
+    /// the acks of their poll batches and the budget taken for them.
+    pub fn new(data: Bytes, rows: u64, acks: AckSet, permit: BudgetPermit) -> Self {
+        Self {
+            data,
+            rows,
+            acks,
+            permit,
+        }
+    }
+
+    /// The encoded bytes.
+    pub fn data(&self) -> &Bytes {
+        &self.data
+    }
+
+    /// Rows in the chunk.
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// Encoded size in bytes.
+    pub fn len(&self) -> u64 {
+        self.data.len() as u64
+    }
+
+    /// Whether the chunk holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    /// The acks the chunk holds.
+    pub fn acks(&self) -> &AckSet {
+        &self.acks
+    }
+
+    pub(crate) fn into_parts(self) -> (Bytes, u64, AckSet, BudgetPermit) {
+        (self.data, self.rows, self.acks, self.permit)
+    }
+}
+
+/// The offsets of one partition (at one epoch) whose poll batches contributed
+/// to a sealed batch. Inclusive. Poll batches fan out over shards, so a range
+/// says where the rows came from, not that every offset in it is in this batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchRange {
+    /// The partition.
+    pub partition: TopicPartition,
+    /// The epoch the data was polled under.
+    pub epoch: Epoch,
+    /// Lowest offset covered.
+    pub first: Offset,
+    /// Highest offset covered.
+    pub last: Offset,
+}
+
+/// An immutable batch ready to write: every attempt sends these bytes with this
+/// token (D4).
+#[derive(Debug)]
+pub struct SealedBatch {
+    shard: usize,
+    seq: u64,
+    token: String,
+    segments: Vec<Bytes>,
+    rows: u64,
+    bytes: u64,
+    ranges: Vec<BatchRange>,
+}
+
+impl SealedBatch {
+    pub(crate) fn new(
+        shard: usize,
+        seq: u64,
+        token: String,
+        segments: Vec<Bytes>,
+        rows: u64,
+        acks: &AckSet,
+    ) -> Self {
+        debug_assert!(!segments.is_empty(), "a sealed batch is never empty");
+        let bytes = segments.iter().map(|s| s.len() as u64).sum();
+        Self {
+            shard,
+            seq,
+            token,
+            segments,
+            rows,
+            bytes,
+            ranges: ranges_of(acks),
+        }
+    }
+
+    /// The shard it is written to (never another: rows are not rerouted).
+    pub fn shard(&self) -> usize {
+        self.shard
+    }
+
+    /// Its sequence number among the batches the shard sealed in this run.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// The dedup token, `{pipeline}-{nonce}-{shard}-{seq}` (D4).
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// The encoded rows as the chunks delivered them, in order; the body of the
+    /// insert is their concatenation.
+    pub fn segments(&self) -> &[Bytes] {
+        &self.segments
+    }
+
+    /// The insert body as one contiguous buffer (copies; for writers that
+    /// cannot stream segments).
+    pub fn to_contiguous(&self) -> Bytes {
+        match self.segments.as_slice() {
+            [one] => one.clone(),
+            many => {
+                let mut buf = Vec::with_capacity(self.bytes as usize);
+                for s in many {
+                    buf.extend_from_slice(s);
+                }
+                Bytes::from(buf)
+            }
+        }
+    }
+
+    /// Rows in the batch.
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// Encoded size in bytes.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Per partition and epoch, the offsets whose poll batches contributed, in
+    /// partition order.
+    pub fn ranges(&self) -> &[BatchRange] {
+        &self.ranges
+    }
+}
+
+fn ranges_of(acks: &AckSet) -> Vec<BatchRange> {
+    let mut by_partition: BTreeMap<(&TopicPartition, Epoch), (Offset, Offset)> = BTreeMap::new();
+    for h in acks.handles() {
+        let (first, last) = h.offsets();
+        by_partition
+            .entry((h.partition(), h.epoch()))
+            .and_modify(|r| {
+                r.0 = r.0.min(first);
+                r.1 = r.1.max(last);
+            })
+            .or_insert((first, last));
+    }
+    by_partition
+        .into_iter()
+        .map(|((partition, epoch), (first, last))| BatchRange {
+            partition: partition.clone(),
+            epoch,
+            first,
+            last,
+        })
+        .collect()
+}

@@ -1,0 +1,354 @@
+//! One shard's worker: merge chunks into batches, seal, write with retries.
+//!
+//! The worker task owns the shard's queue receiver, the open batch, sealed
+//! batches waiting for a write slot and a `JoinSet` of write tasks (at most
+//! `max_inflight`). Each write task owns its batch's acks and budget permit,
+//! so however it ends (written, abandoned, aborted) they settle exactly once:
+//! delivered only after a replica acknowledged the insert (D1).
+//!
+//! Backpressure: while a sealed batch waits for a write slot the worker stops
+//! reading its queue, the queue fills and pipeline threads' `try_send` fails,
+//! so they pause their lanes (D2, D8).
+//!
+//! `select!` is `biased` and every random draw comes from the shard's seeded
+//! RNG, so on a current-thread runtime with paused time a run replays (D7).
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use rand::rngs::SmallRng;
+use rand::{Rng, RngCore, SeedableRng};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+use tokio::time::{Instant, sleep, sleep_until};
+
+use crate::ack::AckSet;
+use crate::budget::BudgetPermit;
+use crate::metrics::{Gauge, ShardMetrics};
+use crate::sink::pool::ShardStats;
+use crate::sink::{
+    Chunk, Endpoint, Pick, ReplicaSet, SealedBatch, SinkConfig, WriteError, Writer, backoff_delay,
+};
+
+/// State shared by a shard's worker, its write tasks and the pool.
+#[derive(Debug)]
+pub(crate) struct ShardShared {
+    pub(crate) shard: usize,
+    pub(crate) endpoints: Vec<Endpoint>,
+    /// Rotation and breakers. A std mutex held only for a pick or an update,
+    /// never across an await, and never touched by pipeline threads.
+    pub(crate) replicas: Mutex<ReplicaSet>,
+    pub(crate) metrics: ShardMetrics,
+    pub(crate) stats: ShardStats,
+}
+
+pub(crate) struct WorkerArgs<W> {
+    pub(crate) shared: Arc<ShardShared>,
+    pub(crate) config: Arc<SinkConfig>,
+    pub(crate) writer: Arc<W>,
+    pub(crate) rx: mpsc::Receiver<Chunk>,
+    pub(crate) drain: oneshot::Receiver<Instant>,
+    pub(crate) token_prefix: String,
+    pub(crate) seed: u64,
+}
+
+/// A batch being filled.
+struct OpenBatch {
+    segments: Vec<Bytes>,
+    rows: u64,
+    bytes: u64,
+    acks: AckSet,
+    permit: BudgetPermit,
+    opened_at: Instant,
+}
+
+/// A sealed batch with what settles when its write ends.
+struct PendingBatch {
+    batch: Arc<SealedBatch>,
+    acks: AckSet,
+    _permit: BudgetPermit,
+}
+
+pub(crate) async fn run<W: Writer>(args: WorkerArgs<W>) {
+    let WorkerArgs {
+        shared,
+        config,
+        writer,
+        mut rx,
+        drain,
+        token_prefix,
+        seed,
+    } = args;
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut drain = Some(drain);
+    let mut deadline: Option<Instant> = None;
+    let mut input_closed = false;
+    let mut open: Option<OpenBatch> = None;
+    let mut sealed: VecDeque<PendingBatch> = VecDeque::new();
+    let mut inflight: JoinSet<()> = JoinSet::new();
+    let mut next_seq: u64 = 0;
+    let mut seal = |open: &mut Option<OpenBatch>, sealed: &mut VecDeque<PendingBatch>| {
+        if let Some(b) = open.take() {
+            let seq = next_seq;
+            next_seq += 1;
+            let token = format!("{token_prefix}{seq}");
+            let batch = SealedBatch::new(shared.shard, seq, token, b.segments, b.rows, &b.acks);
+            debug_assert_eq!(batch.bytes(), b.bytes);
+            sealed.push_back(PendingBatch {
+                batch: Arc::new(batch),
+                acks: b.acks,
+                _permit: b.permit,
+            });
+        }
+    };
+
+    loop {
+        while inflight.len() < config.max_inflight {
+            let Some(p) = sealed.pop_front() else { break };
+            let child_seed = rng.next_u64();
+            inflight.spawn(write_batch(
+                Arc::clone(&writer),
+                Arc::clone(&shared),
+                Arc::clone(&config),
+                p,
+                child_seed,
+            ));
+        }
+        if input_closed && open.is_none() && sealed.is_empty() && inflight.is_empty() {
+            break;
+        }
+        shared.metrics.queue_depth.set(rx.len() as f64);
+        let linger_at = open.as_ref().map(|b| b.opened_at + config.batch.linger);
+        // Read the queue only while no sealed batch waits for a write slot:
+        // that is what turns a slow shard into backpressure (D2, D8).
+        let accept = !input_closed && sealed.is_empty();
+
+        tokio::select! {
+            biased;
+            d = async { drain.as_mut().expect("guarded").await }, if drain.is_some() => {
+                drain = None;
+                if let Ok(d) = d {
+                    deadline = Some(d);
+                    // Stop intake; chunks already queued are still received.
+                    rx.close();
+                }
+            }
+            () = async { sleep_until(deadline.expect("guarded")).await }, if deadline.is_some() => {
+                abandon_at_deadline(&shared, &mut open, &mut sealed, &mut inflight).await;
+                return;
+            }
+            Some(joined) = inflight.join_next(), if !inflight.is_empty() => {
+                if let Err(e) = joined {
+                    // A panicking write task dropped its acks: they failed (D1).
+                    tracing::error!(shard = shared.shard, error = %e, "write task failed");
+                }
+            }
+            msg = rx.recv(), if accept => match msg {
+                Some(chunk) => {
+                    if open.as_ref().is_some_and(|b| would_overflow(b, &chunk, &config)) {
+                        seal(&mut open, &mut sealed);
+                    }
+                    add(&mut open, chunk);
+                    if open.as_ref().is_some_and(|b| is_full(b, &config)) {
+                        seal(&mut open, &mut sealed);
+                    }
+                }
+                None => {
+                    input_closed = true;
+                    seal(&mut open, &mut sealed);
+                }
+            },
+            () = async { sleep_until(linger_at.expect("guarded")).await }, if linger_at.is_some() => {
+                seal(&mut open, &mut sealed);
+            }
+        }
+    }
+}
+
+fn add(open: &mut Option<OpenBatch>, chunk: Chunk) {
+    let (data, rows, acks, permit) = chunk.into_parts();
+    match open {
+        Some(b) => {
+            b.bytes += data.len() as u64;
+            b.rows += rows;
+            b.segments.push(data);
+            b.acks.append(acks);
+            b.permit.merge(permit);
+        }
+        None => {
+            *open = Some(OpenBatch {
+                bytes: data.len() as u64,
+                segments: vec![data],
+                rows,
+                acks,
+                permit,
+                opened_at: Instant::now(),
+            });
+        }
+    }
+}
+
+fn would_overflow(b: &OpenBatch, chunk: &Chunk, config: &SinkConfig) -> bool {
+    b.rows + chunk.rows() > config.batch.max_rows || b.bytes + chunk.len() > config.batch.max_bytes
+}
+
+fn is_full(b: &OpenBatch, config: &SinkConfig) -> bool {
+    b.rows >= config.batch.max_rows || b.bytes >= config.batch.max_bytes
+}
+
+/// D5: the deadline passed. Abort the writes in flight and drop every batch
+/// still held; their ack sets fail on drop (D1).
+async fn abandon_at_deadline(
+    shared: &ShardShared,
+    open: &mut Option<OpenBatch>,
+    sealed: &mut VecDeque<PendingBatch>,
+    inflight: &mut JoinSet<()>,
+) {
+    let batches = inflight.len() as u64 + sealed.len() as u64 + u64::from(open.is_some());
+    inflight.abort_all();
+    // Aborted tasks end at their next poll; this returns at once unless a
+    // writer blocks its thread, which the pool's grace timer covers.
+    while inflight.join_next().await.is_some() {}
+    sealed.clear();
+    *open = None;
+    if batches > 0 {
+        shared
+            .stats
+            .batches_abandoned
+            .fetch_add(batches, Ordering::Relaxed);
+        shared.metrics.batches_abandoned.increment(batches);
+        tracing::error!(
+            shard = shared.shard,
+            batches,
+            "drain deadline reached; batches not written were abandoned and their acks failed"
+        );
+    }
+}
+
+/// Raises a gauge by `amount` for as long as the guard lives (also when the
+/// task holding it is aborted).
+struct GaugeGuard<'a> {
+    gauge: &'a Gauge,
+    amount: f64,
+}
+
+impl<'a> GaugeGuard<'a> {
+    fn new(gauge: &'a Gauge, amount: f64) -> Self {
+        gauge.increment(amount);
+        Self { gauge, amount }
+    }
+}
+
+impl Drop for GaugeGuard<'_> {
+    fn drop(&mut self) {
+        self.gauge.decrement(self.amount);
+    }
+}
+
+/// Why a batch was given up on.
+enum Abandon {
+    Fatal(WriteError),
+    Exhausted(WriteError),
+}
+
+/// Writes one sealed batch, retrying the same bytes and token on the next
+/// healthy replica with backoff, until it is acknowledged, fails fatally or
+/// runs out of attempts. Owns the batch's acks: delivered only on success.
+async fn write_batch<W: Writer>(
+    writer: Arc<W>,
+    shared: Arc<ShardShared>,
+    config: Arc<SinkConfig>,
+    pending: PendingBatch,
+    seed: u64,
+) {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let _inflight = GaugeGuard::new(&shared.metrics.inflight_writes, 1.0);
+    let batch = &pending.batch;
+    let mut failures: u32 = 0;
+    let outcome = loop {
+        let pick = shared
+            .replicas
+            .lock()
+            .expect("replica set lock")
+            .pick(Instant::now());
+        let replica = match pick {
+            Pick::Replica(r) => r,
+            Pick::WaitUntil(t) => {
+                sleep_until(t).await;
+                continue;
+            }
+        };
+        let endpoint = &shared.endpoints[replica];
+        let result =
+            match tokio::time::timeout(config.write_timeout, writer.write(endpoint, batch)).await {
+                Ok(r) => r,
+                Err(_) => Err(WriteError::retryable(format!(
+                    "no answer within sink.write_timeout {:?}; the insert may have landed, \
+                 the retry carries the same token",
+                    config.write_timeout
+                ))),
+            };
+        let err = match result {
+            Ok(()) => {
+                shared
+                    .replicas
+                    .lock()
+                    .expect("replica set lock")
+                    .success(replica);
+                break Ok(());
+            }
+            Err(e) => e,
+        };
+        shared
+            .replicas
+            .lock()
+            .expect("replica set lock")
+            .failure(replica, Instant::now());
+        failures = failures.saturating_add(1);
+        if err.is_fatal() {
+            break Err(Abandon::Fatal(err));
+        }
+        if config.retry.max_attempts != 0 && failures >= config.retry.max_attempts {
+            break Err(Abandon::Exhausted(err));
+        }
+        let delay = backoff_delay(&config.retry, failures, rng.random::<f64>());
+        shared.stats.retries.fetch_add(1, Ordering::Relaxed);
+        shared.metrics.retries.increment(1);
+        tracing::warn!(
+            %endpoint, token = batch.token(), attempt = failures, backoff_ms = delay.as_millis() as u64,
+            error = %err, "insert failed; retrying the same batch"
+        );
+        let _backoff = GaugeGuard::new(&shared.metrics.backoff_seconds, delay.as_secs_f64());
+        sleep(delay).await;
+    };
+    let st = &shared.stats;
+    let m = &shared.metrics;
+    match outcome {
+        Ok(()) => {
+            st.batches_flushed.fetch_add(1, Ordering::Relaxed);
+            st.rows_flushed.fetch_add(batch.rows(), Ordering::Relaxed);
+            st.bytes_flushed.fetch_add(batch.bytes(), Ordering::Relaxed);
+            m.batches_flushed.increment(1);
+            m.rows_written.increment(batch.rows());
+            m.bytes_written.increment(batch.bytes());
+            // D1: delivered only after a replica acknowledged the insert.
+            pending.acks.deliver();
+        }
+        Err(reason) => {
+            st.batches_abandoned.fetch_add(1, Ordering::Relaxed);
+            m.batches_abandoned.increment(1);
+            let (why, err) = match &reason {
+                Abandon::Fatal(e) => ("fatal error", e),
+                Abandon::Exhausted(e) => ("attempts exhausted", e),
+            };
+            tracing::error!(
+                shard = shared.shard, token = batch.token(), rows = batch.rows(),
+                attempts = failures, ranges = ?batch.ranges(), error = %err,
+                "batch abandoned ({why}); its acks fail and its partitions stop committing"
+            );
+            // Dropping `pending` fails the acks (D1).
+        }
+    }
+}

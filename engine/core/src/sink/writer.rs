@@ -1,0 +1,101 @@
+//! The writer seam: how a shard worker reaches one replica.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use crate::sink::SealedBatch;
+
+/// One replica of one shard, as configured in `sink.shards[shard][replica]`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Endpoint {
+    /// Shard index.
+    pub shard: usize,
+    /// Replica index within the shard.
+    pub replica: usize,
+    /// The replica's URL (for ClickHouse, its HTTP interface).
+    pub url: Arc<str>,
+}
+
+impl fmt::Display for Endpoint {
+    /// `shard S replica R (url)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "shard {} replica {} ({})",
+            self.shard, self.replica, self.url
+        )
+    }
+}
+
+/// Whether retrying a failed write can help.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WriteErrorKind {
+    /// Network errors, timeouts, overload, a replica restarting: retry the
+    /// same bytes and token, on the next healthy replica.
+    Retryable,
+    /// The batch itself is refused (schema mismatch, malformed data, no such
+    /// table, authorisation): abandon it at once and fail its acks.
+    Fatal,
+}
+
+/// A failed write or probe, classified for the retry loop.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{} write error: {message}", match .kind { WriteErrorKind::Retryable => "retryable", WriteErrorKind::Fatal => "fatal" })]
+pub struct WriteError {
+    /// Retryable or fatal.
+    pub kind: WriteErrorKind,
+    /// What the server or the client said.
+    pub message: String,
+}
+
+impl WriteError {
+    /// A failure a retry may fix.
+    pub fn retryable(message: impl Into<String>) -> Self {
+        Self {
+            kind: WriteErrorKind::Retryable,
+            message: message.into(),
+        }
+    }
+
+    /// A failure no retry can fix.
+    pub fn fatal(message: impl Into<String>) -> Self {
+        Self {
+            kind: WriteErrorKind::Fatal,
+            message: message.into(),
+        }
+    }
+
+    /// Whether the error is [`WriteErrorKind::Fatal`].
+    pub fn is_fatal(&self) -> bool {
+        self.kind == WriteErrorKind::Fatal
+    }
+}
+
+/// Writes sealed batches to replicas. Shared by every shard worker and every
+/// concurrent write, so it takes `&self`.
+///
+/// An implementation must send `batch.segments()` byte for byte and pass
+/// `batch.token()` as the dedup token on every attempt (D4). It need not
+/// impose its own timeout: the pool bounds each attempt by
+/// `sink.write_timeout` and drops the future when it expires.
+pub trait Writer: Send + Sync + 'static {
+    /// Writes `batch` to `endpoint`. `Ok` means the replica acknowledged the
+    /// insert durably.
+    ///
+    /// # Errors
+    /// [`WriteError`] classified [`WriteErrorKind::Retryable`] or
+    /// [`WriteErrorKind::Fatal`].
+    fn write(
+        &self,
+        endpoint: &Endpoint,
+        batch: &SealedBatch,
+    ) -> impl Future<Output = Result<(), WriteError>> + Send;
+
+    /// Checks that `endpoint` is reachable and can take our inserts (for
+    /// ClickHouse: the table exists with the expected columns).
+    ///
+    /// # Errors
+    /// [`WriteError`] saying why not.
+    fn probe(&self, endpoint: &Endpoint) -> impl Future<Output = Result<(), WriteError>> + Send;
+}

@@ -1,0 +1,167 @@
+//! The source seam: lanes that poll batches zero-copy, and a source that hands
+//! out lanes, reports assignment changes and accepts commits.
+//!
+//! The Kafka source (`spate-kafka`) and the simulator's broker (`spate-sim`)
+//! implement these traits; the pipeline runtime drives them. A lane belongs to
+//! one pipeline thread at a time. Nothing here blocks beyond the poll timeout
+//! the caller passes (D2).
+
+use std::time::Duration;
+
+use crate::record::{Epoch, Offset, Payload, TopicPartition};
+
+/// The messages returned by one poll of a lane, borrowed from the lane.
+///
+/// Payloads are ordered by offset, strictly increasing (gaps are allowed:
+/// compaction and transaction markers leave holes in Kafka's offsets).
+pub trait PollBatch<'a> {
+    /// Number of payloads in the batch (0 when the poll timed out empty).
+    fn len(&self) -> usize;
+
+    /// Whether the poll returned nothing.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The payload at `index` (`0..len()`); panics when out of range.
+    fn payload(&self, index: usize) -> Payload<'a>;
+}
+
+/// A partition's queue of messages, polled by one pipeline thread.
+///
+/// `poll` returns a batch that borrows the lane (a generic associated type), so
+/// the borrow checker guarantees no payload outlives the next poll.
+pub trait Lane: Send {
+    /// The batch type a poll returns, borrowing the lane for `'a`.
+    type Batch<'a>: PollBatch<'a>
+    where
+        Self: 'a;
+
+    /// The partition this lane reads.
+    fn partition(&self) -> &TopicPartition;
+
+    /// The assignment epoch this lane was created under.
+    fn epoch(&self) -> Epoch;
+
+    /// Waits at most `timeout` for messages and returns what arrived (possibly
+    /// nothing).
+    ///
+    /// # Errors
+    /// [`SourceError::Transient`] for a condition the client retries by itself
+    /// (broker down, leader change); [`SourceError::Fatal`] when the partition
+    /// cannot be read any more (authorisation, deleted topic).
+    fn poll(&mut self, timeout: Duration) -> Result<Self::Batch<'_>, SourceError>;
+
+    /// Stops fetching for this lane's partition (backpressure, D2); polls keep
+    /// returning whatever was already fetched, then nothing.
+    ///
+    /// # Errors
+    /// [`SourceError`] when the client refuses the pause.
+    fn pause(&mut self) -> Result<(), SourceError>;
+
+    /// Resumes fetching after [`Lane::pause`].
+    ///
+    /// # Errors
+    /// [`SourceError`] when the client refuses the resume.
+    fn resume(&mut self) -> Result<(), SourceError>;
+}
+
+/// A change of this process's assignment, as reported by [`Source::poll_event`].
+#[derive(Debug)]
+pub enum AssignmentEvent<L> {
+    /// A partition was assigned under a new `epoch`; `lane` reads it from the
+    /// committed offset (or the reset policy's offset).
+    Assigned {
+        /// The assigned partition.
+        partition: TopicPartition,
+        /// The epoch of this assignment, larger than any earlier one of this
+        /// partition in this process.
+        epoch: Epoch,
+        /// The lane that reads it.
+        lane: L,
+    },
+    /// A partition is being revoked. The caller stops its lane, lets its data
+    /// settle (bounded by `rebalance.drain_timeout`), commits what is
+    /// committable, then calls [`Source::release`] so the rebalance completes.
+    Revoked {
+        /// The revoked partition.
+        partition: TopicPartition,
+        /// The epoch being revoked.
+        epoch: Epoch,
+    },
+}
+
+/// One offset to commit: the next offset to read, i.e. last delivered + 1.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct CommitOffset {
+    /// The partition.
+    pub partition: TopicPartition,
+    /// The epoch whose delivered data this commit covers.
+    pub epoch: Epoch,
+    /// The offset to commit (Kafka convention: the next offset to consume).
+    pub offset: Offset,
+}
+
+/// The source of lanes: one Kafka consumer per process, or the simulator.
+pub trait Source: Send {
+    /// The lane type this source hands out.
+    type Lane: Lane;
+
+    /// Waits at most `timeout` for the next assignment change; `Ok(None)` when
+    /// there was none. Also serves the client's housekeeping (group heartbeats),
+    /// so the controller calls it regularly even when nothing changes.
+    ///
+    /// # Errors
+    /// [`SourceError::Fatal`] when the consumer cannot continue (fenced,
+    /// authentication failure, unknown topic).
+    fn poll_event(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Option<AssignmentEvent<Self::Lane>>, SourceError>;
+
+    /// Tells the source that the revoked `partition` at `epoch` has drained and
+    /// committed, so the rebalance may complete.
+    ///
+    /// # Errors
+    /// [`SourceError`] when the client rejects the call.
+    fn release(&mut self, partition: &TopicPartition, epoch: Epoch) -> Result<(), SourceError>;
+
+    /// Commits `offsets` synchronously.
+    ///
+    /// # Errors
+    /// [`SourceError::CommitRejected`] when the group refuses the commit (this
+    /// member was evicted, or the epoch is no longer ours);
+    /// [`SourceError::Transient`] when it may succeed on the next try.
+    fn commit(&mut self, offsets: &[CommitOffset]) -> Result<(), SourceError>;
+}
+
+/// Errors from a source or a lane, with the context they happened in.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// Retried by the client (or the next call); counted, not fatal.
+    #[error("transient source error ({context}): {message}")]
+    Transient {
+        /// What was being done, e.g. `poll flights/3`.
+        context: String,
+        /// The client's message.
+        message: String,
+    },
+    /// The pipeline cannot continue reading.
+    #[error("fatal source error ({context}): {message}")]
+    Fatal {
+        /// What was being done, e.g. `subscribe flights`.
+        context: String,
+        /// The client's message.
+        message: String,
+    },
+    /// The consumer group refused a commit for `partition` at `epoch`.
+    #[error("commit of {partition} (epoch {epoch}) rejected: {message}")]
+    CommitRejected {
+        /// The partition whose commit was refused.
+        partition: TopicPartition,
+        /// The epoch the commit was for.
+        epoch: Epoch,
+        /// The broker's reason.
+        message: String,
+    },
+}
