@@ -52,16 +52,30 @@ impl Budget {
 
     /// Takes `bytes` and `rows` if they fit (or if nothing is in flight), never
     /// waiting. `None` means: keep the chunk, pause, try again later.
+    #[cfg(not(loom))]
     pub fn try_acquire(self: &Arc<Self>, bytes: u64, rows: u64) -> Option<BudgetPermit> {
-        if !take(&self.bytes, bytes, self.max_bytes) {
+        Self::acquire(self, bytes, rows)
+    }
+
+    /// Under `--cfg loom`: the same, as an associated function, because loom's
+    /// `Arc` cannot be a method receiver on stable Rust. Call it as
+    /// `Budget::try_acquire(&budget, bytes, rows)`, which also compiles
+    /// without loom.
+    #[cfg(loom)]
+    pub fn try_acquire(budget: &Arc<Self>, bytes: u64, rows: u64) -> Option<BudgetPermit> {
+        Self::acquire(budget, bytes, rows)
+    }
+
+    fn acquire(budget: &Arc<Self>, bytes: u64, rows: u64) -> Option<BudgetPermit> {
+        if !take(&budget.bytes, bytes, budget.max_bytes) {
             return None;
         }
-        if !take(&self.rows, rows, self.max_rows) {
-            self.bytes.fetch_sub(bytes, Ordering::AcqRel);
+        if !take(&budget.rows, rows, budget.max_rows) {
+            budget.bytes.fetch_sub(bytes, Ordering::AcqRel);
             return None;
         }
         Some(BudgetPermit {
-            budget: Some(Arc::clone(self)),
+            budget: Some(Arc::clone(budget)),
             bytes,
             rows,
         })

@@ -28,6 +28,8 @@ pub mod ack;
 pub mod budget;
 pub mod checkpoint;
 pub mod metrics;
+#[cfg(not(loom))]
+pub mod pipeline;
 pub mod record;
 pub mod sink;
 pub mod source;

@@ -67,3 +67,13 @@ impl ShardMetrics {
         }
     }
 }
+
+/// Counter: payloads polled from lanes.
+pub const RECORDS_POLLED: &str = "spate_records_polled_total";
+/// Counter: payloads skipped by the `on_error: skip` policy, by `reason`
+/// (`decode`, `operator`, `encode`).
+pub const RECORDS_SKIPPED: &str = "spate_records_skipped_total";
+/// Counter: times a pipeline thread paused its lanes for backpressure.
+pub const LANE_PAUSES: &str = "spate_lane_pauses_total";
+/// Counter: commits the source refused or failed.
+pub const COMMIT_FAILURES: &str = "spate_commit_failures_total";

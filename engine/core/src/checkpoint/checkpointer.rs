@@ -21,6 +21,7 @@ pub struct Checkpointer {
     rx: AckReceiver,
     ack_failures: m::Counter,
     committed: BTreeMap<TopicPartition, Gauge>,
+    failed: bool,
 }
 
 impl Checkpointer {
@@ -31,6 +32,7 @@ impl Checkpointer {
             rx,
             ack_failures: ::metrics::counter!(m::ACK_FAILURES),
             committed: BTreeMap::new(),
+            failed: false,
         }
     }
 
@@ -63,8 +65,15 @@ impl Checkpointer {
     pub fn apply(&mut self, r: &Resolution) -> Applied {
         if r.outcome == Outcome::Failed {
             self.ack_failures.increment(1);
+            self.failed = true;
         }
         self.tracker.apply(r)
+    }
+
+    /// Whether any failed resolution was applied since this checkpointer was
+    /// made (D1: the pipeline must stop so the data replays).
+    pub fn has_failures(&self) -> bool {
+        self.failed
     }
 
     /// Applies every resolution already queued, without waiting; returns how

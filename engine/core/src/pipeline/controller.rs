@@ -1,0 +1,272 @@
+//! The controller: start, assignment, revoke drain, checkpoint ticker and
+//! shutdown (DESIGN "Control").
+//!
+//! - **Start:** probe every replica; a shard with no answering replica stops
+//!   the run before anything is read.
+//! - **Assigned:** a new epoch in the checkpointer, an [`AckIssuer`], a lane on
+//!   the least-loaded driver.
+//! - **Revoked:** stop the lanes, seal their chunks, wait up to
+//!   `rebalance.drain_timeout` for their acks, commit what settled (D1),
+//!   release. What did not settle is not committed; the next owner re-reads it.
+//! - **Ticker:** commit the watermarks every `checkpoint.interval`.
+//! - **Stop** (shutdown requested, a driver failed, or an ack failed): seal,
+//!   hand pending chunks over until the deadline, drain the pool by the same
+//!   deadline (D5), final commit, report.
+//!
+//! Time comes only from tokio's clock and `select!` is biased (D7).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use crate::ack::{AckIssuer, AckSender};
+use crate::checkpoint::{Checkpointer, FailedBatch};
+use crate::metrics::Counter;
+use crate::pipeline::driver::RecordCounters;
+use crate::pipeline::threads::{LaneEvent, LaneHost};
+use crate::pipeline::{ExitStatus, PipelineConfig, PipelineError, RunReport, Shutdown};
+use crate::record::{Epoch, TopicPartition};
+use crate::sink::{SinkPool, Writer};
+use crate::source::{AssignmentEvent, CommitOffset, Source, SourceError};
+
+pub(crate) struct Controller<S: Source, W: Writer, H> {
+    pub(crate) source: S,
+    pub(crate) pool: Option<SinkPool<W>>,
+    pub(crate) checkpointer: Checkpointer,
+    pub(crate) ack_tx: AckSender,
+    pub(crate) host: H,
+    pub(crate) events: UnboundedReceiver<LaneEvent>,
+    pub(crate) config: Arc<PipelineConfig>,
+    pub(crate) counters: Arc<RecordCounters>,
+    pub(crate) ready: Arc<AtomicBool>,
+    pub(crate) commit_failures: Counter,
+    pub(crate) committed: BTreeMap<TopicPartition, CommitOffset>,
+    pub(crate) revoked: BTreeMap<(TopicPartition, Epoch), Option<u64>>,
+    pub(crate) frozen: Vec<FailedBatch>,
+    pub(crate) error: Option<PipelineError>,
+}
+
+impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
+    pub(crate) async fn run(mut self, shutdown: Shutdown) -> RunReport {
+        if let Err(e) = self.start().await {
+            self.error = Some(e);
+        }
+        let interval = self.config.checkpoint_interval;
+        let mut ticker = tokio::time::interval_at(Instant::now() + interval, interval);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        while self.error.is_none() && !shutdown.is_triggered() {
+            let busy = self.host.step(Instant::now());
+            self.take_events();
+            self.checkpointer.apply_ready();
+            if self.checkpointer.has_failures() {
+                self.error = Some(PipelineError::AcksFailed(
+                    self.checkpointer.tracker().failures(),
+                ));
+                break;
+            }
+            if let Err(e) = self.poll_source().await {
+                self.error = Some(e);
+                break;
+            }
+            tokio::select! {
+                biased;
+                () = shutdown.wait() => {}
+                _ = ticker.tick() => self.commit(),
+                () = tokio::task::yield_now(), if busy => {}
+                () = tokio::time::sleep(self.config.idle_poll), if !busy => {}
+            }
+        }
+        self.stop().await
+    }
+
+    async fn start(&mut self) -> Result<(), PipelineError> {
+        let pool = self.pool.as_ref().expect("pool present until stop");
+        let reports = pool.probe(self.config.probe_timeout).await;
+        let mut by_shard: BTreeMap<usize, (bool, Vec<String>)> = BTreeMap::new();
+        for r in reports {
+            let entry = by_shard.entry(r.endpoint.shard).or_default();
+            match r.result {
+                Ok(()) => entry.0 = true,
+                Err(e) => {
+                    tracing::warn!(endpoint = %r.endpoint, error = %e, "replica probe failed");
+                    entry.1.push(format!("{}: {e}", r.endpoint));
+                }
+            }
+        }
+        if let Some((shard, (_, errors))) = by_shard.into_iter().find(|(_, (ok, _))| !ok) {
+            return Err(PipelineError::Probe {
+                shard,
+                errors: errors.join("; "),
+            });
+        }
+        self.ready.store(true, Ordering::Release);
+        tracing::info!("every shard has a reachable replica; pipeline ready");
+        Ok(())
+    }
+
+    fn take_events(&mut self) {
+        while let Ok(ev) = self.events.try_recv() {
+            match ev {
+                LaneEvent::Revoked {
+                    partition,
+                    epoch,
+                    issued,
+                } => {
+                    self.revoked.insert((partition, epoch), issued);
+                }
+                LaneEvent::Failed(e) => {
+                    tracing::error!(error = %e, "pipeline driver stopped");
+                    if self.error.is_none() {
+                        self.error = Some(e);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Serves the source's assignment events until it has none.
+    async fn poll_source(&mut self) -> Result<(), PipelineError> {
+        let mut revoking = Vec::new();
+        while let Some(ev) = self.source.poll_event(std::time::Duration::ZERO)? {
+            match ev {
+                AssignmentEvent::Assigned {
+                    partition,
+                    epoch,
+                    lane,
+                } => {
+                    tracing::info!(%partition, epoch, "partition assigned");
+                    self.checkpointer.assign(partition.clone(), epoch);
+                    let issuer = AckIssuer::new(partition, epoch, self.ack_tx.clone());
+                    self.host.assign(lane, issuer);
+                }
+                AssignmentEvent::Revoked { partition, epoch } => {
+                    tracing::info!(%partition, epoch, "partition revoked");
+                    revoking.push((partition, epoch));
+                }
+            }
+        }
+        if !revoking.is_empty() {
+            self.revoke(revoking).await;
+        }
+        Ok(())
+    }
+
+    /// Revoke drain: stop the lanes, wait (bounded) for their acks, commit
+    /// what settled, release (D1).
+    async fn revoke(&mut self, partitions: Vec<(TopicPartition, Epoch)>) {
+        for (p, e) in &partitions {
+            self.checkpointer.revoke(p, *e);
+            self.host.revoke(p, *e);
+        }
+        let deadline = Instant::now() + self.config.rebalance_drain_timeout;
+        loop {
+            let busy = self.host.step(Instant::now());
+            self.take_events();
+            self.checkpointer.apply_ready();
+            let tracker = self.checkpointer.tracker();
+            let settled =
+                partitions
+                    .iter()
+                    .all(|(p, e)| match self.revoked.get(&(p.clone(), *e)) {
+                        Some(Some(issued)) => tracker.resolved(p, *e) >= *issued,
+                        Some(None) => true,
+                        None => false,
+                    });
+            if settled {
+                break;
+            }
+            if Instant::now() >= deadline {
+                tracing::warn!(
+                    timeout = ?self.config.rebalance_drain_timeout,
+                    "revoke drain timed out; unsettled data of the revoked partitions is not committed and will be re-read"
+                );
+                break;
+            }
+            if busy {
+                tokio::task::yield_now().await;
+            } else {
+                tokio::time::sleep(self.config.idle_poll).await;
+            }
+        }
+        self.commit();
+        for (p, e) in partitions {
+            if let Some(f) = self.checkpointer.tracker().failure(&p, e) {
+                self.frozen.push(f);
+            }
+            self.checkpointer.release(&p, e);
+            self.revoked.remove(&(p.clone(), e));
+            if let Err(err) = self.source.release(&p, e) {
+                tracing::warn!(partition = %p, epoch = e, error = %err, "release after revoke failed");
+            }
+        }
+    }
+
+    /// Commits every committable offset not yet committed. A failed commit is
+    /// logged, counted and retried on the next tick.
+    fn commit(&mut self) {
+        let pending = self.checkpointer.pending_commits();
+        if pending.is_empty() {
+            return;
+        }
+        match self.source.commit(&pending) {
+            Ok(()) => {
+                self.checkpointer.mark_committed(&pending);
+                for c in pending {
+                    tracing::debug!(partition = %c.partition, offset = c.offset, "committed");
+                    self.committed.insert(c.partition.clone(), c);
+                }
+            }
+            Err(e) => {
+                self.commit_failures.increment(1);
+                match e {
+                    SourceError::CommitRejected { .. } => {
+                        tracing::warn!(error = %e, "commit rejected; that epoch has ended")
+                    }
+                    _ => tracing::warn!(error = %e, "commit failed; retrying next interval"),
+                }
+            }
+        }
+    }
+
+    async fn stop(mut self) -> RunReport {
+        let deadline = Instant::now() + self.config.shutdown_drain_timeout;
+        tracing::info!(timeout = ?self.config.shutdown_drain_timeout, "stopping: sealing and draining");
+        self.ready.store(false, Ordering::Release);
+        self.host.shutdown(deadline).await;
+        let pool = self.pool.take().expect("stop runs once");
+        let sink = pool.drain(deadline).await;
+        // Let tasks aborted by the drain drop their ack sets before the final
+        // count (they fail, D1).
+        tokio::task::yield_now().await;
+        self.take_events();
+        self.checkpointer.apply_ready();
+        self.commit();
+        let mut frozen = std::mem::take(&mut self.frozen);
+        frozen.extend(self.checkpointer.tracker().failures());
+        let c = &self.counters;
+        let status = if self.error.is_some() {
+            ExitStatus::Failed
+        } else if !frozen.is_empty() || !sink.is_clean() {
+            ExitStatus::Abandoned
+        } else {
+            ExitStatus::Clean
+        };
+        let report = RunReport {
+            polled: c.polled.load(Ordering::Relaxed),
+            rows_encoded: c.rows_encoded.load(Ordering::Relaxed),
+            skipped: c.skipped.load(Ordering::Relaxed),
+            failed_records: c.failed.load(Ordering::Relaxed),
+            polls: c.polls.load(Ordering::Relaxed),
+            sink,
+            committed: self.committed.into_values().collect(),
+            frozen,
+            error: self.error,
+            status,
+        };
+        tracing::info!("{}", report.summary());
+        report
+    }
+}

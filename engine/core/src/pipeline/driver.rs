@@ -1,0 +1,325 @@
+//! The lane driver: what one pipeline thread does with its lanes.
+//!
+//! A [`Driver`] owns some lanes and one [`Processor`] (decoder + chain +
+//! terminal buffers). Each [`Driver::step`] first tries to hand pending chunks
+//! to the sink; if they do not fit it pauses its lanes, otherwise it resumes
+//! them; then it polls every lane once without waiting and runs the chain over
+//! what arrived. It never waits on a channel, a lock or I/O other than the
+//! lane poll (D2): a full sink means paused lanes and polls that keep coming.
+//!
+//! Record errors follow the policy (D6): `Skip` counts the record by reason
+//! (and hands it to the dead-letter hook), `Fail` fails the record's ack, so the
+//! partition's watermark freezes in front of it (D1), and stops the driver.
+//!
+//! The same code runs on an OS thread (service) or inline in the controller
+//! task on a current-thread runtime (simulator); see `threads.rs` and
+//! `controller.rs`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::ack::AckIssuer;
+use crate::metrics::Counter;
+use crate::pipeline::chain::{Decoder, RecordCx, RecordError, RecordErrorKind, Stage};
+use crate::pipeline::terminal::{ChunkBuffers, Flush, Tail};
+use crate::pipeline::{DeadLetter, OnError, PipelineError};
+use crate::record::{Epoch, Payload, TopicPartition};
+use crate::source::{Lane, PollBatch, SourceError};
+
+/// Decoder plus chain: turns one payload into rows in the terminal buffers.
+pub trait Processor {
+    /// Runs the chain over one payload.
+    ///
+    /// # Errors
+    /// The [`RecordError`] of whichever stage refused it.
+    fn process(&mut self, cx: &RecordCx<'_>) -> Result<(), RecordError>;
+
+    /// The terminal buffers at the end of the chain.
+    fn buffers(&mut self) -> &mut ChunkBuffers;
+}
+
+/// The usual [`Processor`]: a decoder feeding a chain of stages that ends in a
+/// [`crate::pipeline::terminal::Terminal`].
+#[derive(Debug)]
+pub struct ChainProcessor<D, S> {
+    decoder: D,
+    chain: S,
+}
+
+impl<D, S> ChainProcessor<D, S> {
+    /// `decoder` feeding `chain`.
+    pub fn new(decoder: D, chain: S) -> Self {
+        Self { decoder, chain }
+    }
+}
+
+impl<D, S> Processor for ChainProcessor<D, S>
+where
+    D: Decoder,
+    S: for<'a> Stage<D::Record<'a>> + Tail,
+{
+    #[inline]
+    fn process(&mut self, cx: &RecordCx<'_>) -> Result<(), RecordError> {
+        self.decoder.decode(cx, &mut self.chain)
+    }
+
+    fn buffers(&mut self) -> &mut ChunkBuffers {
+        self.chain.buffers()
+    }
+}
+
+/// Record counters shared by all drivers of a pipeline, for the run report.
+/// Updated once per poll batch, not per record.
+#[derive(Debug, Default)]
+pub struct RecordCounters {
+    /// Payloads polled.
+    pub polled: AtomicU64,
+    /// Payloads skipped by policy, any reason.
+    pub skipped: AtomicU64,
+    /// Payloads that failed the pipeline (Fail policy).
+    pub failed: AtomicU64,
+    /// Rows encoded into chunks.
+    pub rows_encoded: AtomicU64,
+    /// Lane polls made (also while paused).
+    pub polls: AtomicU64,
+}
+
+/// Metric handles of one driver, registered when it is built.
+#[derive(Debug, Clone)]
+struct DriverMetrics {
+    polled: Counter,
+    skipped: [Counter; 3],
+    pauses: Counter,
+}
+
+impl DriverMetrics {
+    fn register() -> Self {
+        let skipped = |kind: RecordErrorKind| ::metrics::counter!(crate::metrics::RECORDS_SKIPPED, "reason" => kind.as_str());
+        Self {
+            polled: ::metrics::counter!(crate::metrics::RECORDS_POLLED),
+            skipped: [
+                skipped(RecordErrorKind::Decode),
+                skipped(RecordErrorKind::Operator),
+                skipped(RecordErrorKind::Encode),
+            ],
+            pauses: ::metrics::counter!(crate::metrics::LANE_PAUSES),
+        }
+    }
+}
+
+struct LaneSlot<L> {
+    lane: L,
+    issuer: AckIssuer,
+    paused: bool,
+}
+
+/// What one [`Driver::step`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Some lane returned records.
+    Busy,
+    /// No lane returned anything.
+    Idle,
+}
+
+/// One pipeline thread's lanes and chain.
+pub struct Driver<L, P> {
+    lanes: Vec<LaneSlot<L>>,
+    processor: P,
+    on_error: OnError,
+    dead_letter: Option<Arc<dyn DeadLetter>>,
+    counters: Arc<RecordCounters>,
+    metrics: DriverMetrics,
+    rows_reported: u64,
+    failed: bool,
+}
+
+impl<L, P> std::fmt::Debug for Driver<L, P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver")
+            .field("lanes", &self.lanes.len())
+            .field("failed", &self.failed)
+            .finish()
+    }
+}
+
+impl<L: Lane, P: Processor> Driver<L, P> {
+    /// A driver with no lanes yet.
+    pub fn new(
+        processor: P,
+        on_error: OnError,
+        dead_letter: Option<Arc<dyn DeadLetter>>,
+        counters: Arc<RecordCounters>,
+    ) -> Self {
+        Self {
+            lanes: Vec::new(),
+            processor,
+            on_error,
+            dead_letter,
+            counters,
+            metrics: DriverMetrics::register(),
+            rows_reported: 0,
+            failed: false,
+        }
+    }
+
+    /// Lanes currently owned.
+    pub fn lanes(&self) -> usize {
+        self.lanes.len()
+    }
+
+    /// Whether any lane is paused for backpressure.
+    pub fn is_paused(&self) -> bool {
+        self.lanes.iter().any(|l| l.paused)
+    }
+
+    /// Takes over `lane`, whose batches get handles from `issuer`.
+    pub fn assign(&mut self, lane: L, issuer: AckIssuer) {
+        debug_assert_eq!(lane.partition(), issuer.partition());
+        debug_assert_eq!(lane.epoch(), issuer.epoch());
+        self.lanes.push(LaneSlot {
+            lane,
+            issuer,
+            paused: false,
+        });
+    }
+
+    /// Stops and drops the lane of `partition` at `epoch`, seals every open
+    /// chunk (so its rows head for the sink) and returns how many ack handles
+    /// the lane issued, or `None` if this driver does not own it.
+    pub fn revoke(&mut self, partition: &TopicPartition, epoch: Epoch) -> Option<u64> {
+        let i = self
+            .lanes
+            .iter()
+            .position(|l| l.lane.partition() == partition && l.lane.epoch() == epoch)?;
+        let slot = self.lanes.swap_remove(i);
+        let issued = slot.issuer.issued();
+        drop(slot);
+        let buffers = self.processor.buffers();
+        buffers.seal_all();
+        buffers.flush();
+        Some(issued)
+    }
+
+    /// One round: flush, pause or resume, poll every lane once, run the chain.
+    ///
+    /// # Errors
+    /// [`PipelineError::RecordFailed`] under the Fail policy,
+    /// [`PipelineError::Source`] for a fatal lane error. After an error the
+    /// driver does nothing more.
+    pub fn step(&mut self, now: Instant) -> Result<Step, PipelineError> {
+        if self.failed {
+            return Ok(Step::Idle);
+        }
+        let blocked = self.processor.buffers().flush() == Flush::Blocked;
+        for slot in &mut self.lanes {
+            if blocked && !slot.paused {
+                slot.lane.pause()?;
+                slot.paused = true;
+                self.metrics.pauses.increment(1);
+            } else if !blocked && slot.paused {
+                slot.lane.resume()?;
+                slot.paused = false;
+            }
+        }
+        let mut busy = false;
+        let mut polls = 0;
+        let mut polled = 0u64;
+        let mut skipped = 0u64;
+        let mut result = Ok(());
+        for slot in &mut self.lanes {
+            polls += 1;
+            let LaneSlot { lane, issuer, .. } = slot;
+            let batch = match lane.poll(Duration::ZERO) {
+                Ok(b) => b,
+                Err(SourceError::Transient { context, message }) => {
+                    tracing::warn!(%context, %message, "transient lane error; polling on");
+                    continue;
+                }
+                Err(e) => {
+                    result = Err(PipelineError::Source(e));
+                    break;
+                }
+            };
+            let n = batch.len();
+            if n == 0 {
+                continue;
+            }
+            busy = true;
+            polled += n as u64;
+            let ack = issuer.issue(batch.payload(0).offset, batch.payload(n - 1).offset);
+            for i in 0..n {
+                let cx = RecordCx {
+                    payload: batch.payload(i),
+                    ack: &ack,
+                };
+                if let Err(error) = self.processor.process(&cx) {
+                    match self.on_error {
+                        OnError::Skip => {
+                            skipped += 1;
+                            self.metrics.skipped[error.kind as usize].increment(1);
+                            skip(&self.dead_letter, &cx.payload, &error);
+                        }
+                        OnError::Fail => {
+                            // D1: the batch's watermark freezes in front of it.
+                            ack.fail();
+                            result = Err(PipelineError::RecordFailed {
+                                partition: cx.payload.partition.clone(),
+                                offset: cx.payload.offset,
+                                error,
+                            });
+                            break;
+                        }
+                    }
+                }
+            }
+            if result.is_err() {
+                break;
+            }
+        }
+        let c = &self.counters;
+        c.polls.fetch_add(polls, Ordering::Relaxed);
+        c.polled.fetch_add(polled, Ordering::Relaxed);
+        c.skipped.fetch_add(skipped, Ordering::Relaxed);
+        self.metrics.polled.increment(polled);
+        let buffers = self.processor.buffers();
+        let rows = buffers.rows_encoded();
+        c.rows_encoded
+            .fetch_add(rows - self.rows_reported, Ordering::Relaxed);
+        self.rows_reported = rows;
+        if let Err(e) = result {
+            if matches!(e, PipelineError::RecordFailed { .. }) {
+                c.failed.fetch_add(1, Ordering::Relaxed);
+            }
+            self.failed = true;
+            return Err(e);
+        }
+        if busy {
+            buffers.seal_lingering(now);
+        } else {
+            // Nothing arrived: ship what is open rather than let it wait.
+            buffers.seal_all();
+        }
+        buffers.flush();
+        Ok(if busy { Step::Busy } else { Step::Idle })
+    }
+
+    /// Seals every open chunk and tries once to hand all pending chunks over;
+    /// [`Flush::Clear`] when nothing is left. Used by shutdown, which repeats it
+    /// until clear or its deadline.
+    pub fn flush_all(&mut self) -> Flush {
+        let buffers = self.processor.buffers();
+        buffers.seal_all();
+        buffers.flush()
+    }
+}
+
+fn skip(dead_letter: &Option<Arc<dyn DeadLetter>>, payload: &Payload<'_>, error: &RecordError) {
+    tracing::debug!(partition = %payload.partition, offset = payload.offset, %error, "record skipped");
+    if let Some(dl) = dead_letter {
+        dl.dead_letter(payload, error);
+    }
+}

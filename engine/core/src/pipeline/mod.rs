@@ -1,0 +1,274 @@
+//! The pipeline runtime: the chain, lanes on pipeline threads with
+//! pause-and-keep-polling backpressure, and the controller for start,
+//! rebalance and shutdown.
+//!
+//! - [`chain`]: decoder, operators (filter, map, flat_map), encoder and router
+//!   traits.
+//! - [`terminal`]: the terminal stage and its per-thread chunk buffers.
+//! - [`driver`]: what a pipeline thread does with its lanes (D2, D6).
+//! - `controller`: assignment, revoke drain, commits, shutdown (D1, D5).
+//! - [`Pipeline`]: the builder-made runnable, in thread mode (service) or in
+//!   one-thread mode (simulator, tests; D7).
+//! - [`testkit`]: a scripted source and a capture writer for users' tests.
+
+pub mod chain;
+mod controller;
+pub mod driver;
+mod runner;
+pub mod terminal;
+pub mod testkit;
+mod threads;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+pub use runner::{Pipeline, PipelineBuilder};
+
+use crate::checkpoint::FailedBatch;
+use crate::pipeline::chain::RecordError;
+use crate::pipeline::terminal::ChunkConfig;
+use crate::record::{Offset, Payload, TopicPartition};
+use crate::sink::{ConfigError, DrainReport, SinkConfig};
+use crate::source::{CommitOffset, SourceError};
+
+/// What to do with a record the chain refuses (D6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnError {
+    /// Count it by reason, hand it to the dead-letter hook if any, go on.
+    Skip,
+    /// Fail its ack (nothing at or past it is committed) and stop the pipeline.
+    Fail,
+}
+
+/// Receives skipped records (original bytes, partition, offset and the reason),
+/// for example to produce them to a dead-letter topic. Called on the pipeline
+/// thread: must not block (D2); queue and return.
+pub trait DeadLetter: Send + Sync {
+    /// Takes one skipped record.
+    fn dead_letter(&self, payload: &Payload<'_>, error: &RecordError);
+}
+
+/// Pipeline settings besides the sink's.
+#[derive(Clone, Debug)]
+pub struct PipelineConfig {
+    /// OS threads polling lanes in thread mode (`pipeline.threads`, > 0).
+    pub threads: usize,
+    /// How often the controller commits the watermarks
+    /// (`checkpoint.interval`, > 0).
+    pub checkpoint_interval: Duration,
+    /// How long a revoke waits for the revoked lanes' acks before committing
+    /// what settled (`rebalance.drain_timeout`).
+    pub rebalance_drain_timeout: Duration,
+    /// How long shutdown lets in-flight data finish (`shutdown.drain_timeout`).
+    pub shutdown_drain_timeout: Duration,
+    /// Record error policy (`on_error`).
+    pub on_error: OnError,
+    /// Chunk sealing thresholds.
+    pub chunk: ChunkConfig,
+    /// In-flight byte budget (`sink.inflight.max_bytes`, > 0, D8).
+    pub budget_bytes: u64,
+    /// In-flight row budget (`sink.inflight.max_rows`, > 0, D8).
+    pub budget_rows: u64,
+    /// How long an idle pipeline thread (or the controller) sleeps between
+    /// rounds when nothing arrived (`pipeline.idle_poll`, > 0).
+    pub idle_poll: Duration,
+    /// Bound on each replica probe at start.
+    pub probe_timeout: Duration,
+    /// The sink pool's settings.
+    pub sink: SinkConfig,
+}
+
+impl PipelineConfig {
+    /// Defaults around `sink`: 1 thread, commit every 5 s, 10 s revoke drain,
+    /// 30 s shutdown drain, Fail policy, 256 MiB / 4 M rows budget, 1 ms idle
+    /// poll, 5 s probe timeout.
+    pub fn new(sink: SinkConfig) -> Self {
+        Self {
+            threads: 1,
+            checkpoint_interval: Duration::from_secs(5),
+            rebalance_drain_timeout: Duration::from_secs(10),
+            shutdown_drain_timeout: Duration::from_secs(30),
+            on_error: OnError::Fail,
+            chunk: ChunkConfig::default(),
+            budget_bytes: 256 << 20,
+            budget_rows: 4 << 20,
+            idle_poll: Duration::from_millis(1),
+            probe_timeout: Duration::from_secs(5),
+            sink,
+        }
+    }
+
+    /// Checks every setting, the sink's included.
+    ///
+    /// # Errors
+    /// The first invalid setting, naming its key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let positive = |key: &str, ok: bool| {
+            if ok {
+                Ok(())
+            } else {
+                Err(ConfigError::Invalid {
+                    key: key.to_owned(),
+                    reason: "must be greater than 0".into(),
+                })
+            }
+        };
+        positive("pipeline.threads", self.threads > 0)?;
+        positive("checkpoint.interval", !self.checkpoint_interval.is_zero())?;
+        positive("pipeline.chunk_bytes", self.chunk.max_bytes > 0)?;
+        positive("pipeline.chunk_rows", self.chunk.max_rows > 0)?;
+        positive("sink.inflight.max_bytes", self.budget_bytes > 0)?;
+        positive("sink.inflight.max_rows", self.budget_rows > 0)?;
+        positive("pipeline.idle_poll", !self.idle_poll.is_zero())?;
+        self.sink.validate().map(|_| ())
+    }
+}
+
+/// Errors that stop a pipeline.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    /// A record was refused under `on_error: fail`.
+    #[error("record {partition} offset {offset} refused (on_error: fail): {error}")]
+    RecordFailed {
+        /// Its partition.
+        partition: TopicPartition,
+        /// Its offset.
+        offset: Offset,
+        /// Why.
+        error: RecordError,
+    },
+    /// The source failed fatally.
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A shard had no replica answering the start-up probe.
+    #[error("no replica of shard {shard} answered the probe: {errors}")]
+    Probe {
+        /// The shard.
+        shard: usize,
+        /// Every replica's error, joined.
+        errors: String,
+    },
+    /// Batches were abandoned or failed: their partitions stopped committing.
+    #[error("{} partition(s) stopped committing at a failed batch (first: {})", .0.len(),
+        .0.first().map(|f| format!("{} offset {}", f.partition, f.first)).unwrap_or_default())]
+    AcksFailed(Vec<FailedBatch>),
+    /// A pipeline thread panicked or could not start.
+    #[error("pipeline thread: {0}")]
+    Thread(String),
+}
+
+/// How a run ended, as a process exit status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExitStatus {
+    /// Everything polled was delivered, filtered or skipped by policy, and
+    /// committed. Exit code 0.
+    Clean,
+    /// Shutdown left data unwritten (drain deadline, abandoned batches); it was
+    /// not committed and will replay. Exit code 2.
+    Abandoned,
+    /// The pipeline stopped on an error (record failure, source, sink, probe).
+    /// Exit code 3.
+    Failed,
+}
+
+impl ExitStatus {
+    /// The process exit code: 0, 2 or 3.
+    pub fn code(self) -> i32 {
+        match self {
+            ExitStatus::Clean => 0,
+            ExitStatus::Abandoned => 2,
+            ExitStatus::Failed => 3,
+        }
+    }
+}
+
+/// What a run did, returned when it ends.
+#[derive(Debug)]
+pub struct RunReport {
+    /// Payloads polled.
+    pub polled: u64,
+    /// Rows encoded.
+    pub rows_encoded: u64,
+    /// Payloads skipped by policy.
+    pub skipped: u64,
+    /// Payloads that failed under the Fail policy.
+    pub failed_records: u64,
+    /// Lane polls made.
+    pub polls: u64,
+    /// The sink pool's totals.
+    pub sink: DrainReport,
+    /// The last offset committed per partition (and epoch).
+    pub committed: Vec<CommitOffset>,
+    /// Partitions frozen at a failed batch.
+    pub frozen: Vec<FailedBatch>,
+    /// The error that stopped the run, if any.
+    pub error: Option<PipelineError>,
+    /// The exit status.
+    pub status: ExitStatus,
+}
+
+impl RunReport {
+    /// A one-line summary for logs.
+    pub fn summary(&self) -> String {
+        let committed: Vec<String> = self
+            .committed
+            .iter()
+            .map(|c| format!("{}={}", c.partition, c.offset))
+            .collect();
+        format!(
+            "status={:?} polled={} rows={} skipped={} delivered_rows={} abandoned_rows={} committed=[{}]{}",
+            self.status,
+            self.polled,
+            self.rows_encoded,
+            self.skipped,
+            self.sink.rows_flushed(),
+            self.sink.rows_abandoned(),
+            committed.join(","),
+            self.error
+                .as_ref()
+                .map(|e| format!(" error: {e}"))
+                .unwrap_or_default()
+        )
+    }
+}
+
+/// Asks a running pipeline to shut down; cloneable, callable from anywhere.
+#[derive(Clone, Debug, Default)]
+pub struct Shutdown {
+    inner: Arc<(AtomicBool, Notify)>,
+}
+
+impl Shutdown {
+    /// A signal not yet triggered.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Requests shutdown. Idempotent.
+    pub fn trigger(&self) {
+        self.inner.0.store(true, Ordering::Release);
+        self.inner.1.notify_waiters();
+    }
+
+    /// Whether shutdown was requested.
+    pub fn is_triggered(&self) -> bool {
+        self.inner.0.load(Ordering::Acquire)
+    }
+
+    /// Resolves once shutdown is requested.
+    pub async fn wait(&self) {
+        loop {
+            let notified = self.inner.1.notified();
+            if self.is_triggered() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}

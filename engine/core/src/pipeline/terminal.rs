@@ -1,0 +1,323 @@
+//! The terminal stage: encode each record into the open chunk of the shard the
+//! router picks; seal chunks at a target size; take budget and `try_send` them
+//! to the shard queue, keeping what does not fit as pending (D2, D8).
+//!
+//! [`ChunkBuffers`] is the per-thread state (one open chunk per shard and a
+//! FIFO of sealed chunks waiting for budget or queue room); [`Terminal`] is the
+//! stage that feeds it. Open and pending chunks hold their rows' acks in an
+//! [`AckSet`], so dropping them (a crash of the thread, a shutdown past its
+//! deadline) fails those acks (D1).
+//!
+//! Memory bound (D8): in flight <= the budget; per thread, besides that, at
+//! most one open chunk per shard plus the encoded rows of the poll batches
+//! processed since the thread's lanes were paused (a paused lane yields at
+//! most what was already fetched).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use crate::ack::AckSet;
+use crate::budget::{Budget, BudgetPermit};
+use crate::pipeline::chain::{Encoder, RecordCx, RecordError, Router, Stage};
+use crate::sink::{Chunk, PoolHandle, PushError};
+
+/// Sizes at which the terminal stage seals a chunk.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChunkConfig {
+    /// Seal a shard's open chunk once it holds this many bytes
+    /// (`pipeline.chunk_bytes`, > 0).
+    pub max_bytes: usize,
+    /// Seal once it holds this many rows (`pipeline.chunk_rows`, > 0).
+    pub max_rows: u64,
+    /// Seal an open chunk this long after its first row even if it is small
+    /// (`pipeline.chunk_linger`), so a quiet partition's rows still move.
+    pub linger: std::time::Duration,
+}
+
+impl Default for ChunkConfig {
+    /// 256 KiB or 8,192 rows, 50 ms: big enough to amortise the queue hand-off,
+    /// small enough to keep per-thread memory low.
+    fn default() -> Self {
+        Self {
+            max_bytes: 256 << 10,
+            max_rows: 8_192,
+            linger: std::time::Duration::from_millis(50),
+        }
+    }
+}
+
+struct OpenChunk {
+    buf: Vec<u8>,
+    rows: u64,
+    acks: AckSet,
+    opened_at: Option<Instant>,
+}
+
+struct Pending {
+    shard: usize,
+    data: Bytes,
+    rows: u64,
+    acks: AckSet,
+    permit: Option<BudgetPermit>,
+}
+
+/// What [`ChunkBuffers::flush`] achieved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flush {
+    /// Nothing is pending.
+    Clear,
+    /// Chunks are pending: the budget or a shard queue is full. Pause lanes.
+    Blocked,
+}
+
+/// Per-thread chunk state: open chunks per shard and the pending FIFO.
+pub struct ChunkBuffers {
+    open: Vec<OpenChunk>,
+    pending: VecDeque<Pending>,
+    budget: Arc<Budget>,
+    pool: PoolHandle,
+    config: ChunkConfig,
+    rows_encoded: u64,
+    chunks_dropped: u64,
+}
+
+impl std::fmt::Debug for ChunkBuffers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChunkBuffers")
+            .field("shards", &self.open.len())
+            .field("pending", &self.pending.len())
+            .finish()
+    }
+}
+
+impl ChunkBuffers {
+    /// Buffers for `pool`'s shards, taking budget from `budget`.
+    pub fn new(pool: PoolHandle, budget: Arc<Budget>, config: ChunkConfig) -> Self {
+        let open = (0..pool.shards())
+            .map(|_| OpenChunk {
+                buf: Vec::with_capacity(config.max_bytes),
+                rows: 0,
+                acks: AckSet::new(),
+                opened_at: None,
+            })
+            .collect();
+        Self {
+            open,
+            pending: VecDeque::new(),
+            budget,
+            pool,
+            config,
+            rows_encoded: 0,
+            chunks_dropped: 0,
+        }
+    }
+
+    /// Number of shards.
+    pub fn shards(&self) -> usize {
+        self.open.len()
+    }
+
+    /// Rows encoded so far (monotonic).
+    pub fn rows_encoded(&self) -> u64 {
+        self.rows_encoded
+    }
+
+    /// Sealed chunks waiting for budget or queue room.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Chunks dropped because the pool had closed (shutdown); their acks failed.
+    pub fn chunks_dropped(&self) -> u64 {
+        self.chunks_dropped
+    }
+
+    /// Appends one row to `shard`'s open chunk with `encode`; truncates what a
+    /// failed encode appended. Seals the chunk when it reaches its size.
+    ///
+    /// # Errors
+    /// Whatever `encode` returned.
+    #[inline]
+    pub fn append(
+        &mut self,
+        shard: usize,
+        cx: &RecordCx<'_>,
+        encode: impl FnOnce(&mut Vec<u8>) -> Result<(), RecordError>,
+    ) -> Result<(), RecordError> {
+        let oc = &mut self.open[shard];
+        let start = oc.buf.len();
+        if let Err(e) = encode(&mut oc.buf) {
+            oc.buf.truncate(start);
+            return Err(e);
+        }
+        debug_assert!(oc.buf.len() > start, "an encoder appended an empty row");
+        if oc.rows == 0 {
+            oc.opened_at = Some(Instant::now());
+        }
+        oc.rows += 1;
+        oc.acks.push(cx.ack);
+        self.rows_encoded += 1;
+        if oc.buf.len() >= self.config.max_bytes || oc.rows >= self.config.max_rows {
+            self.seal(shard);
+        }
+        Ok(())
+    }
+
+    /// Moves `shard`'s open chunk (if any rows) to the pending FIFO.
+    fn seal(&mut self, shard: usize) {
+        let cap = self.config.max_bytes;
+        let oc = &mut self.open[shard];
+        if oc.rows == 0 {
+            return;
+        }
+        let buf = std::mem::replace(&mut oc.buf, Vec::with_capacity(cap));
+        self.pending.push_back(Pending {
+            shard,
+            data: Bytes::from(buf),
+            rows: std::mem::take(&mut oc.rows),
+            acks: std::mem::take(&mut oc.acks),
+            permit: None,
+        });
+        oc.opened_at = None;
+    }
+
+    /// Seals every open chunk.
+    pub fn seal_all(&mut self) {
+        for shard in 0..self.open.len() {
+            self.seal(shard);
+        }
+    }
+
+    /// Seals open chunks whose first row is older than the chunk linger.
+    pub fn seal_lingering(&mut self, now: Instant) {
+        for shard in 0..self.open.len() {
+            if self.open[shard]
+                .opened_at
+                .is_some_and(|t| now.duration_since(t) >= self.config.linger)
+            {
+                self.seal(shard);
+            }
+        }
+    }
+
+    /// Whether any open chunk holds rows.
+    pub fn has_open_rows(&self) -> bool {
+        self.open.iter().any(|o| o.rows > 0)
+    }
+
+    /// Hands pending chunks to their shard queues, in order, until one does not
+    /// fit (budget or queue full). Never waits (D2).
+    pub fn flush(&mut self) -> Flush {
+        while let Some(mut p) = self.pending.pop_front() {
+            if p.permit.is_none() {
+                match Budget::try_acquire(&self.budget, p.data.len() as u64, p.rows) {
+                    Some(permit) => p.permit = Some(permit),
+                    None => {
+                        self.pending.push_front(p);
+                        return Flush::Blocked;
+                    }
+                }
+            }
+            let permit = p.permit.take().expect("acquired above");
+            let chunk = Chunk::new(p.data, p.rows, p.acks, permit);
+            match self.pool.try_send(p.shard, chunk) {
+                Ok(()) => {}
+                Err(PushError::Full(chunk)) => {
+                    let (data, rows, acks, permit) = chunk.into_parts();
+                    self.pending.push_front(Pending {
+                        shard: p.shard,
+                        data,
+                        rows,
+                        acks,
+                        permit: Some(permit),
+                    });
+                    return Flush::Blocked;
+                }
+                Err(PushError::Closed(chunk)) => {
+                    // The pool is draining: nothing can take this chunk any
+                    // more. Dropping it fails its acks (D1), so it replays.
+                    self.chunks_dropped += 1;
+                    tracing::warn!(
+                        shard = p.shard,
+                        rows = chunk.rows(),
+                        "sink pool closed; chunk dropped, its acks fail and its data will replay"
+                    );
+                }
+            }
+        }
+        Flush::Clear
+    }
+}
+
+/// Lets the lane driver reach the [`ChunkBuffers`] at the end of a chain of
+/// operator stages.
+pub trait Tail {
+    /// The terminal stage's buffers.
+    fn buffers(&mut self) -> &mut ChunkBuffers;
+}
+
+/// The terminal stage: route, encode, append.
+pub struct Terminal<E, R> {
+    encoder: E,
+    router: R,
+    buffers: ChunkBuffers,
+}
+
+impl<E, R> Terminal<E, R> {
+    /// A terminal stage encoding with `encoder` and routing with `router` into
+    /// `buffers`.
+    pub fn new(encoder: E, router: R, buffers: ChunkBuffers) -> Self {
+        Self {
+            encoder,
+            router,
+            buffers,
+        }
+    }
+}
+
+impl<T, E: Encoder<T>, R: Router<T>> Stage<T> for Terminal<E, R> {
+    #[inline]
+    fn push(&mut self, record: T, cx: &RecordCx<'_>) -> Result<(), RecordError> {
+        let shard = self.router.route(&record, cx, self.buffers.shards());
+        debug_assert!(
+            shard < self.buffers.shards(),
+            "router picked shard {shard} out of range"
+        );
+        let encoder = &mut self.encoder;
+        self.buffers
+            .append(shard, cx, |buf| encoder.encode(&record, cx, buf))
+    }
+}
+
+impl<E, R> Tail for Terminal<E, R> {
+    fn buffers(&mut self) -> &mut ChunkBuffers {
+        &mut self.buffers
+    }
+}
+
+impl<F, N: Tail> Tail for crate::pipeline::chain::Filter<F, N> {
+    fn buffers(&mut self) -> &mut ChunkBuffers {
+        self.next_mut().buffers()
+    }
+}
+
+impl<F, N: Tail> Tail for crate::pipeline::chain::Map<F, N> {
+    fn buffers(&mut self) -> &mut ChunkBuffers {
+        self.next_mut().buffers()
+    }
+}
+
+impl<F, N: Tail> Tail for crate::pipeline::chain::FlatMap<F, N> {
+    fn buffers(&mut self) -> &mut ChunkBuffers {
+        self.next_mut().buffers()
+    }
+}
+
+impl<F, N: Tail> Tail for crate::pipeline::chain::TryMap<F, N> {
+    fn buffers(&mut self) -> &mut ChunkBuffers {
+        self.next_mut().buffers()
+    }
+}

@@ -1,0 +1,444 @@
+//! In-memory test utilities, public so users can test their own pipelines:
+//! a [`ScriptedSource`] (partitions with logs you append to, assignment events
+//! you script, a commit store you inspect) and a [`CaptureWriter`] (records
+//! every write attempt; can be told to fail or hang), plus a [`LineEncoder`]
+//! that writes each payload as one newline-terminated row so captured batches
+//! split back into rows.
+//!
+//! They use mutexes freely: they are test doubles, not the record path.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::pipeline::chain::{Encoder, RecordCx, RecordError};
+use crate::record::{Epoch, Offset, Payload, TopicPartition};
+use crate::sink::{Endpoint, SealedBatch, WriteError, Writer};
+use crate::source::{AssignmentEvent, CommitOffset, Lane, PollBatch, Source, SourceError};
+
+#[derive(Debug, Default)]
+struct Log {
+    values: Vec<Bytes>,
+    committed: Option<Offset>,
+    epoch: Epoch,
+}
+
+#[derive(Debug)]
+enum Scripted {
+    Assign(TopicPartition),
+    Revoke(TopicPartition),
+}
+
+#[derive(Debug, Default)]
+struct ScriptState {
+    logs: BTreeMap<TopicPartition, Log>,
+    events: VecDeque<Scripted>,
+    commits: Vec<CommitOffset>,
+    released: Vec<(TopicPartition, Epoch)>,
+    fail_commits: u32,
+}
+
+/// A test handle on a [`ScriptedSource`]: append records, script assignment
+/// changes, inspect commits. Cloneable; usable while the pipeline runs.
+#[derive(Clone, Debug, Default)]
+pub struct ScriptHandle {
+    state: Arc<Mutex<ScriptState>>,
+    polls: Arc<AtomicU64>,
+    max_batch: usize,
+}
+
+impl ScriptHandle {
+    fn lock(&self) -> MutexGuard<'_, ScriptState> {
+        self.state.lock().expect("script state lock")
+    }
+
+    /// Appends `value` to `partition`'s log; returns its offset.
+    pub fn append(&self, partition: &TopicPartition, value: impl Into<Bytes>) -> Offset {
+        let mut s = self.lock();
+        let log = s.logs.entry(partition.clone()).or_default();
+        log.values.push(value.into());
+        log.values.len() as Offset - 1
+    }
+
+    /// Scripts an assignment of `partition` (a new epoch), served by the next
+    /// [`Source::poll_event`].
+    pub fn assign(&self, partition: &TopicPartition) {
+        let mut s = self.lock();
+        s.logs.entry(partition.clone()).or_default();
+        s.events.push_back(Scripted::Assign(partition.clone()));
+    }
+
+    /// Scripts a revoke of `partition`'s current epoch.
+    pub fn revoke(&self, partition: &TopicPartition) {
+        self.lock()
+            .events
+            .push_back(Scripted::Revoke(partition.clone()));
+    }
+
+    /// The last committed offset of `partition`.
+    pub fn committed(&self, partition: &TopicPartition) -> Option<Offset> {
+        self.lock().logs.get(partition).and_then(|l| l.committed)
+    }
+
+    /// The log end offset of `partition` (next offset to be appended).
+    pub fn end_offset(&self, partition: &TopicPartition) -> Offset {
+        self.lock()
+            .logs
+            .get(partition)
+            .map_or(0, |l| l.values.len() as Offset)
+    }
+
+    /// Every commit accepted, in order.
+    pub fn commits(&self) -> Vec<CommitOffset> {
+        self.lock().commits.clone()
+    }
+
+    /// Partitions released after a revoke, in order.
+    pub fn released(&self) -> Vec<(TopicPartition, Epoch)> {
+        self.lock().released.clone()
+    }
+
+    /// Makes the next `n` commits fail with a transient error.
+    pub fn fail_commits(&self, n: u32) {
+        self.lock().fail_commits = n;
+    }
+
+    /// Lane polls served so far (also paused and empty ones).
+    pub fn polls(&self) -> u64 {
+        self.polls.load(Ordering::Relaxed)
+    }
+}
+
+/// A [`Source`] whose partitions, records and assignment events a test
+/// scripts through its [`ScriptHandle`].
+#[derive(Debug)]
+pub struct ScriptedSource {
+    handle: ScriptHandle,
+}
+
+impl ScriptedSource {
+    /// A source whose lanes return at most `max_batch` records per poll.
+    pub fn new(max_batch: usize) -> (Self, ScriptHandle) {
+        assert!(max_batch > 0, "max_batch must be positive");
+        let handle = ScriptHandle {
+            max_batch,
+            ..ScriptHandle::default()
+        };
+        (
+            Self {
+                handle: handle.clone(),
+            },
+            handle,
+        )
+    }
+}
+
+impl Source for ScriptedSource {
+    type Lane = ScriptedLane;
+
+    fn poll_event(
+        &mut self,
+        _timeout: Duration,
+    ) -> Result<Option<AssignmentEvent<ScriptedLane>>, SourceError> {
+        let mut s = self.handle.lock();
+        let Some(ev) = s.events.pop_front() else {
+            return Ok(None);
+        };
+        Ok(Some(match ev {
+            Scripted::Assign(partition) => {
+                let log = s.logs.entry(partition.clone()).or_default();
+                log.epoch += 1;
+                let epoch = log.epoch;
+                let position = log.committed.unwrap_or(0);
+                drop(s);
+                AssignmentEvent::Assigned {
+                    partition: partition.clone(),
+                    epoch,
+                    lane: ScriptedLane {
+                        partition,
+                        epoch,
+                        position,
+                        paused: false,
+                        buf: Vec::new(),
+                        first: 0,
+                        handle: self.handle.clone(),
+                    },
+                }
+            }
+            Scripted::Revoke(partition) => {
+                let log = s.logs.entry(partition.clone()).or_default();
+                let epoch = log.epoch;
+                // Lanes of this epoch stop reading at once.
+                log.epoch += 1;
+                AssignmentEvent::Revoked { partition, epoch }
+            }
+        }))
+    }
+
+    fn release(&mut self, partition: &TopicPartition, epoch: Epoch) -> Result<(), SourceError> {
+        self.handle.lock().released.push((partition.clone(), epoch));
+        Ok(())
+    }
+
+    fn commit(&mut self, offsets: &[CommitOffset]) -> Result<(), SourceError> {
+        let mut s = self.handle.lock();
+        if s.fail_commits > 0 {
+            s.fail_commits -= 1;
+            return Err(SourceError::Transient {
+                context: "commit".into(),
+                message: "scripted commit failure".into(),
+            });
+        }
+        for c in offsets {
+            let log = s.logs.entry(c.partition.clone()).or_default();
+            assert!(
+                log.committed.is_none_or(|prev| c.offset >= prev),
+                "commit of {} went backwards",
+                c.partition
+            );
+            log.committed = Some(c.offset);
+            s.commits.push(c.clone());
+        }
+        Ok(())
+    }
+}
+
+/// A lane of a [`ScriptedSource`].
+#[derive(Debug)]
+pub struct ScriptedLane {
+    partition: TopicPartition,
+    epoch: Epoch,
+    position: Offset,
+    paused: bool,
+    buf: Vec<Bytes>,
+    first: Offset,
+    handle: ScriptHandle,
+}
+
+/// A poll batch of a [`ScriptedLane`], borrowing it.
+#[derive(Debug)]
+pub struct ScriptedBatch<'a> {
+    lane: &'a ScriptedLane,
+}
+
+impl<'a> PollBatch<'a> for ScriptedBatch<'a> {
+    fn len(&self) -> usize {
+        self.lane.buf.len()
+    }
+
+    fn payload(&self, index: usize) -> Payload<'a> {
+        Payload {
+            value: Some(&self.lane.buf[index]),
+            key: None,
+            partition: &self.lane.partition,
+            offset: self.lane.first + index as Offset,
+            timestamp_ms: None,
+        }
+    }
+}
+
+impl Lane for ScriptedLane {
+    type Batch<'a> = ScriptedBatch<'a>;
+
+    fn partition(&self) -> &TopicPartition {
+        &self.partition
+    }
+
+    fn epoch(&self) -> Epoch {
+        self.epoch
+    }
+
+    fn poll(&mut self, _timeout: Duration) -> Result<ScriptedBatch<'_>, SourceError> {
+        self.handle.polls.fetch_add(1, Ordering::Relaxed);
+        self.buf.clear();
+        if !self.paused {
+            let s = self.handle.lock();
+            if let Some(log) = s
+                .logs
+                .get(&self.partition)
+                .filter(|l| l.epoch == self.epoch)
+            {
+                let start = self.position as usize;
+                let end = log.values.len().min(start + self.handle.max_batch);
+                self.buf.extend_from_slice(&log.values[start.min(end)..end]);
+            }
+        }
+        self.first = self.position;
+        self.position += self.buf.len() as Offset;
+        Ok(ScriptedBatch { lane: self })
+    }
+
+    fn pause(&mut self) -> Result<(), SourceError> {
+        self.paused = true;
+        Ok(())
+    }
+
+    fn resume(&mut self) -> Result<(), SourceError> {
+        self.paused = false;
+        Ok(())
+    }
+}
+
+/// Appends each payload's value and a `\n`: one row per line, so captured
+/// batches split back into rows. Refuses values containing `\n`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LineEncoder;
+
+impl<'a> Encoder<Payload<'a>> for LineEncoder {
+    fn encode(
+        &mut self,
+        record: &Payload<'a>,
+        _cx: &RecordCx<'_>,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), RecordError> {
+        let bytes = record.bytes();
+        if bytes.contains(&b'\n') {
+            return Err(RecordError::encode("line", "value contains a newline"));
+        }
+        buf.extend_from_slice(bytes);
+        buf.push(b'\n');
+        Ok(())
+    }
+}
+
+/// How a [`CaptureWriter`] answers writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriterMode {
+    /// Acknowledge.
+    Accept,
+    /// Fail with a retryable error.
+    FailRetryable,
+    /// Fail with a fatal error.
+    FailFatal,
+    /// Never answer while the mode stays `Hang`; answers per the new mode when
+    /// it changes.
+    Hang,
+}
+
+/// One write attempt seen by a [`CaptureWriter`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attempt {
+    /// Where it was sent.
+    pub endpoint: Endpoint,
+    /// The dedup token.
+    pub token: String,
+    /// The body (all segments concatenated).
+    pub body: Bytes,
+    /// Whether it was acknowledged.
+    pub accepted: bool,
+}
+
+#[derive(Debug)]
+struct CaptureState {
+    mode: WriterMode,
+    replica_modes: BTreeMap<(usize, usize), WriterMode>,
+    attempts: Vec<Attempt>,
+}
+
+/// A [`Writer`] that records every attempt and answers per its mode.
+#[derive(Clone, Debug)]
+pub struct CaptureWriter {
+    state: Arc<Mutex<CaptureState>>,
+}
+
+impl Default for CaptureWriter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CaptureWriter {
+    /// A writer that accepts everything.
+    pub fn new() -> Self {
+        Self {
+            state: Arc::new(Mutex::new(CaptureState {
+                mode: WriterMode::Accept,
+                replica_modes: BTreeMap::new(),
+                attempts: Vec::new(),
+            })),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, CaptureState> {
+        self.state.lock().expect("capture state lock")
+    }
+
+    /// Sets how every replica answers from now on (per-replica modes win).
+    pub fn set_mode(&self, mode: WriterMode) {
+        self.lock().mode = mode;
+    }
+
+    /// Sets how one replica answers; `None` returns it to the global mode.
+    pub fn set_replica_mode(&self, shard: usize, replica: usize, mode: Option<WriterMode>) {
+        let mut s = self.lock();
+        match mode {
+            Some(m) => s.replica_modes.insert((shard, replica), m),
+            None => s.replica_modes.remove(&(shard, replica)),
+        };
+    }
+
+    /// Every attempt so far, in order.
+    pub fn attempts(&self) -> Vec<Attempt> {
+        self.lock().attempts.clone()
+    }
+
+    /// The rows (lines) of every accepted write, in acknowledgement order.
+    pub fn accepted_lines(&self) -> Vec<Bytes> {
+        self.lock()
+            .attempts
+            .iter()
+            .filter(|a| a.accepted)
+            .flat_map(|a| split_lines(&a.body))
+            .collect()
+    }
+
+    fn mode_for(&self, endpoint: &Endpoint) -> WriterMode {
+        let s = self.lock();
+        s.replica_modes
+            .get(&(endpoint.shard, endpoint.replica))
+            .copied()
+            .unwrap_or(s.mode)
+    }
+}
+
+fn split_lines(body: &Bytes) -> Vec<Bytes> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for (i, b) in body.iter().enumerate() {
+        if *b == b'\n' {
+            out.push(body.slice(start..i));
+            start = i + 1;
+        }
+    }
+    out
+}
+
+impl Writer for CaptureWriter {
+    async fn write(&self, endpoint: &Endpoint, batch: &SealedBatch) -> Result<(), WriteError> {
+        let mut mode = self.mode_for(endpoint);
+        while mode == WriterMode::Hang {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            mode = self.mode_for(endpoint);
+        }
+        let accepted = mode == WriterMode::Accept;
+        self.lock().attempts.push(Attempt {
+            endpoint: endpoint.clone(),
+            token: batch.token().to_owned(),
+            body: batch.to_contiguous(),
+            accepted,
+        });
+        match mode {
+            WriterMode::Accept => Ok(()),
+            WriterMode::FailRetryable => Err(WriteError::retryable("scripted retryable failure")),
+            WriterMode::FailFatal => Err(WriteError::fatal("scripted fatal failure")),
+            WriterMode::Hang => unreachable!("left the loop"),
+        }
+    }
+
+    async fn probe(&self, _endpoint: &Endpoint) -> Result<(), WriteError> {
+        Ok(())
+    }
+}
