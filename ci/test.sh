@@ -24,7 +24,7 @@ cargo test --workspace --locked
 step "loom models (--cfg loom)"
 LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}" \
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
-  cargo test -p spate-core --locked --release --test loom_models
+  cargo test -p spate-core --locked --profile loom --test loom_models
 
 step "benches in test mode"
 if [ -d benches ]; then

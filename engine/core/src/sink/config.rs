@@ -12,7 +12,8 @@ pub struct BatchConfig {
     /// (`sink.batch.max_bytes`, > 0).
     pub max_bytes: u64,
     /// Seal a non-empty batch this long after its first chunk arrived
-    /// (`sink.batch.linger`; 0 seals every chunk on its own).
+    /// (`sink.batch.linger`; 0 seals as soon as the shard's queue is
+    /// momentarily empty, merging only the chunks already waiting).
     pub linger: Duration,
 }
 

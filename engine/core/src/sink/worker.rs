@@ -142,7 +142,10 @@ pub(crate) async fn run<W: Writer>(args: WorkerArgs<W>) {
             Some(joined) = inflight.join_next(), if !inflight.is_empty() => {
                 if let Err(e) = joined {
                     // A panicking write task dropped its acks: they failed (D1).
-                    tracing::error!(shard = shared.shard, error = %e, "write task failed");
+                    // Count it like any abandoned batch (D6).
+                    shared.stats.batches_abandoned.fetch_add(1, Ordering::Relaxed);
+                    shared.metrics.batches_abandoned.increment(1);
+                    tracing::error!(shard = shared.shard, error = %e, "write task failed; batch abandoned");
                 }
             }
             msg = rx.recv(), if accept => match msg {
@@ -206,11 +209,18 @@ async fn abandon_at_deadline(
     sealed: &mut VecDeque<PendingBatch>,
     inflight: &mut JoinSet<()>,
 ) {
-    let batches = inflight.len() as u64 + sealed.len() as u64 + u64::from(open.is_some());
+    let mut batches = sealed.len() as u64 + u64::from(open.is_some());
     inflight.abort_all();
     // Aborted tasks end at their next poll; this returns at once unless a
     // writer blocks its thread, which the pool's grace timer covers.
-    while inflight.join_next().await.is_some() {}
+    while let Some(joined) = inflight.join_next().await {
+        // Only a task that did not finish dropped its batch unwritten. One
+        // that finished before the abort (written or abandoned at the same
+        // instant as the deadline) has already counted itself.
+        if joined.is_err() {
+            batches += 1;
+        }
+    }
     sealed.clear();
     *open = None;
     if batches > 0 {
