@@ -70,10 +70,11 @@ impl Checkpointer {
         self.tracker.apply(r)
     }
 
-    /// Whether any failed resolution was applied since this checkpointer was
-    /// made (D1: the pipeline must stop so the data replays).
-    pub fn has_failures(&self) -> bool {
-        self.failed
+    /// Whether a failed resolution was applied since the last call (and
+    /// resets the answer): the controller then checks which partitions are
+    /// frozen (D1: the pipeline must stop so the data replays).
+    pub fn take_failure_flag(&mut self) -> bool {
+        std::mem::take(&mut self.failed)
     }
 
     /// Applies every resolution already queued, without waiting; returns how

@@ -61,11 +61,17 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
             let busy = self.host.step(Instant::now());
             self.take_events();
             self.checkpointer.apply_ready();
-            if self.checkpointer.has_failures() {
-                self.error = Some(PipelineError::AcksFailed(
-                    self.checkpointer.tracker().failures(),
-                ));
-                break;
+            if self.checkpointer.take_failure_flag() {
+                // Stop for a frozen partition, tracked or frozen before its
+                // revoke released it. A failure that arrives after the release
+                // is stale: that data was never committed and the partition's
+                // next owner re-reads it (D1), so it stops nothing.
+                let mut failed = self.frozen.clone();
+                failed.extend(self.checkpointer.tracker().failures());
+                if !failed.is_empty() {
+                    self.error = Some(PipelineError::AcksFailed(failed));
+                    break;
+                }
             }
             if let Err(e) = self.poll_source().await {
                 self.error = Some(e);

@@ -240,6 +240,7 @@ impl ChunkBuffers {
                     // The pool is draining: nothing can take this chunk any
                     // more. Dropping it fails its acks (D1), so it replays.
                     self.chunks_dropped += 1;
+                    self.pool.note_dropped(p.shard, chunk.rows());
                     tracing::warn!(
                         shard = p.shard,
                         rows = chunk.rows(),
@@ -249,6 +250,23 @@ impl ChunkBuffers {
             }
         }
         Flush::Clear
+    }
+}
+
+impl Drop for ChunkBuffers {
+    /// Rows still open or pending when the buffers go (shutdown past its
+    /// deadline, a dying thread) fail their acks as their [`AckSet`]s drop
+    /// (D1); count them as abandoned by their shard so the run report shows
+    /// them (D6).
+    fn drop(&mut self) {
+        for p in &self.pending {
+            self.pool.note_dropped(p.shard, p.rows);
+        }
+        for (shard, o) in self.open.iter().enumerate() {
+            if o.rows > 0 {
+                self.pool.note_dropped(shard, o.rows);
+            }
+        }
     }
 }
 

@@ -74,6 +74,16 @@ impl PoolHandle {
         }
     }
 
+    /// Records that a pipeline thread dropped `rows` rows bound for `shard`
+    /// without queueing them (shutdown past its deadline, a closed pool): their
+    /// acks failed, and the drain report counts them as abandoned (D6).
+    pub(crate) fn note_dropped(&self, shard: usize, rows: u64) {
+        self.shared[shard]
+            .stats
+            .rows_dropped
+            .fetch_add(rows, Ordering::Relaxed);
+    }
+
     /// Chunks waiting in `shard`'s queue.
     pub fn queue_depth(&self, shard: usize) -> usize {
         let tx = &self.senders[shard];
@@ -86,6 +96,8 @@ impl PoolHandle {
 #[derive(Debug, Default)]
 pub(crate) struct ShardStats {
     pub(crate) rows_enqueued: AtomicU64,
+    /// Rows for this shard a pipeline thread dropped before queueing them.
+    pub(crate) rows_dropped: AtomicU64,
     pub(crate) batches_flushed: AtomicU64,
     pub(crate) rows_flushed: AtomicU64,
     pub(crate) bytes_flushed: AtomicU64,
@@ -106,7 +118,9 @@ pub struct ShardReport {
     pub bytes_flushed: u64,
     /// Batches given up on (their acks failed).
     pub batches_abandoned: u64,
-    /// Rows queued to the shard and never acknowledged (their acks failed).
+    /// Rows bound for the shard and never acknowledged (their acks failed):
+    /// queued and not written, or dropped by a pipeline thread before they
+    /// could be queued.
     pub rows_abandoned: u64,
     /// Write attempts after the first.
     pub retries: u64,
@@ -328,7 +342,8 @@ impl<W: Writer> SinkPool<W> {
 impl ShardShared {
     fn report(&self, forced_abort: bool) -> ShardReport {
         let st = &self.stats;
-        let enqueued = st.rows_enqueued.load(Ordering::Relaxed);
+        let enqueued =
+            st.rows_enqueued.load(Ordering::Relaxed) + st.rows_dropped.load(Ordering::Relaxed);
         let rows_flushed = st.rows_flushed.load(Ordering::Relaxed);
         ShardReport {
             shard: self.shard,
