@@ -30,6 +30,7 @@ pub mod checkpoint;
 pub mod metrics;
 #[cfg(not(loom))]
 pub mod pipeline;
+pub mod planted;
 pub mod record;
 pub mod sink;
 pub mod source;

@@ -202,7 +202,9 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
             if let Some(f) = self.checkpointer.tracker().failure(&p, e) {
                 self.frozen.push(f);
             }
-            self.checkpointer.release(&p, e);
+            if !crate::planted::active(crate::planted::Bug::CommitReleasedEpoch) {
+                self.checkpointer.release(&p, e);
+            }
             self.revoked.remove(&(p.clone(), e));
             if let Err(err) = self.source.release(&p, e) {
                 tracing::warn!(partition = %p, epoch = e, error = %err, "release after revoke failed");
@@ -219,7 +221,9 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
         }
         match self.source.commit(&pending) {
             Ok(()) => {
-                self.checkpointer.mark_committed(&pending);
+                if !crate::planted::active(crate::planted::Bug::CommitReleasedEpoch) {
+                    self.checkpointer.mark_committed(&pending);
+                }
                 for c in pending {
                     tracing::debug!(partition = %c.partition, offset = c.offset, "committed");
                     self.committed.insert(c.partition.clone(), c);

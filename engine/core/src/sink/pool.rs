@@ -11,6 +11,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::metrics::ShardMetrics;
+use crate::planted::{self, Bug};
 use crate::sink::worker::{self, ShardShared};
 use crate::sink::{
     Chunk, ConfigError, Endpoint, ReplicaSet, RunNonce, SinkConfig, WriteError, Writer,
@@ -243,7 +244,13 @@ impl<W: Writer> SinkPool<W> {
                 writer: Arc::clone(&writer),
                 rx,
                 drain: drain_rx,
-                token_prefix: format!("{}-{}-{}-", config.pipeline, nonce, shard),
+                token_prefix: if planted::active(Bug::TokenWithoutNonce) {
+                    format!("{}-{}-", config.pipeline, shard)
+                } else if planted::active(Bug::TokenReusedAfterRestart) {
+                    format!("{}-{}-{}-", config.pipeline, RunNonce::from_u64(0), shard)
+                } else {
+                    format!("{}-{}-{}-", config.pipeline, nonce, shard)
+                },
                 seed: shard_seed(seed, shard),
             }));
             senders.push(tx);

@@ -27,6 +27,7 @@ use tokio::time::{Instant, sleep, sleep_until};
 use crate::ack::AckSet;
 use crate::budget::BudgetPermit;
 use crate::metrics::{Gauge, ShardMetrics};
+use crate::planted::{self, Bug};
 use crate::sink::pool::ShardStats;
 use crate::sink::{
     Chunk, Endpoint, Pick, ReplicaSet, SealedBatch, SinkConfig, WriteError, Writer, backoff_delay,
@@ -96,9 +97,15 @@ pub(crate) async fn run<W: Writer>(args: WorkerArgs<W>) {
             let token = format!("{token_prefix}{seq}");
             let batch = SealedBatch::new(shared.shard, seq, token, b.segments, b.rows, &b.acks);
             debug_assert_eq!(batch.bytes(), b.bytes);
+            let acks = if planted::active(Bug::CommitBeforeAck) {
+                b.acks.deliver();
+                AckSet::new()
+            } else {
+                b.acks
+            };
             sealed.push_back(PendingBatch {
                 batch: Arc::new(batch),
-                acks: b.acks,
+                acks,
                 _permit: b.permit,
             });
         }
@@ -160,6 +167,9 @@ pub(crate) async fn run<W: Writer>(args: WorkerArgs<W>) {
                 }
                 None => {
                     input_closed = true;
+                    if planted::active(Bug::DrainDropsPartialBatch) {
+                        open = None;
+                    }
                     seal(&mut open, &mut sealed);
                 }
             },
@@ -294,6 +304,7 @@ async fn write_batch<W: Writer>(
         let result =
             match tokio::time::timeout(config.write_timeout, writer.write(endpoint, batch)).await {
                 Ok(r) => r,
+                Err(_) if planted::active(Bug::TimeoutIsSuccess) => Ok(()),
                 Err(_) => Err(WriteError::retryable(format!(
                     "no answer within sink.write_timeout {:?}; the insert may have landed, \
                  the retry carries the same token",

@@ -1,0 +1,250 @@
+//! Rough single-core throughput of the mapper and the RowBinary encoder
+//! (until the criterion benches in `benches/` take these over).
+//!
+//! `cargo run --release -p spate-clickhouse --example throughput [flights.ndjson]`
+//!
+//! Without an argument it uses the crate's 50-row flights fixture, repeated to
+//! `ROWS` rows (default 2,000,000). For profiling (e.g. under cachegrind):
+//! `ONLY_VALUE=1` runs only the `serde_json::Value` calibration, `ONLY_FIRST=1`
+//! only the flights mapping.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use spate_clickhouse::mapping::{JsonRowEncoder, MappingOptions, TimeRules, simple_columns};
+use spate_clickhouse::num::Wide;
+use spate_clickhouse::rowbinary::{Value, encode, put_string};
+use spate_clickhouse::time::TimeFormat;
+use spate_clickhouse::types::ChType;
+
+const FIXTURE: &str = include_str!("../tests/fixtures/flights-50.ndjson");
+const TARGET_ROWS: usize = 2_000_000;
+fn target_rows() -> usize {
+    std::env::var("ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(TARGET_ROWS)
+}
+
+fn report(what: &str, rows: usize, bytes: usize, secs: f64) {
+    println!(
+        "{what:<44} {:>6.2} M rows/s  {:>6.1} ns/row  ({rows} rows, {:.1} MB out)",
+        rows as f64 / secs / 1e6,
+        secs * 1e9 / rows as f64,
+        bytes as f64 / 1e6
+    );
+}
+
+fn run_json(what: &str, enc: &mut JsonRowEncoder, lines: &[String]) {
+    let mut buf = Vec::with_capacity(64 << 20);
+    // warm up
+    for l in lines.iter().take(10_000) {
+        enc.encode_json(l.as_bytes(), &mut buf).unwrap();
+    }
+    let mut best = f64::MAX;
+    let mut out_bytes = 0;
+    for _ in 0..3 {
+        buf.clear();
+        let start = Instant::now();
+        for l in lines {
+            enc.encode_json(l.as_bytes(), &mut buf).unwrap();
+        }
+        best = best.min(start.elapsed().as_secs_f64());
+        out_bytes = buf.len();
+        black_box(&buf);
+    }
+    report(what, lines.len(), out_bytes, best);
+}
+
+fn main() {
+    let text = match std::env::args().nth(1) {
+        Some(path) => std::fs::read_to_string(path).expect("read the ndjson file"),
+        None => FIXTURE.to_owned(),
+    };
+    let base: Vec<String> = text.lines().map(str::to_owned).collect();
+    let lines: Vec<String> = base
+        .iter()
+        .cycle()
+        .take(target_rows().max(base.len()))
+        .cloned()
+        .collect();
+    let in_bytes: usize = lines.iter().map(String::len).sum();
+    println!(
+        "{} rows, {:.1} bytes/row of JSON",
+        lines.len(),
+        in_bytes as f64 / lines.len() as f64
+    );
+
+    // Calibration: serde_json::Value per row (the issue measured ~1.7 M rows/s here).
+    if std::env::var_os("ONLY_VALUE").is_some() {
+        for l in &lines {
+            black_box(serde_json::from_str::<serde_json::Value>(l).unwrap());
+        }
+        return;
+    }
+    if std::env::var_os("ONLY_FIRST").is_none() {
+        let start = Instant::now();
+        for l in &lines {
+            black_box(serde_json::from_str::<serde_json::Value>(l).unwrap());
+        }
+        report(
+            "calibration: serde_json::Value parse only",
+            lines.len(),
+            0,
+            start.elapsed().as_secs_f64(),
+        );
+    }
+
+    // Flights: JSON -> RowBinary driven by a schema known at run time.
+    let cols = simple_columns([
+        ("date", ChType::parse("DateTime").unwrap()),
+        ("delay", ChType::Int32),
+        ("distance", ChType::UInt32),
+        ("origin", ChType::parse("LowCardinality(String)").unwrap()),
+        ("destination", ChType::String),
+    ]);
+    let options = MappingOptions {
+        time: TimeRules {
+            formats: vec![TimeFormat::compile("%Y/%m/%d %H:%M").unwrap()],
+            ..TimeRules::default()
+        },
+        ..MappingOptions::default()
+    };
+    let mut enc = JsonRowEncoder::new(cols.clone(), options).unwrap();
+    run_json("flights: JSON parse + map + encode", &mut enc, &lines);
+    if std::env::var_os("ONLY_FIRST").is_some() {
+        return;
+    }
+
+    // Same rows with an ISO date (the common case without a custom format).
+    let iso: Vec<String> = lines
+        .iter()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            let d = v["date"].as_str().unwrap().replace('/', "-");
+            l.replace(v["date"].as_str().unwrap(), &format!("{d}:00"))
+        })
+        .collect();
+    let mut enc = JsonRowEncoder::new(cols.clone(), MappingOptions::default()).unwrap();
+    run_json(
+        "flights (ISO dates): JSON parse + map + encode",
+        &mut enc,
+        &iso,
+    );
+
+    // Encode alone: typed values already in hand, primitive writers.
+    let typed: Vec<(u32, i32, u32, String, String)> = lines
+        .iter()
+        .take(base.len())
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                978_310_020,
+                v["delay"].as_i64().unwrap() as i32,
+                v["distance"].as_u64().unwrap() as u32,
+                v["origin"].as_str().unwrap().to_owned(),
+                v["destination"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let mut buf = Vec::with_capacity(64 << 20);
+    let mut best = f64::MAX;
+    for _ in 0..3 {
+        buf.clear();
+        let start = Instant::now();
+        for row in typed.iter().cycle().take(lines.len()) {
+            buf.extend_from_slice(&row.0.to_le_bytes());
+            buf.extend_from_slice(&row.1.to_le_bytes());
+            buf.extend_from_slice(&row.2.to_le_bytes());
+            put_string(&mut buf, row.3.as_bytes());
+            put_string(&mut buf, row.4.as_bytes());
+        }
+        best = best.min(start.elapsed().as_secs_f64());
+        black_box(&buf);
+    }
+    report(
+        "flights: RowBinary encode alone (primitives)",
+        lines.len(),
+        buf.len(),
+        best,
+    );
+
+    // Encode alone through the generic, type-checked Value encoder.
+    let values: Vec<Vec<Value>> = typed
+        .iter()
+        .map(|r| {
+            vec![
+                Value::DateTime(i64::from(r.0)),
+                Value::Int(Wide::from_i128(i128::from(r.1))),
+                Value::Int(Wide::from_i128(i128::from(r.2))),
+                Value::String(r.3.clone().into_bytes()),
+                Value::String(r.4.clone().into_bytes()),
+            ]
+        })
+        .collect();
+    let types: Vec<ChType> = cols.iter().map(|c| c.ty.clone()).collect();
+    let mut best = f64::MAX;
+    for _ in 0..3 {
+        buf.clear();
+        let start = Instant::now();
+        for row in values.iter().cycle().take(lines.len()) {
+            for (t, v) in types.iter().zip(row) {
+                encode(t, v, &mut buf).unwrap();
+            }
+        }
+        best = best.min(start.elapsed().as_secs_f64());
+        black_box(&buf);
+    }
+    report(
+        "flights: RowBinary encode alone (Value)",
+        lines.len(),
+        buf.len(),
+        best,
+    );
+
+    // A 15-column event.
+    let event_cols = simple_columns([
+        ("ts", ChType::parse("DateTime64(3, 'UTC')").unwrap()),
+        ("user_id", ChType::UInt64),
+        ("session", ChType::Uuid),
+        ("event", ChType::parse("LowCardinality(String)").unwrap()),
+        ("page", ChType::String),
+        ("referrer", ChType::parse("Nullable(String)").unwrap()),
+        ("country", ChType::FixedString(2)),
+        ("ip", ChType::Ipv4),
+        ("duration_ms", ChType::UInt32),
+        ("price", ChType::parse("Decimal(18, 4)").unwrap()),
+        ("qty", ChType::UInt16),
+        ("is_mobile", ChType::Bool),
+        ("score", ChType::Float64),
+        ("tags", ChType::parse("Array(String)").unwrap()),
+        ("version", ChType::Int32),
+    ]);
+    let events: Vec<String> = (0..lines.len())
+        .map(|i| {
+            format!(
+                r#"{{"ts":"2024-05-01T12:{:02}:{:02}.{:03}Z","user_id":{},"session":"61f0c404-5cb3-11e7-907b-a6006ad3{:04x}","event":"click","page":"/p/{}","referrer":null,"country":"DE","ip":"10.0.{}.{}","duration_ms":{},"price":"{}.99","qty":{},"is_mobile":{},"score":{}.5,"tags":["a","b"],"version":3}}"#,
+                i % 60,
+                i % 59,
+                i % 1000,
+                1_000_000 + i,
+                i % 65536,
+                i % 1000,
+                i % 256,
+                i % 250,
+                i * 7 % 100_000,
+                i % 500,
+                i % 20,
+                i % 2 == 0,
+                i % 100
+            )
+        })
+        .collect();
+    let ev_bytes: usize = events.iter().map(String::len).sum();
+    println!(
+        "15-column event: {:.1} bytes/row of JSON",
+        ev_bytes as f64 / events.len() as f64
+    );
+    let mut enc = JsonRowEncoder::new(event_cols, MappingOptions::default()).unwrap();
+    run_json("15-col event: JSON parse + map + encode", &mut enc, &events);
+}

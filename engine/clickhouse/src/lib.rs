@@ -1,0 +1,26 @@
+//! spate-clickhouse: the ClickHouse side of spate.
+//!
+//! - [`types`]: ClickHouse type strings parsed into a [`types::ChType`] tree.
+//! - [`rowbinary`]: the RowBinary byte layout (primitive writers, a generic
+//!   value encoder and its decoder).
+//! - [`mapping`]: JSON messages to RowBinary rows for a table's columns, with
+//!   the coercions users expect and no more; implements the chain's
+//!   `Encoder<Payload>` seam.
+//! - [`schema`]: the target table's columns from `system.columns`, and the
+//!   plan of which columns an INSERT names.
+//! - [`writer`]: the HTTP insert writer implementing `spate_core::sink::Writer`.
+//!
+//! Exact numbers ([`num`]) and time text ([`time`]) are the mapper's helpers.
+//!
+//! Invariants (docs/DESIGN.md): a value that cannot map is a record error,
+//! never a type's default (D6); every retry sends the same bytes with the same
+//! token (D4, the writer only forwards `SealedBatch` bytes).
+#![forbid(unsafe_code)]
+
+pub mod mapping;
+pub mod num;
+pub mod rowbinary;
+pub mod schema;
+pub mod time;
+pub mod types;
+pub mod writer;

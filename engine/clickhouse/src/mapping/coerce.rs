@@ -1,0 +1,577 @@
+//! Scalar coercions: one JSON scalar ([`Tok`]) into one column type, written
+//! as RowBinary. The rules users expect, and no more (issue 6):
+//!
+//! - numbers into numeric columns with range checks: never wrap, never
+//!   truncate (`1.5` into Int32 and `300` into UInt8 are errors); strings of
+//!   digits count as numbers;
+//! - Float columns also take `"NaN"`, `"inf"`, `"-inf"`, `"Infinity"` as
+//!   strings (JSON has no literal for them);
+//! - Decimal from a number or a string, exactly (no binary floating point);
+//! - Bool from `true`/`false`/`0`/`1` (also as strings);
+//! - String from a string, and from a number, bool, array or object as its
+//!   JSON text (a title that is sometimes a number still lands);
+//! - Date from `YYYY-MM-DD` (or any accepted date-time text: its written date);
+//! - DateTime and DateTime64 from RFC 3339, `YYYY-MM-DD HH:MM:SS[.fff]`, the
+//!   configured formats, or an epoch number (seconds, milliseconds,
+//!   microseconds or nanoseconds, fractional allowed) scaled to the column's
+//!   precision; digits finer than the column keeps are floored, as
+//!   ClickHouse's own parser truncates them;
+//! - UUID, IPv4, IPv6 from their text forms; Enum from a declared name or
+//!   value.
+//!
+//! Anything else is an error with a reason; the caller names the column.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use crate::num::{DecimalText, NumError, Rounding, Wide, fast_i64};
+use crate::rowbinary::{
+    DATE_MAX_DAYS, DATE32_MAX_DAYS, DATE32_MIN_DAYS, int_shape, put_decimal, put_fixed_string,
+    put_ipv4, put_ipv6, put_string, put_uuid,
+};
+use crate::time::{ParsedTime, TimeFormat, parse_datetime};
+use crate::types::ChType;
+
+/// One JSON scalar, borrowed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tok<'a> {
+    /// `null`.
+    Null,
+    /// `true` or `false`.
+    Bool(bool),
+    /// A number, as written.
+    Number(&'a [u8]),
+    /// A string's content, unescaped.
+    Str(&'a [u8]),
+    /// An array or object, as written (only String columns take it).
+    Composite(&'a [u8]),
+}
+
+impl Tok<'_> {
+    fn describe(&self) -> &'static str {
+        match self {
+            Tok::Null => "null",
+            Tok::Bool(_) => "a bool",
+            Tok::Number(_) => "a number",
+            Tok::Str(_) => "a string",
+            Tok::Composite(_) => "an array or object",
+        }
+    }
+}
+
+/// How epoch numbers are read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum EpochUnit {
+    /// By magnitude of the absolute value: below 1e11 seconds, below 1e14
+    /// milliseconds, below 1e17 microseconds, else nanoseconds. (1e11 s is
+    /// the year 5138; 1e11 ms is 1973-03-03, so millisecond epochs before
+    /// March 1973 need an explicit unit.)
+    #[default]
+    Auto,
+    /// Seconds.
+    Seconds,
+    /// Milliseconds.
+    Millis,
+    /// Microseconds.
+    Micros,
+    /// Nanoseconds.
+    Nanos,
+}
+
+impl EpochUnit {
+    /// The unit as a power of ten below a second (0, 3, 6, 9) for `value`.
+    fn exponent(self, value: &DecimalText) -> i32 {
+        match self {
+            EpochUnit::Seconds => 0,
+            EpochUnit::Millis => 3,
+            EpochUnit::Micros => 6,
+            EpochUnit::Nanos => 9,
+            EpochUnit::Auto => {
+                let whole = value
+                    .scaled(0, Rounding::Floor)
+                    .ok()
+                    .and_then(Wide::to_i128)
+                    .map_or(u128::MAX, i128::unsigned_abs);
+                match whole {
+                    0..100_000_000_000 => 0,
+                    100_000_000_000..100_000_000_000_000 => 3,
+                    100_000_000_000_000..100_000_000_000_000_000 => 6,
+                    _ => 9,
+                }
+            }
+        }
+    }
+}
+
+/// Time settings shared by every column of a mapping.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TimeRules {
+    /// Formats tried, in order, after RFC 3339 and `YYYY-MM-DD HH:MM:SS`.
+    pub formats: Vec<TimeFormat>,
+    /// How epoch numbers are read.
+    pub epoch_unit: EpochUnit,
+    /// The UTC offset (seconds) naive text (no `Z` or `±HH:MM`) is read at.
+    /// `None`: UTC for columns without a time zone or with a UTC one, and an
+    /// error for columns with another zone (no zone database is built in, and
+    /// guessing would shift every timestamp).
+    pub naive_offset_secs: Option<i32>,
+}
+
+/// Whether a column time zone name means UTC.
+fn is_utc(tz: &str) -> bool {
+    matches!(
+        tz,
+        "UTC"
+            | "Etc/UTC"
+            | "GMT"
+            | "Etc/GMT"
+            | "UCT"
+            | "Etc/UCT"
+            | "Universal"
+            | "Zulu"
+            | "Etc/Zulu"
+    )
+}
+
+/// What [`put_scalar`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Put {
+    /// Appended one value.
+    Written,
+    /// The token was null and the type is not Nullable: nothing appended;
+    /// the caller applies the missing-value rule.
+    NullForNonNullable,
+}
+
+/// Appends `tok` as a value of `ty`. `ty` must not be Array, Map or Tuple
+/// (the mapper walks those itself).
+///
+/// # Errors
+/// The reason, in words, when the token cannot map (the caller adds the
+/// column).
+pub fn put_scalar(
+    ty: &ChType,
+    tok: Tok<'_>,
+    rules: &TimeRules,
+    out: &mut Vec<u8>,
+) -> Result<Put, String> {
+    match ty {
+        ChType::LowCardinality(inner) => return put_scalar(inner, tok, rules, out),
+        ChType::Nullable(inner) => {
+            if tok == Tok::Null {
+                out.push(1);
+                return Ok(Put::Written);
+            }
+            out.push(0);
+            return match put_scalar(inner, tok, rules, out)? {
+                Put::Written => Ok(Put::Written),
+                Put::NullForNonNullable => Err("null inside a Nullable".into()),
+            };
+        }
+        _ if tok == Tok::Null => return Ok(Put::NullForNonNullable),
+        _ => {}
+    }
+    let refuse = || format!("cannot put {} into {ty}", tok.describe());
+    match ty {
+        t if int_shape(t).is_some() => {
+            let (bits, signed) = int_shape(t).unwrap_or((64, true));
+            let text = match tok {
+                Tok::Number(t) | Tok::Str(t) => t,
+                _ => return Err(refuse()),
+            };
+            put_int(text, tok, bits, signed, ty, out)?;
+        }
+        ChType::Float32 | ChType::Float64 => {
+            let text = match tok {
+                Tok::Number(t) => t,
+                Tok::Str(t) => match special_float(t) {
+                    Some(f) => {
+                        put_float(ty, f, out);
+                        return Ok(Put::Written);
+                    }
+                    None => t,
+                },
+                _ => return Err(refuse()),
+            };
+            let f = parse_float(text, ty)?;
+            put_float(ty, f, out);
+        }
+        ChType::Bool => {
+            let b = match tok {
+                Tok::Bool(b) => b,
+                Tok::Number(b"0") | Tok::Str(b"0" | b"false") => false,
+                Tok::Number(b"1") | Tok::Str(b"1" | b"true") => true,
+                _ => return Err(format!("{} is not a bool (true/false/0/1)", show(tok))),
+            };
+            out.push(u8::from(b));
+        }
+        ChType::String => match tok {
+            Tok::Str(s) | Tok::Number(s) | Tok::Composite(s) => put_string(out, s),
+            Tok::Bool(b) => put_string(out, if b { b"true" } else { b"false" }),
+            Tok::Null => return Err(refuse()),
+        },
+        ChType::FixedString(n) => {
+            let s = match tok {
+                Tok::Str(s) | Tok::Number(s) => s,
+                _ => return Err(refuse()),
+            };
+            if s.len() > *n {
+                return Err(format!("{} bytes do not fit {ty}", s.len()));
+            }
+            put_fixed_string(out, s, *n);
+        }
+        ChType::Date | ChType::Date32 => {
+            let Tok::Str(s) = tok else {
+                return Err(format!(
+                    "{ty} takes date text (YYYY-MM-DD), not {}",
+                    tok.describe()
+                ));
+            };
+            let days = parse_time_text(s, rules)?.wall_days();
+            if matches!(ty, ChType::Date) {
+                if !(0..=DATE_MAX_DAYS).contains(&days) {
+                    return Err(format!(
+                        "{} is outside Date's range 1970-01-01..2149-06-06",
+                        show(tok)
+                    ));
+                }
+                out.extend_from_slice(&(days as u16).to_le_bytes());
+            } else {
+                if !(DATE32_MIN_DAYS..=DATE32_MAX_DAYS).contains(&days) {
+                    return Err(format!(
+                        "{} is outside Date32's range 1900-01-01..2299-12-31",
+                        show(tok)
+                    ));
+                }
+                out.extend_from_slice(&(days as i32).to_le_bytes());
+            }
+        }
+        ChType::DateTime(tz) => {
+            let secs = time_ticks(tok, 0, tz.as_deref(), rules)?;
+            let secs = u32::try_from(secs)
+                .map_err(|_| format!("{} is outside DateTime's range 1970..2106", show(tok)))?;
+            out.extend_from_slice(&secs.to_le_bytes());
+        }
+        ChType::DateTime64 { precision, tz } => {
+            let ticks = time_ticks(tok, i32::from(*precision), tz.as_deref(), rules)?;
+            let ticks = i64::try_from(ticks)
+                .map_err(|_| format!("{} is outside {ty}'s range", show(tok)))?;
+            out.extend_from_slice(&ticks.to_le_bytes());
+        }
+        ChType::Decimal { precision, scale } => {
+            let text = match tok {
+                Tok::Number(t) | Tok::Str(t) => t,
+                _ => return Err(refuse()),
+            };
+            let scaled = DecimalText::parse(text)
+                .and_then(|d| d.scaled(i32::from(*scale), Rounding::Exact))
+                .map_err(|e| num_reason(e, tok, ty))?;
+            put_decimal(ty, *precision, scaled, out).map_err(|_| {
+                format!(
+                    "{} has more than {} digits before the point for {ty}",
+                    show(tok),
+                    precision - scale
+                )
+            })?;
+        }
+        ChType::Uuid => {
+            let Tok::Str(s) = tok else {
+                return Err(refuse());
+            };
+            put_uuid(
+                out,
+                parse_uuid(s).ok_or_else(|| format!("{} is not a UUID", show(tok)))?,
+            );
+        }
+        ChType::Ipv4 => {
+            let ip = match tok {
+                Tok::Str(s) => std::str::from_utf8(s)
+                    .ok()
+                    .and_then(|s| s.parse::<Ipv4Addr>().ok()),
+                Tok::Number(t) => fast_i64(t)
+                    .and_then(|v| u32::try_from(v).ok())
+                    .map(Ipv4Addr::from),
+                _ => return Err(refuse()),
+            };
+            put_ipv4(
+                out,
+                ip.ok_or_else(|| format!("{} is not an IPv4 address", show(tok)))?,
+            );
+        }
+        ChType::Ipv6 => {
+            let Tok::Str(s) = tok else {
+                return Err(refuse());
+            };
+            let s = std::str::from_utf8(s).map_err(|_| refuse())?;
+            let ip = s
+                .parse::<Ipv6Addr>()
+                .ok()
+                .or_else(|| s.parse::<Ipv4Addr>().ok().map(|v4| v4.to_ipv6_mapped()));
+            put_ipv6(
+                out,
+                ip.ok_or_else(|| format!("{} is not an IPv6 address", show(tok)))?,
+            );
+        }
+        ChType::Enum8(pairs) => {
+            let v = enum_value(
+                tok,
+                pairs.iter().map(|(n, v)| (n.as_str(), i16::from(*v))),
+                ty,
+            )?;
+            out.push(v as i8 as u8);
+        }
+        ChType::Enum16(pairs) => {
+            let v = enum_value(tok, pairs.iter().map(|(n, v)| (n.as_str(), *v)), ty)?;
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        _ => return Err(refuse()),
+    }
+    Ok(Put::Written)
+}
+
+/// The fast path for a JSON integer (already parsed by serde) into an
+/// integer column of up to 64 bits, maybe Nullable or LowCardinality:
+/// `None` when `ty` is not such a column (use [`put_scalar`]).
+#[inline]
+pub fn put_integer(ty: &ChType, v: i128, out: &mut Vec<u8>) -> Option<Result<(), String>> {
+    let (inner, nullable) = match ty {
+        ChType::Nullable(inner) => (&**inner, true),
+        ChType::LowCardinality(inner) => match &**inner {
+            ChType::Nullable(inner) => (&**inner, true),
+            other => (other, false),
+        },
+        other => (other, false),
+    };
+    let (bits, signed) = int_shape(inner).filter(|(bits, _)| *bits <= 64)?;
+    let (min, max) = if signed {
+        (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1)
+    } else {
+        (0, (1i128 << bits) - 1)
+    };
+    if !(min..=max).contains(&v) {
+        return Some(Err(format!("{v} is out of range for {inner}")));
+    }
+    if nullable {
+        out.push(0);
+    }
+    out.extend_from_slice(&v.to_le_bytes()[..bits as usize / 8]);
+    Some(Ok(()))
+}
+
+/// A token shown in an error: its text, cut at 64 bytes.
+pub fn show(tok: Tok<'_>) -> String {
+    let (text, quote) = match tok {
+        Tok::Null => return "null".into(),
+        Tok::Bool(b) => return b.to_string(),
+        Tok::Number(t) | Tok::Composite(t) => (t, ""),
+        Tok::Str(t) => (t, "\""),
+    };
+    let cut = &text[..text.len().min(64)];
+    let more = if text.len() > 64 { "..." } else { "" };
+    format!("{quote}{}{more}{quote}", String::from_utf8_lossy(cut))
+}
+
+fn num_reason(e: NumError, tok: Tok<'_>, ty: &ChType) -> String {
+    match e {
+        NumError::NotANumber => format!("{} is not a number", show(tok)),
+        NumError::Overflow => format!("{} is out of range for {ty}", show(tok)),
+        NumError::Inexact => format!("{} would be truncated by {ty}", show(tok)),
+    }
+}
+
+#[inline]
+fn put_int(
+    text: &[u8],
+    tok: Tok<'_>,
+    bits: u32,
+    signed: bool,
+    ty: &ChType,
+    out: &mut Vec<u8>,
+) -> Result<(), String> {
+    // Fast path: a plain integer that fits i64, into a column of <= 64 bits.
+    if bits <= 64
+        && let Some(v) = fast_i64(text)
+    {
+        let ok = if signed {
+            let half = 1i128 << (bits - 1);
+            (-half..half).contains(&i128::from(v))
+        } else {
+            v >= 0 && (bits == 64 || v < (1i64 << bits))
+        };
+        if !ok {
+            return Err(format!("{} is out of range for {ty}", show(tok)));
+        }
+        out.extend_from_slice(&v.to_le_bytes()[..bits as usize / 8]);
+        return Ok(());
+    }
+    let w = DecimalText::parse(text)
+        .and_then(|d| d.scaled(0, Rounding::Exact))
+        .map_err(|e| match e {
+            NumError::Inexact => format!(
+                "{} is not an integer (would be truncated by {ty})",
+                show(tok)
+            ),
+            e => num_reason(e, tok, ty),
+        })?;
+    if !w.fits(bits, signed) {
+        return Err(format!("{} is out of range for {ty}", show(tok)));
+    }
+    w.put_le(bits as usize / 8, out);
+    Ok(())
+}
+
+fn special_float(s: &[u8]) -> Option<f64> {
+    let lower = |a: &[u8], b: &[u8]| a.eq_ignore_ascii_case(b);
+    if lower(s, b"nan") {
+        Some(f64::NAN)
+    } else if lower(s, b"inf")
+        || lower(s, b"+inf")
+        || lower(s, b"infinity")
+        || lower(s, b"+infinity")
+    {
+        Some(f64::INFINITY)
+    } else if lower(s, b"-inf") || lower(s, b"-infinity") {
+        Some(f64::NEG_INFINITY)
+    } else {
+        None
+    }
+}
+
+fn parse_float(text: &[u8], ty: &ChType) -> Result<f64, String> {
+    // Validate the grammar first: Rust's float parser also takes "inf" and
+    // "1_0"-free forms we do not want from a digit string.
+    DecimalText::parse(text).map_err(|e| num_reason(e, Tok::Number(text), ty))?;
+    let s = std::str::from_utf8(text).map_err(|_| "not UTF-8".to_string())?;
+    let f: f64 = if matches!(ty, ChType::Float32) {
+        f64::from(s.parse::<f32>().map_err(|e| e.to_string())?)
+    } else {
+        s.parse::<f64>().map_err(|e| e.to_string())?
+    };
+    if f.is_infinite() {
+        return Err(format!("{s} is out of range for {ty}"));
+    }
+    Ok(f)
+}
+
+#[inline]
+fn put_float(ty: &ChType, f: f64, out: &mut Vec<u8>) {
+    if matches!(ty, ChType::Float32) {
+        out.extend_from_slice(&(f as f32).to_le_bytes());
+    } else {
+        out.extend_from_slice(&f.to_le_bytes());
+    }
+}
+
+fn parse_time_text(s: &[u8], rules: &TimeRules) -> Result<ParsedTime, String> {
+    match parse_datetime(s) {
+        Ok(t) => Ok(t),
+        Err(first) => {
+            for f in &rules.formats {
+                if let Ok(t) = f.parse(s) {
+                    return Ok(t);
+                }
+            }
+            Err(format!(
+                "\"{}\" is not a time ({first}; formats tried: RFC 3339, YYYY-MM-DD HH:MM:SS{})",
+                String::from_utf8_lossy(&s[..s.len().min(64)]),
+                rules
+                    .formats
+                    .iter()
+                    .map(|f| format!(", {}", f.as_str()))
+                    .collect::<String>()
+            ))
+        }
+    }
+}
+
+/// Ticks of `10^-precision` s since the epoch for a time token, as i128 so
+/// the caller range-checks once.
+fn time_ticks(
+    tok: Tok<'_>,
+    precision: i32,
+    tz: Option<&str>,
+    rules: &TimeRules,
+) -> Result<i128, String> {
+    let number = match tok {
+        Tok::Number(t) => t,
+        Tok::Str(s) if looks_numeric(s) && DecimalText::parse(s).is_ok() => s,
+        Tok::Str(s) => {
+            let t = parse_time_text(s, rules)?;
+            let offset = match (t.offset_secs, rules.naive_offset_secs, tz) {
+                (Some(o), _, _) => o,
+                (None, Some(o), _) => o,
+                (None, None, None) => 0,
+                (None, None, Some(z)) if is_utc(z) => 0,
+                (None, None, Some(z)) => {
+                    return Err(format!(
+                        "\"{}\" has no UTC offset and the column's zone is {z}; \
+                         give the offset in the text or set the naive-time offset",
+                        String::from_utf8_lossy(s)
+                    ));
+                }
+            };
+            let secs = i128::from(t.epoch_secs(offset));
+            let scale = 10i128.pow(precision as u32);
+            let sub = i128::from(t.nanos) / 10i128.pow(9 - precision as u32);
+            return Ok(secs * scale + sub);
+        }
+        _ => return Err(format!("cannot put {} into a time column", tok.describe())),
+    };
+    let d =
+        DecimalText::parse(number).map_err(|e| format!("{} is not an epoch: {e}", show(tok)))?;
+    let unit = rules.epoch_unit.exponent(&d);
+    let w = d
+        .scaled(precision - unit, Rounding::Floor)
+        .map_err(|e| format!("{} is not an epoch: {e}", show(tok)))?;
+    w.to_i128()
+        .ok_or_else(|| format!("{} is out of range", show(tok)))
+}
+
+/// Whether `s` has only the bytes of a number (a cheap test before the
+/// exact parse, so date text fails fast).
+fn looks_numeric(s: &[u8]) -> bool {
+    !s.is_empty()
+        && s.iter()
+            .all(|c| c.is_ascii_digit() || matches!(c, b'.' | b'-' | b'+' | b'e' | b'E'))
+}
+
+/// Parses `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` or 32 bare hex digits into
+/// the UUID's 128-bit number.
+pub fn parse_uuid(s: &[u8]) -> Option<u128> {
+    let dashed = s.len() == 36;
+    if !dashed && s.len() != 32 {
+        return None;
+    }
+    let mut v: u128 = 0;
+    let mut n = 0;
+    for (i, &c) in s.iter().enumerate() {
+        if dashed && matches!(i, 8 | 13 | 18 | 23) {
+            if c != b'-' {
+                return None;
+            }
+            continue;
+        }
+        let d = (c as char).to_digit(16)?;
+        v = (v << 4) | u128::from(d);
+        n += 1;
+    }
+    (n == 32).then_some(v)
+}
+
+fn enum_value<'n>(
+    tok: Tok<'_>,
+    mut pairs: impl Iterator<Item = (&'n str, i16)> + Clone,
+    ty: &ChType,
+) -> Result<i16, String> {
+    match tok {
+        Tok::Str(s) => pairs
+            .find(|(n, _)| n.as_bytes() == s)
+            .map(|(_, v)| v)
+            .ok_or_else(|| format!("{} is not a value of {ty}", show(tok))),
+        Tok::Number(t) => {
+            let v = fast_i64(t).and_then(|v| i16::try_from(v).ok());
+            v.filter(|v| pairs.any(|(_, p)| p == *v))
+                .ok_or_else(|| format!("{} is not a value of {ty}", show(tok)))
+        }
+        _ => Err(format!("cannot put {} into {ty}", tok.describe())),
+    }
+}

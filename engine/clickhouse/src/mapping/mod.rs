@@ -1,0 +1,488 @@
+//! JSON to RowBinary: one JSON object per message becomes one row of the
+//! INSERT's columns, written straight into the shard's chunk buffer.
+//!
+//! **Which field feeds which column.** Each [`ColumnSpec`] names a JSON path:
+//! by default the column's own name; a rename or a JSON pointer
+//! ([`parse_pointer`]) gives another. With a flatten join (say `"_"`), nested
+//! objects are read as if flattened: the column `properties_mag` also takes
+//! `{"properties": {"mag": 2}}` (every way of splitting the name at the join
+//! is a path). A column may also take a whole object or array as JSON text
+//! (String columns) while nested columns read inside it.
+//!
+//! **Missing fields and nulls** ([`MissingValue`]): NULL for Nullable
+//! columns; the column's constant DEFAULT where the schema layer keeps a
+//! DEFAULT column in the INSERT (RowBinary on 18.16 has no per-value "use the
+//! default" marker, so a constant default is encoded here and a non-constant
+//! one is refused); otherwise a record error naming the column. Columns with a
+//! DEFAULT and no source field are left out of the INSERT by the schema layer
+//! ([`crate::schema`]) so the server fills them.
+//!
+//! **Coercions**: see [`coerce`]. A value that cannot map is a
+//! [`RecordError`] (kind Encode) naming the column and the reason; it is never
+//! replaced by a type's default (D6). The lane driver adds topic, partition
+//! and offset.
+//!
+//! **Performance.** The payload is read once by a JSON scanner (the `scan` module
+//! docs say why not serde_json's visitor API, which stays the test
+//! oracle): no `serde_json::Value` tree, no allocation per row once buffers
+//! have grown. Object keys are matched against a small table that first tries
+//! the key after the previous match (messages usually keep their field
+//! order). Scalars are borrowed slices, so numbers keep every digit (Decimal,
+//! DateTime64(9), Int256) and strings are copied once, into the row. Values
+//! are encoded in the order the fields arrive, directly into the chunk
+//! buffer; only when that order differs from the column order are the row's
+//! bytes permuted (one copy through a scratch buffer).
+
+pub mod coerce;
+mod scan;
+#[cfg(test)]
+mod visit;
+
+use std::collections::BTreeMap;
+
+use spate_core::pipeline::chain::{Encoder, RecordCx, RecordError};
+use spate_core::record::Payload;
+
+pub use coerce::{EpochUnit, Put, TimeRules, Tok};
+
+use crate::types::ChType;
+
+/// What a column gets when its field is missing or null.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MissingValue {
+    /// NULL (the column is Nullable).
+    Null,
+    /// The column's constant DEFAULT, as its SQL literal text (`0`, `'n/a'`,
+    /// `-1.5`); encoded once when the encoder is built.
+    Literal(String),
+    /// A record error: the column has no DEFAULT we can encode and is not
+    /// Nullable.
+    Reject,
+}
+
+/// One column of the INSERT, in INSERT order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ColumnSpec {
+    /// The column's name in the table.
+    pub name: String,
+    /// Its type.
+    pub ty: ChType,
+    /// Its JSON path; `None` means the column's name (and, with a flatten
+    /// join, every split of it).
+    pub path: Option<Vec<String>>,
+    /// What a missing field or a null means.
+    pub missing: MissingValue,
+}
+
+/// Settings of a mapping beyond the columns.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MappingOptions {
+    /// Read nested objects as flattened with this join (`"_"`, `"."`).
+    pub flatten_join: Option<String>,
+    /// Time parsing rules.
+    pub time: TimeRules,
+}
+
+/// Splits a JSON pointer (RFC 6901: `/properties/mag`, `~1` is `/`, `~0` is
+/// `~`) into its path segments.
+///
+/// # Errors
+/// [`MappingError::BadPointer`] when it does not start with `/` or has a bad
+/// `~` escape.
+pub fn parse_pointer(pointer: &str) -> Result<Vec<String>, MappingError> {
+    let bad = || MappingError::BadPointer(pointer.to_owned());
+    let rest = pointer.strip_prefix('/').ok_or_else(bad)?;
+    rest.split('/')
+        .map(|seg| {
+            let mut out = String::with_capacity(seg.len());
+            let mut chars = seg.chars();
+            while let Some(c) = chars.next() {
+                if c == '~' {
+                    match chars.next() {
+                        Some('0') => out.push('~'),
+                        Some('1') => out.push('/'),
+                        _ => return Err(bad()),
+                    }
+                } else {
+                    out.push(c);
+                }
+            }
+            Ok(out)
+        })
+        .collect()
+}
+
+/// A mapping that cannot be built.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MappingError {
+    /// A JSON pointer that does not parse.
+    #[error("bad JSON pointer `{0}` (expected /a/b with ~0 and ~1 escapes)")]
+    BadPointer(String),
+    /// A column's DEFAULT literal does not encode as its type.
+    #[error("column `{column}`: DEFAULT {literal} does not encode as {ty}: {reason}")]
+    BadDefault {
+        /// The column.
+        column: String,
+        /// Its type.
+        ty: String,
+        /// The literal.
+        literal: String,
+        /// Why not.
+        reason: String,
+    },
+    /// Two columns read the same path.
+    #[error("columns `{first}` and `{second}` read the same JSON path {path:?}")]
+    DuplicatePath {
+        /// One column.
+        first: String,
+        /// The other.
+        second: String,
+        /// The path.
+        path: Vec<String>,
+    },
+    /// No columns.
+    #[error("a mapping needs at least one column")]
+    NoColumns,
+}
+
+/// A key table entry: the column a key feeds and/or the nested keys under it.
+#[derive(Debug, Default)]
+struct Slot {
+    column: Option<usize>,
+    child: Option<Box<Node>>,
+}
+
+/// The keys of one JSON object level.
+#[derive(Debug, Default)]
+struct Node {
+    keys: Vec<(Box<str>, Slot)>,
+    /// A column read through this object (named in errors about its shape).
+    any_column: usize,
+}
+
+impl Node {
+    fn insert(
+        &mut self,
+        path: &[String],
+        column: usize,
+        names: &[ColumnSpec],
+    ) -> Result<(), MappingError> {
+        let (first, rest) = path.split_first().expect("paths are non-empty");
+        self.any_column = column;
+        let i = match self.keys.iter().position(|(k, _)| **k == **first) {
+            Some(i) => i,
+            None => {
+                self.keys.push((first.as_str().into(), Slot::default()));
+                self.keys.len() - 1
+            }
+        };
+        let slot = &mut self.keys[i].1;
+        if rest.is_empty() {
+            if let Some(other) = slot.column
+                && other != column
+            {
+                return Err(MappingError::DuplicatePath {
+                    first: names[other].name.clone(),
+                    second: names[column].name.clone(),
+                    path: path.to_vec(),
+                });
+            }
+            slot.column = Some(column);
+            Ok(())
+        } else {
+            slot.child
+                .get_or_insert_with(Box::default)
+                .insert(rest, column, names)
+        }
+    }
+
+    /// The slot for `key`, trying the entry after `*hint` first.
+    #[inline]
+    fn find(&self, key: &[u8], hint: &mut usize) -> Option<&Slot> {
+        let n = self.keys.len();
+        let start = if *hint < n { *hint } else { 0 };
+        for k in 0..n {
+            let i = if start + k < n {
+                start + k
+            } else {
+                start + k - n
+            };
+            let (name, slot) = &self.keys[i];
+            if name.len() == key.len() && name.as_bytes() == key {
+                *hint = i + 1;
+                return Some(slot);
+            }
+        }
+        None
+    }
+}
+
+/// Every path a column name stands for under a flatten join: the name itself
+/// and each way of cutting it at the join (at most 2^6 cuts considered).
+fn flattened_paths(name: &str, join: &str) -> Vec<Vec<String>> {
+    let cuts: Vec<usize> = name.match_indices(join).map(|(i, _)| i).take(6).collect();
+    (0u32..(1 << cuts.len()))
+        .map(|mask| {
+            let mut path = Vec::new();
+            let mut from = 0;
+            for (bit, &at) in cuts.iter().enumerate() {
+                if mask & (1 << bit) != 0 {
+                    path.push(name[from..at].to_owned());
+                    from = at + join.len();
+                }
+            }
+            path.push(name[from..].to_owned());
+            path
+        })
+        .filter(|p| p.iter().all(|seg| !seg.is_empty()))
+        .collect()
+}
+
+/// The JSON-to-RowBinary encoder for one table's INSERT columns.
+///
+/// Implements the chain's `Encoder<Payload>`: each call appends exactly one
+/// row or returns a [`RecordError`] (the chain truncates a failed row).
+#[derive(Debug)]
+pub struct JsonRowEncoder {
+    columns: Vec<ColumnSpec>,
+    /// Encoded DEFAULT literal per column (empty when none).
+    defaults: Vec<Option<Vec<u8>>>,
+    root: Node,
+    rules: TimeRules,
+    /// Where each column's bytes start and end in the row, relative to the
+    /// row start; `UNSET` when the field has not been seen.
+    spans: Vec<(u32, u32)>,
+    /// Unescaped string values and keys, and the permutation buffer.
+    text: Vec<u8>,
+    key: Vec<u8>,
+    reorder: Vec<u8>,
+}
+
+const UNSET: (u32, u32) = (u32::MAX, u32::MAX);
+
+impl JsonRowEncoder {
+    /// Builds the encoder for `columns` (in INSERT order).
+    ///
+    /// # Errors
+    /// [`MappingError`] for an empty column list, a bad DEFAULT literal, or
+    /// two columns reading one path.
+    pub fn new(columns: Vec<ColumnSpec>, options: MappingOptions) -> Result<Self, MappingError> {
+        if columns.is_empty() {
+            return Err(MappingError::NoColumns);
+        }
+        let mut root = Node::default();
+        for (i, c) in columns.iter().enumerate() {
+            let paths = match (&c.path, &options.flatten_join) {
+                (Some(p), _) => vec![p.clone()],
+                (None, Some(join)) if !join.is_empty() => flattened_paths(&c.name, join),
+                (None, _) => vec![vec![c.name.clone()]],
+            };
+            for p in paths {
+                root.insert(&p, i, &columns)?;
+            }
+        }
+        let mut defaults = Vec::with_capacity(columns.len());
+        for c in &columns {
+            defaults.push(match &c.missing {
+                MissingValue::Literal(lit) => Some(encode_literal(c, lit, &options.time)?),
+                _ => None,
+            });
+        }
+        let n = columns.len();
+        Ok(Self {
+            columns,
+            defaults,
+            root,
+            rules: options.time,
+            spans: vec![UNSET; n],
+            text: Vec::new(),
+            key: Vec::new(),
+            reorder: Vec::new(),
+        })
+    }
+
+    /// The INSERT's columns, in order.
+    pub fn columns(&self) -> &[ColumnSpec] {
+        &self.columns
+    }
+
+    /// Appends the row for one JSON object (`json`) to `buf`.
+    ///
+    /// # Errors
+    /// [`RecordError`]: Decode for bytes that are not one JSON object, Encode
+    /// naming the column for a value that cannot map or a missing field.
+    /// `buf` may then hold part of the row; truncate it to its length before
+    /// the call.
+    pub fn encode_json(&mut self, json: &[u8], buf: &mut Vec<u8>) -> Result<(), RecordError> {
+        let base = buf.len();
+        self.spans.fill(UNSET);
+        scan::read_row(
+            json,
+            &mut scan::RowTarget {
+                root: &self.root,
+                columns: &self.columns,
+                rules: &self.rules,
+                base,
+                buf,
+                spans: &mut self.spans,
+                text: &mut self.text,
+                key: &mut self.key,
+            },
+        )?;
+        self.finish_row(base, buf)
+    }
+
+    /// Fills missing columns and puts the row's values into column order.
+    fn finish_row(&mut self, base: usize, buf: &mut Vec<u8>) -> Result<(), RecordError> {
+        let mut in_order = true;
+        let mut expect = 0u32;
+        for (i, span) in self.spans.iter_mut().enumerate() {
+            if *span == UNSET {
+                let start = (buf.len() - base) as u32;
+                let c = &self.columns[i];
+                match (&c.missing, &self.defaults[i]) {
+                    (MissingValue::Null, _) => buf.push(1),
+                    (MissingValue::Literal(_), Some(bytes)) => buf.extend_from_slice(bytes),
+                    _ => {
+                        return Err(RecordError::encode(
+                            &c.name,
+                            "missing or null, and the column is not Nullable and has no constant DEFAULT",
+                        ));
+                    }
+                }
+                *span = (start, (buf.len() - base) as u32);
+            }
+            in_order &= span.0 == expect;
+            expect = span.1;
+        }
+        let row_len = buf.len() - base;
+        if in_order && expect as usize == row_len {
+            return Ok(());
+        }
+        // Fields arrived out of column order (or a duplicate key left dead
+        // bytes): permute through the scratch buffer.
+        self.reorder.clear();
+        self.reorder.extend_from_slice(&buf[base..]);
+        buf.truncate(base);
+        for &(s, e) in &self.spans {
+            buf.extend_from_slice(&self.reorder[s as usize..e as usize]);
+        }
+        Ok(())
+    }
+}
+
+/// Encodes a DEFAULT literal (`0`, `-1.5`, `'text'`) as the column's type.
+fn encode_literal(
+    c: &ColumnSpec,
+    literal: &str,
+    rules: &TimeRules,
+) -> Result<Vec<u8>, MappingError> {
+    let bad = |reason: String| MappingError::BadDefault {
+        column: c.name.clone(),
+        ty: c.ty.to_string(),
+        literal: literal.to_owned(),
+        reason,
+    };
+    let lit = literal.trim();
+    let unquoted;
+    let tok = if let Some(inner) = lit.strip_prefix('\'').and_then(|s| s.strip_suffix('\'')) {
+        let mut s = String::with_capacity(inner.len());
+        let mut chars = inner.chars();
+        while let Some(ch) = chars.next() {
+            if ch == '\\' {
+                match chars.next() {
+                    Some('n') => s.push('\n'),
+                    Some('t') => s.push('\t'),
+                    Some(e) => s.push(e),
+                    None => return Err(bad("dangling escape".into())),
+                }
+            } else {
+                s.push(ch);
+            }
+        }
+        unquoted = s;
+        Tok::Str(unquoted.as_bytes())
+    } else if lit == "NULL" {
+        Tok::Null
+    } else if lit.starts_with(|ch: char| ch.is_ascii_digit() || ch == '-') {
+        Tok::Number(lit.as_bytes())
+    } else {
+        return Err(bad("not a constant literal".into()));
+    };
+    let mut out = Vec::new();
+    match coerce::put_scalar(&c.ty, tok, rules, &mut out) {
+        Ok(Put::Written) => Ok(out),
+        Ok(Put::NullForNonNullable) => Err(bad("NULL for a non-Nullable column".into())),
+        Err(reason) => Err(bad(reason)),
+    }
+}
+
+impl JsonRowEncoder {
+    /// The reference reader: the same mapping through serde_json's visitor
+    /// API. Tests check the scanner against it.
+    #[cfg(test)]
+    fn encode_json_serde(&mut self, json: &[u8], buf: &mut Vec<u8>) -> Result<(), RecordError> {
+        let base = buf.len();
+        self.spans.fill(UNSET);
+        visit::read_row(
+            json,
+            &visit::Row {
+                root: &self.root,
+                columns: &self.columns,
+                rules: &self.rules,
+            },
+            &mut visit::RowOut {
+                base,
+                buf,
+                spans: &mut self.spans,
+                text: &mut self.text,
+            },
+        )?;
+        self.finish_row(base, buf)
+    }
+}
+
+impl<'a> Encoder<Payload<'a>> for JsonRowEncoder {
+    fn encode(
+        &mut self,
+        record: &Payload<'a>,
+        _cx: &RecordCx<'_>,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), RecordError> {
+        match record.value {
+            Some(json) => self.encode_json(json, buf),
+            None => Err(RecordError::decode("tombstone: the message has no value")),
+        }
+    }
+}
+
+/// Column specs for a plain table description: `(name, type)` pairs, every
+/// column read from the field of its name, NULL when Nullable else required.
+/// Handy for tests and for tables without defaults.
+pub fn simple_columns<'s>(cols: impl IntoIterator<Item = (&'s str, ChType)>) -> Vec<ColumnSpec> {
+    cols.into_iter()
+        .map(|(name, ty)| ColumnSpec {
+            name: name.to_owned(),
+            missing: if ty.is_nullable() {
+                MissingValue::Null
+            } else {
+                MissingValue::Reject
+            },
+            ty,
+            path: None,
+        })
+        .collect()
+}
+
+/// Renames as a map from column to top-level JSON field, as [`ColumnSpec`]
+/// paths.
+pub fn apply_renames(columns: &mut [ColumnSpec], renames: &BTreeMap<String, String>) {
+    for c in columns {
+        if let Some(field) = renames.get(&c.name) {
+            c.path = Some(vec![field.clone()]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,766 @@
+//! The mapper's JSON reader: a single-pass scanner over one message (RFC 8259
+//! grammar) that writes each mapped field's value straight into the chunk
+//! buffer.
+//!
+//! Why not serde_json's visitor API: measured with instruction counts
+//! (cachegrind, 100k flights rows), a serde `DeserializeSeed` walk with
+//! per-field dynamic dispatch cost as much as parsing into a
+//! `serde_json::Value` tree (about 4,700 vs 5,200 instructions per row),
+//! because each field crosses several generic layers and exact number text
+//! needs `RawValue`'s second scan. This scanner reads scalars as borrowed
+//! slices (numbers exactly as written, strings borrowed unless escaped) and
+//! skips unmapped fields without building anything. serde_json stays the
+//! reference: a test-only serde reader ([`super::visit`]) must agree with this
+//! one on random rows (`scan_agrees_with_serde` in the tests).
+//!
+//! Guarantees: input is validated as UTF-8 once up front; strings reject
+//! control characters and bad escapes (lone surrogates included); numbers
+//! follow JSON's grammar (no leading zeros, no `+`, no `.5`); nesting is
+//! bounded by [`MAX_DEPTH`]; exactly one object and trailing whitespace are
+//! accepted. Nothing is allocated per row once the scratch buffers have grown.
+
+use spate_core::pipeline::chain::RecordError;
+
+use super::coerce::{Put, TimeRules, Tok, put_scalar};
+use super::{ColumnSpec, Node, UNSET};
+use crate::rowbinary::put_leb128;
+use crate::types::ChType;
+
+/// Nesting bound (objects and arrays), as serde_json's default recursion
+/// limit.
+pub const MAX_DEPTH: u32 = 128;
+
+/// Why reading stopped.
+enum Stop {
+    /// Not valid JSON, or not one object.
+    Decode(String),
+    /// A value refused for a column (its index).
+    Refused(usize, String),
+}
+
+/// What the row is read against and where it goes.
+pub(super) struct RowTarget<'p, 'b> {
+    pub root: &'p Node,
+    pub columns: &'p [ColumnSpec],
+    pub rules: &'p TimeRules,
+    pub base: usize,
+    pub buf: &'b mut Vec<u8>,
+    pub spans: &'b mut [(u32, u32)],
+    /// Unescaped string values.
+    pub text: &'b mut Vec<u8>,
+    /// Unescaped keys.
+    pub key: &'b mut Vec<u8>,
+}
+
+/// A string's content: borrowed from the input, or unescaped into a scratch
+/// buffer.
+#[derive(Clone, Copy)]
+enum Str {
+    Input(usize, usize),
+    Scratch,
+}
+
+struct Scanner<'a> {
+    s: &'a [u8],
+    i: usize,
+    depth: u32,
+}
+
+/// Reads one JSON object from `json` into `t`.
+pub(super) fn read_row(json: &[u8], t: &mut RowTarget<'_, '_>) -> Result<(), RecordError> {
+    if let Err(e) = std::str::from_utf8(json) {
+        return Err(RecordError::decode(format!(
+            "not one JSON object: not UTF-8 ({e})"
+        )));
+    }
+    let mut sc = Scanner {
+        s: json,
+        i: 0,
+        depth: 0,
+    };
+    let res = (|| {
+        sc.ws();
+        match sc.peek() {
+            Some(b'{') => {}
+            Some(b'n') if sc.s[sc.i..].starts_with(b"null") => {
+                return Err(Stop::Decode(
+                    "the message is JSON null, not an object".into(),
+                ));
+            }
+            None => return Err(Stop::Decode("the message is empty".into())),
+            Some(_) => return Err(sc.bad("expected a JSON object")),
+        }
+        sc.object(t.root, t)?;
+        sc.ws();
+        if sc.i != sc.s.len() {
+            return Err(sc.bad("unexpected text after the object"));
+        }
+        Ok(())
+    })();
+    match res {
+        Ok(()) => Ok(()),
+        Err(Stop::Decode(reason)) => Err(RecordError::decode(format!(
+            "not one JSON object: {reason}"
+        ))),
+        Err(Stop::Refused(col, reason)) => {
+            // A refused value in a malformed message: report the message as
+            // malformed (decode), whatever came first. Error path only.
+            if let Err(Stop::Decode(bad)) = check_grammar(json) {
+                return Err(RecordError::decode(format!("not one JSON object: {bad}")));
+            }
+            Err(RecordError::encode(&t.columns[col].name, reason))
+        }
+    }
+}
+
+/// Checks that `json` is exactly one JSON object (and whitespace).
+fn check_grammar(json: &[u8]) -> Result<(), Stop> {
+    let mut sc = Scanner {
+        s: json,
+        i: 0,
+        depth: 0,
+    };
+    let mut scratch = Vec::new();
+    sc.ws();
+    if sc.peek() != Some(b'{') {
+        return Err(sc.bad("expected a JSON object"));
+    }
+    sc.skip_value(&mut scratch)?;
+    sc.ws();
+    if sc.i != sc.s.len() {
+        return Err(sc.bad("unexpected text after the object"));
+    }
+    Ok(())
+}
+
+/// Inserts the LEB128 of `n` at `at` (a count goes before the elements,
+/// which are only counted once written).
+pub(super) fn insert_leb128(buf: &mut Vec<u8>, at: usize, n: u64) {
+    if n < 0x80 {
+        buf.insert(at, n as u8);
+        return;
+    }
+    let mut len = Vec::with_capacity(10);
+    put_leb128(&mut len, n);
+    buf.splice(at..at, len);
+}
+
+/// `ty` without LowCardinality and Nullable wrappers, and whether it was
+/// Nullable.
+fn unwrap(ty: &ChType) -> (&ChType, bool) {
+    match ty.without_low_cardinality() {
+        ChType::Nullable(inner) => (inner.without_low_cardinality(), true),
+        other => (other, false),
+    }
+}
+
+impl<'a> Scanner<'a> {
+    fn bad(&self, what: &str) -> Stop {
+        Stop::Decode(format!("{what} at byte {}", self.i))
+    }
+
+    #[inline]
+    fn peek(&self) -> Option<u8> {
+        self.s.get(self.i).copied()
+    }
+
+    #[inline]
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+            self.i += 1;
+        }
+    }
+
+    #[inline]
+    fn eat(&mut self, c: u8) -> bool {
+        if self.peek() == Some(c) {
+            self.i += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn enter(&mut self) -> Result<(), Stop> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(self.bad("nesting deeper than 128"));
+        }
+        Ok(())
+    }
+
+    /// A string at `"`: its content, borrowed or unescaped into `scratch`.
+    #[inline]
+    fn string(&mut self, scratch: &mut Vec<u8>) -> Result<Str, Stop> {
+        debug_assert_eq!(self.peek(), Some(b'"'));
+        self.i += 1;
+        let start = self.i;
+        let mut escaped = false;
+        loop {
+            // Eight bytes at a time to the next `"`, `\` or control
+            // character (the lowest flagged byte is exact: the SWAR test
+            // only has false positives above a true one).
+            if let Some(word) = self.s.get(self.i..self.i + 8) {
+                let v = u64::from_le_bytes([
+                    word[0], word[1], word[2], word[3], word[4], word[5], word[6], word[7],
+                ]);
+                let m = special_mask(v);
+                if m == 0 {
+                    self.i += 8;
+                    continue;
+                }
+                self.i += (m.trailing_zeros() / 8) as usize;
+            }
+            match self.s.get(self.i) {
+                Some(b'"') => break,
+                Some(b'\\') => {
+                    escaped = true;
+                    self.i += 2;
+                }
+                Some(c) if *c < 0x20 => return Err(self.bad("control character in a string")),
+                Some(_) => self.i += 1,
+                None => return Err(self.bad("unterminated string")),
+            }
+        }
+        let end = self.i;
+        if end > self.s.len() {
+            return Err(self.bad("unterminated string"));
+        }
+        self.i += 1;
+        if !escaped {
+            return Ok(Str::Input(start, end));
+        }
+        unescape(&self.s[start..end], scratch)
+            .map_err(|reason| Stop::Decode(format!("{reason} in the string at byte {start}")))?;
+        Ok(Str::Scratch)
+    }
+
+    /// A number: its text, checked against JSON's grammar.
+    fn number(&mut self) -> Result<&'a [u8], Stop> {
+        let start = self.i;
+        self.eat(b'-');
+        match self.peek() {
+            Some(b'0') => self.i += 1,
+            Some(b'1'..=b'9') => self.digits(),
+            _ => return Err(self.bad("bad number")),
+        }
+        if self.eat(b'.') {
+            if !matches!(self.peek(), Some(b'0'..=b'9')) {
+                return Err(self.bad("bad number"));
+            }
+            self.digits();
+        }
+        if matches!(self.peek(), Some(b'e' | b'E')) {
+            self.i += 1;
+            if matches!(self.peek(), Some(b'+' | b'-')) {
+                self.i += 1;
+            }
+            if !matches!(self.peek(), Some(b'0'..=b'9')) {
+                return Err(self.bad("bad number"));
+            }
+            self.digits();
+        }
+        Ok(&self.s[start..self.i])
+    }
+
+    #[inline]
+    fn digits(&mut self) {
+        while let Some(b'0'..=b'9') = self.peek() {
+            self.i += 1;
+        }
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Result<(), Stop> {
+        if self.s[self.i..].starts_with(word) {
+            self.i += word.len();
+            Ok(())
+        } else {
+            Err(self.bad("bad literal"))
+        }
+    }
+
+    /// Skips one value of any kind, checking its grammar.
+    fn skip_value(&mut self, scratch: &mut Vec<u8>) -> Result<(), Stop> {
+        match self.peek() {
+            Some(b'"') => self.string(scratch).map(drop),
+            Some(b'{') => {
+                self.enter()?;
+                self.i += 1;
+                self.ws();
+                if !self.eat(b'}') {
+                    loop {
+                        self.ws();
+                        if self.peek() != Some(b'"') {
+                            return Err(self.bad("expected a key"));
+                        }
+                        self.string(scratch)?;
+                        self.ws();
+                        if !self.eat(b':') {
+                            return Err(self.bad("expected `:`"));
+                        }
+                        self.ws();
+                        self.skip_value(scratch)?;
+                        self.ws();
+                        if self.eat(b'}') {
+                            break;
+                        }
+                        if !self.eat(b',') {
+                            return Err(self.bad("expected `,` or `}`"));
+                        }
+                    }
+                }
+                self.depth -= 1;
+                Ok(())
+            }
+            Some(b'[') => {
+                self.enter()?;
+                self.i += 1;
+                self.ws();
+                if !self.eat(b']') {
+                    loop {
+                        self.ws();
+                        self.skip_value(scratch)?;
+                        self.ws();
+                        if self.eat(b']') {
+                            break;
+                        }
+                        if !self.eat(b',') {
+                            return Err(self.bad("expected `,` or `]`"));
+                        }
+                    }
+                }
+                self.depth -= 1;
+                Ok(())
+            }
+            Some(b't') => self.literal(b"true"),
+            Some(b'f') => self.literal(b"false"),
+            Some(b'n') => self.literal(b"null"),
+            Some(b'-' | b'0'..=b'9') => self.number().map(drop),
+            Some(_) => Err(self.bad("expected a value")),
+            None => Err(self.bad("unexpected end")),
+        }
+    }
+
+    /// One scalar as a token (arrays and objects as their raw text).
+    #[inline]
+    fn scalar<'t>(&mut self, text: &'t mut Vec<u8>) -> Result<Tok<'t>, Stop>
+    where
+        'a: 't,
+    {
+        Ok(match self.peek() {
+            Some(b'"') => match self.string(text)? {
+                Str::Input(s, e) => Tok::Str(&self.s[s..e]),
+                Str::Scratch => Tok::Str(text.as_slice()),
+            },
+            Some(b'-' | b'0'..=b'9') => Tok::Number(self.number()?),
+            Some(b't') => {
+                self.literal(b"true")?;
+                Tok::Bool(true)
+            }
+            Some(b'f') => {
+                self.literal(b"false")?;
+                Tok::Bool(false)
+            }
+            Some(b'n') => {
+                self.literal(b"null")?;
+                Tok::Null
+            }
+            Some(b'[' | b'{') => {
+                let start = self.i;
+                self.skip_value(text)?;
+                Tok::Composite(&self.s[start..self.i])
+            }
+            Some(_) => return Err(self.bad("expected a value")),
+            None => return Err(self.bad("unexpected end")),
+        })
+    }
+
+    /// An object at `{`, its keys matched against `node`.
+    fn object(&mut self, node: &Node, t: &mut RowTarget<'_, '_>) -> Result<(), Stop> {
+        self.enter()?;
+        self.i += 1;
+        self.ws();
+        if self.eat(b'}') {
+            self.depth -= 1;
+            return Ok(());
+        }
+        let mut hint = 0usize;
+        loop {
+            self.ws();
+            if self.peek() != Some(b'"') {
+                return Err(self.bad("expected a key"));
+            }
+            let key = self.string(t.key)?;
+            let slot = match key {
+                Str::Input(s, e) => node.find(&self.s[s..e], &mut hint),
+                Str::Scratch => node.find(t.key, &mut hint),
+            };
+            self.ws();
+            if !self.eat(b':') {
+                return Err(self.bad("expected `:`"));
+            }
+            self.ws();
+            match slot {
+                None => self.skip_value(t.text)?,
+                Some(slot) => {
+                    let at = self.i;
+                    if let Some(col) = slot.column {
+                        self.column(col, t)?;
+                    }
+                    if let Some(child) = &slot.child {
+                        // Nested columns read inside the same value.
+                        let end = self.i;
+                        self.i = at;
+                        match self.peek() {
+                            Some(b'{') => self.object(child, t)?,
+                            Some(b'n') => self.literal(b"null")?,
+                            _ if slot.column.is_some() => {}
+                            found => {
+                                return Err(Stop::Refused(
+                                    child.any_column,
+                                    format!(
+                                        "expected a JSON object on the path to this column, found {}",
+                                        describe(found)
+                                    ),
+                                ));
+                            }
+                        }
+                        if slot.column.is_some() {
+                            self.i = end;
+                        }
+                    }
+                }
+            }
+            self.ws();
+            if self.eat(b'}') {
+                break;
+            }
+            if !self.eat(b',') {
+                return Err(self.bad("expected `,` or `}`"));
+            }
+        }
+        self.depth -= 1;
+        Ok(())
+    }
+
+    /// One column's value; records its span, or leaves it unset for null into
+    /// a non-Nullable column (the missing-value rule applies).
+    fn column(&mut self, col: usize, t: &mut RowTarget<'_, '_>) -> Result<(), Stop> {
+        let start = t.buf.len();
+        let columns = t.columns;
+        if self.value(&columns[col].ty, col, t)? {
+            t.spans[col] = ((start - t.base) as u32, (t.buf.len() - t.base) as u32);
+        } else {
+            t.buf.truncate(start);
+            t.spans[col] = UNSET;
+        }
+        Ok(())
+    }
+
+    /// One value of `ty`; `Ok(false)` for null into a non-Nullable type.
+    fn value(&mut self, ty: &ChType, col: usize, t: &mut RowTarget<'_, '_>) -> Result<bool, Stop> {
+        let (inner, nullable) = unwrap(ty);
+        if matches!(inner, ChType::Array(_) | ChType::Map(..) | ChType::Tuple(_)) {
+            return self.composite(inner, nullable, col, t);
+        }
+        let tok = self.scalar(t.text)?;
+        match put_scalar(ty, tok, t.rules, t.buf) {
+            Ok(Put::Written) => Ok(true),
+            Ok(Put::NullForNonNullable) => Ok(false),
+            Err(reason) => Err(Stop::Refused(col, reason)),
+        }
+    }
+
+    /// An element of an Array, Tuple or Map value: null only if Nullable.
+    fn element(&mut self, ty: &ChType, col: usize, t: &mut RowTarget<'_, '_>) -> Result<(), Stop> {
+        if self.value(ty, col, t)? {
+            Ok(())
+        } else {
+            Err(Stop::Refused(
+                col,
+                format!("null element, and the element type {ty} is not Nullable"),
+            ))
+        }
+    }
+
+    fn composite(
+        &mut self,
+        ty: &ChType,
+        nullable: bool,
+        col: usize,
+        t: &mut RowTarget<'_, '_>,
+    ) -> Result<bool, Stop> {
+        match (self.peek(), ty) {
+            (Some(b'n'), _) => {
+                self.literal(b"null")?;
+                if nullable {
+                    t.buf.push(1);
+                }
+                Ok(nullable)
+            }
+            (Some(b'['), ChType::Array(elem)) => {
+                if nullable {
+                    t.buf.push(0);
+                }
+                self.enter()?;
+                self.i += 1;
+                let start = t.buf.len();
+                let mut n = 0u64;
+                self.ws();
+                if !self.eat(b']') {
+                    loop {
+                        self.ws();
+                        self.element(elem, col, t)?;
+                        n += 1;
+                        self.ws();
+                        if self.eat(b']') {
+                            break;
+                        }
+                        if !self.eat(b',') {
+                            return Err(self.bad("expected `,` or `]`"));
+                        }
+                    }
+                }
+                self.depth -= 1;
+                insert_leb128(t.buf, start, n);
+                Ok(true)
+            }
+            (Some(b'['), ChType::Tuple(elements)) => {
+                if nullable {
+                    t.buf.push(0);
+                }
+                self.enter()?;
+                self.i += 1;
+                for (k, e) in elements.iter().enumerate() {
+                    self.ws();
+                    if k > 0 && !self.eat(b',') {
+                        if self.peek() == Some(b']') {
+                            return Err(Stop::Refused(
+                                col,
+                                format!("{ty} needs {} elements", elements.len()),
+                            ));
+                        }
+                        return Err(self.bad("expected `,`"));
+                    }
+                    self.ws();
+                    if self.peek() == Some(b']') {
+                        return Err(Stop::Refused(
+                            col,
+                            format!("{ty} needs {} elements", elements.len()),
+                        ));
+                    }
+                    self.element(&e.ty, col, t)?;
+                }
+                self.ws();
+                if !self.eat(b']') {
+                    if self.peek() == Some(b',') {
+                        return Err(Stop::Refused(
+                            col,
+                            format!("{ty} takes only {} elements", elements.len()),
+                        ));
+                    }
+                    return Err(self.bad("expected `]`"));
+                }
+                self.depth -= 1;
+                Ok(true)
+            }
+            (Some(b'{'), ChType::Map(k, v)) => {
+                if nullable {
+                    t.buf.push(0);
+                }
+                self.enter()?;
+                self.i += 1;
+                let start = t.buf.len();
+                let mut n = 0u64;
+                self.ws();
+                if !self.eat(b'}') {
+                    loop {
+                        self.ws();
+                        if self.peek() != Some(b'"') {
+                            return Err(self.bad("expected a key"));
+                        }
+                        let key = self.string(t.key)?;
+                        let key_bytes = match key {
+                            Str::Input(s, e) => &self.s[s..e],
+                            Str::Scratch => t.key.as_slice(),
+                        };
+                        match put_scalar(k, Tok::Str(key_bytes), t.rules, t.buf) {
+                            Ok(Put::Written) => {}
+                            Ok(Put::NullForNonNullable) => {
+                                return Err(Stop::Refused(col, "null map key".into()));
+                            }
+                            Err(reason) => {
+                                return Err(Stop::Refused(col, format!("map key: {reason}")));
+                            }
+                        }
+                        self.ws();
+                        if !self.eat(b':') {
+                            return Err(self.bad("expected `:`"));
+                        }
+                        self.ws();
+                        self.element(v, col, t)?;
+                        n += 1;
+                        self.ws();
+                        if self.eat(b'}') {
+                            break;
+                        }
+                        if !self.eat(b',') {
+                            return Err(self.bad("expected `,` or `}`"));
+                        }
+                    }
+                }
+                self.depth -= 1;
+                insert_leb128(t.buf, start, n);
+                Ok(true)
+            }
+            (found, _) => {
+                // Check the grammar first: bad JSON is a decode error.
+                let mut scratch = Vec::new();
+                self.skip_value(&mut scratch)?;
+                Err(Stop::Refused(
+                    col,
+                    format!("cannot put {} into {ty}", describe(found)),
+                ))
+            }
+        }
+    }
+}
+
+/// The high bit of each byte of `v` that is `"`, `\\` or below 0x20, exact
+/// up to the lowest flagged byte (SWAR: a byte equal to `c` becomes zero
+/// after xor; `(x - 0x01..) & !x & 0x80..` flags zero bytes, and
+/// `(v - 0x20..) & !v & 0x80..` flags bytes below 0x20; borrows only create
+/// false flags above a true one).
+#[inline]
+fn special_mask(v: u64) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
+    let quote = zero(v ^ (ONES * u64::from(b'"')));
+    let backslash = zero(v ^ (ONES * u64::from(b'\\')));
+    let control = v.wrapping_sub(ONES * 0x20) & !v & HIGH;
+    quote | backslash | control
+}
+
+fn describe(first: Option<u8>) -> &'static str {
+    match first {
+        Some(b'"') => "a string",
+        Some(b'[') => "an array",
+        Some(b'{') => "an object",
+        Some(b't' | b'f') => "a bool",
+        Some(b'n') => "null",
+        Some(b'-' | b'0'..=b'9') => "a number",
+        _ => "nothing",
+    }
+}
+
+/// JSON string unescaping (RFC 8259 section 7) into `out` (cleared first):
+/// surrogate pairs combine, a lone surrogate is refused.
+pub(super) fn unescape(body: &[u8], out: &mut Vec<u8>) -> Result<(), &'static str> {
+    out.clear();
+    let hex4 = |at: usize| -> Result<u32, &'static str> {
+        let h = body.get(at..at + 4).ok_or("bad \\u escape")?;
+        let mut v = 0u32;
+        for &c in h {
+            v = (v << 4) | (c as char).to_digit(16).ok_or("bad \\u escape")?;
+        }
+        Ok(v)
+    };
+    let mut i = 0;
+    while i < body.len() {
+        let c = body[i];
+        if c != b'\\' {
+            out.push(c);
+            i += 1;
+            continue;
+        }
+        let e = *body.get(i + 1).ok_or("dangling escape")?;
+        i += 2;
+        let simple = match e {
+            b'"' => b'"',
+            b'\\' => b'\\',
+            b'/' => b'/',
+            b'b' => 0x08,
+            b'f' => 0x0c,
+            b'n' => b'\n',
+            b'r' => b'\r',
+            b't' => b'\t',
+            b'u' => {
+                let mut cp = hex4(i)?;
+                i += 4;
+                if (0xd800..0xdc00).contains(&cp) {
+                    if body.get(i..i + 2) != Some(b"\\u") {
+                        return Err("lone surrogate in a \\u escape");
+                    }
+                    let low = hex4(i + 2)?;
+                    if !(0xdc00..0xe000).contains(&low) {
+                        return Err("lone surrogate in a \\u escape");
+                    }
+                    i += 6;
+                    cp = 0x10000 + ((cp - 0xd800) << 10) + (low - 0xdc00);
+                }
+                let ch = char::from_u32(cp).ok_or("lone surrogate in a \\u escape")?;
+                let mut utf8 = [0u8; 4];
+                out.extend_from_slice(ch.encode_utf8(&mut utf8).as_bytes());
+                continue;
+            }
+            _ => return Err("bad escape"),
+        };
+        out.push(simple);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unescapes_json_strings() {
+        let mut out = Vec::new();
+        unescape(br#"a\"b\\c\/\n\u00e9\ud83d\ude00"#, &mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out.clone()).unwrap(),
+            "a\"b\\c/\n\u{e9}\u{1f600}"
+        );
+        assert!(unescape(br"\ud83d", &mut out).is_err());
+        assert!(unescape(br"\ud83dx", &mut out).is_err());
+        assert!(unescape(br"\x", &mut out).is_err());
+        assert!(unescape(br"\u12", &mut out).is_err());
+    }
+
+    #[test]
+    fn special_bytes_are_found_in_every_lane() {
+        for lane in 0..8 {
+            for special in [b'"', b'\\', 0x00, 0x1f] {
+                let mut w = [b'a'; 8];
+                w[lane] = special;
+                let m = special_mask(u64::from_le_bytes(w));
+                assert_eq!(
+                    m.trailing_zeros() / 8,
+                    lane as u32,
+                    "{special:#x} at {lane}"
+                );
+            }
+            for plain in [b' ', b'~', 0x7f, 0x80, 0xc3, 0xff, b'!', b'#', b'[', b']'] {
+                let mut w = [b'a'; 8];
+                w[lane] = plain;
+                assert_eq!(
+                    special_mask(u64::from_le_bytes(w)),
+                    0,
+                    "{plain:#x} at {lane}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn leb128_insertion() {
+        let mut buf = vec![9, 1, 2];
+        insert_leb128(&mut buf, 1, 2);
+        assert_eq!(buf, [9, 2, 1, 2]);
+        let mut buf = vec![9];
+        insert_leb128(&mut buf, 1, 300);
+        assert_eq!(buf, [9, 0xac, 0x02]);
+    }
+}

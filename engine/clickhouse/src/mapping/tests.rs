@@ -1,0 +1,775 @@
+//! Mapper tests: real rows from the fixtures (copied from shared/data), the
+//! coercion rules, missing fields, and the chain's `Encoder` seam.
+
+use std::net::Ipv4Addr;
+
+use spate_core::ack::{AckIssuer, ack_channel};
+use spate_core::pipeline::chain::{RecordCx, RecordErrorKind};
+use spate_core::record::TopicPartition;
+
+use super::*;
+use crate::num::Wide;
+use crate::rowbinary::decode::decode;
+use crate::rowbinary::{Value, encode};
+use crate::time::{TimeFormat, days_from_civil};
+
+const FLIGHTS: &str = include_str!("../../tests/fixtures/flights-50.ndjson");
+const EARTHQUAKES: &str = include_str!("../../tests/fixtures/earthquakes-20.ndjson");
+const MOVIES: &str = include_str!("../../tests/fixtures/movies-33.ndjson");
+
+fn t(s: &str) -> ChType {
+    ChType::parse(s).unwrap()
+}
+
+fn encoder(cols: &[(&str, &str)], options: MappingOptions) -> JsonRowEncoder {
+    let specs = simple_columns(cols.iter().map(|(n, ty)| (*n, t(ty))));
+    JsonRowEncoder::new(specs, options).unwrap()
+}
+
+fn row(enc: &mut JsonRowEncoder, json: &str) -> Result<Vec<Value>, RecordError> {
+    let mut buf = Vec::new();
+    enc.encode_json(json.as_bytes(), &mut buf)?;
+    let mut input = buf.as_slice();
+    let values = enc
+        .columns()
+        .iter()
+        .map(|c| decode(&c.ty, &mut input).unwrap())
+        .collect();
+    assert!(input.is_empty(), "row has trailing bytes");
+    Ok(values)
+}
+
+fn one(cols: &[(&str, &str)], json: &str) -> Result<Value, RecordError> {
+    let mut enc = encoder(cols, MappingOptions::default());
+    Ok(row(&mut enc, json)?.remove(0))
+}
+
+fn err(ty: &str, json_value: &str) -> RecordError {
+    let e = one(&[("c", ty)], &format!("{{\"c\": {json_value}}}")).expect_err("should be refused");
+    assert_eq!(e.kind, RecordErrorKind::Encode, "{e}");
+    assert_eq!(e.column.as_deref(), Some("c"));
+    e
+}
+
+fn ok(ty: &str, json_value: &str) -> Value {
+    one(&[("c", ty)], &format!("{{\"c\": {json_value}}}"))
+        .unwrap_or_else(|e| panic!("{ty} <- {json_value}: {e}"))
+}
+
+fn int(v: i128) -> Value {
+    Value::Int(Wide::from_i128(v))
+}
+
+fn s(v: &str) -> Value {
+    Value::String(v.as_bytes().to_vec())
+}
+
+fn flights_encoder() -> JsonRowEncoder {
+    encoder(
+        &[
+            ("date", "DateTime('UTC')"),
+            ("delay", "Int32"),
+            ("distance", "UInt32"),
+            ("origin", "LowCardinality(String)"),
+            ("destination", "String"),
+        ],
+        MappingOptions {
+            time: TimeRules {
+                formats: vec![TimeFormat::compile("%Y/%m/%d %H:%M").unwrap()],
+                ..TimeRules::default()
+            },
+            ..MappingOptions::default()
+        },
+    )
+}
+
+#[test]
+fn flights_rows_encode_byte_exact() {
+    let mut enc = flights_encoder();
+    let mut buf = Vec::new();
+    let first = FLIGHTS.lines().next().unwrap();
+    enc.encode_json(first.as_bytes(), &mut buf).unwrap();
+    // {"date":"2001/01/01 00:47","delay":66,"distance":1750,"origin":"DTW","destination":"LAS"}
+    let mut expect = Vec::new();
+    expect.extend_from_slice(&978_310_020u32.to_le_bytes());
+    expect.extend_from_slice(&66i32.to_le_bytes());
+    expect.extend_from_slice(&1750u32.to_le_bytes());
+    expect.extend_from_slice(b"\x03DTW\x03LAS");
+    assert_eq!(buf, expect);
+
+    let mut all = Vec::new();
+    for line in FLIGHTS.lines() {
+        enc.encode_json(line.as_bytes(), &mut all).unwrap();
+    }
+    let mut input = all.as_slice();
+    let mut rows = 0;
+    while !input.is_empty() {
+        let vals: Vec<Value> = enc
+            .columns()
+            .iter()
+            .map(|c| decode(&c.ty, &mut input).unwrap())
+            .collect();
+        assert!(matches!(vals[0], Value::DateTime(s) if (978_307_200..978_393_600).contains(&s)));
+        rows += 1;
+    }
+    assert_eq!(rows, 50);
+}
+
+#[test]
+fn field_order_does_not_change_bytes() {
+    let mut enc = flights_encoder();
+    let a = r#"{"date":"2001/01/01 00:47","delay":66,"distance":1750,"origin":"DTW","destination":"LAS"}"#;
+    let b = r#"{"destination":"LAS","origin":"DTW","extra":[1,{"x":2}],"distance":1750,"delay":66,"date":"2001/01/01 00:47"}"#;
+    let (mut x, mut y) = (vec![7u8], vec![7u8]);
+    enc.encode_json(a.as_bytes(), &mut x).unwrap();
+    enc.encode_json(b.as_bytes(), &mut y).unwrap();
+    assert_eq!(x, y);
+    // a duplicate key: the last one wins, and no dead bytes stay behind
+    let c = r#"{"date":"2001/01/01 00:47","delay":1,"distance":1750,"origin":"DTW","destination":"LAS","delay":66}"#;
+    let mut z = vec![7u8];
+    enc.encode_json(c.as_bytes(), &mut z).unwrap();
+    assert_eq!(x, z);
+}
+
+#[test]
+fn integers_are_range_checked_never_wrapped() {
+    assert_eq!(ok("UInt8", "255"), int(255));
+    assert_eq!(ok("Int8", "-128"), int(-128));
+    assert_eq!(
+        ok("Int32", "\"42\""),
+        int(42),
+        "strings of digits are numbers"
+    );
+    assert_eq!(ok("Int32", "5.0"), int(5));
+    assert_eq!(ok("Int32", "1e3"), int(1000));
+    assert_eq!(
+        ok("Int64", "1e17"),
+        int(100_000_000_000_000_000),
+        "exact from the text"
+    );
+    assert!(err("UInt64", "1e20").reason.contains("out of range"));
+    assert_eq!(
+        ok("UInt64", "18446744073709551615"),
+        int(i128::from(u64::MAX))
+    );
+    assert_eq!(
+        ok("Int64", "-9223372036854775808"),
+        int(i128::from(i64::MIN))
+    );
+    assert_eq!(
+        ok("Int128", "\"-170141183460469231731687303715884105728\""),
+        int(i128::MIN)
+    );
+    assert!(err("UInt8", "256").reason.contains("out of range"));
+    assert!(err("UInt32", "-1").reason.contains("out of range"));
+    assert!(
+        err("Int64", "9223372036854775808")
+            .reason
+            .contains("out of range")
+    );
+    assert!(err("Int32", "1.5").reason.contains("not an integer"));
+    let e = err("UInt32", "\"abc\"");
+    assert!(e.reason.contains("\"abc\" is not a number"), "{e}");
+    assert!(err("Int32", "true").reason.contains("cannot put a bool"));
+    assert!(err("Int32", "[1]").reason.contains("cannot put"));
+}
+
+#[test]
+fn floats_take_numbers_and_special_strings() {
+    assert_eq!(ok("Float64", "0.1"), Value::Float64(0.1));
+    assert_eq!(ok("Float64", "7"), Value::Float64(7.0));
+    assert_eq!(ok("Float32", "\"-inf\""), Value::Float32(f32::NEG_INFINITY));
+    assert_eq!(ok("Float64", "\"Infinity\""), Value::Float64(f64::INFINITY));
+    assert!(matches!(ok("Float64", "\"NaN\""), Value::Float64(f) if f.is_nan()));
+    assert!(err("Float64", "1e400").reason.contains("out of range"));
+    assert!(err("Float32", "1e39").reason.contains("out of range"));
+    assert!(err("Float64", "\"1,5\"").reason.contains("not a number"));
+}
+
+#[test]
+fn decimals_never_go_through_binary_floats() {
+    let d = |v: i128| Value::Decimal(Wide::from_i128(v));
+    assert_eq!(ok("Decimal(18, 4)", "\"12345.6789\""), d(123_456_789));
+    assert_eq!(ok("Decimal(18, 4)", "0.1"), d(1000));
+    assert_eq!(ok("Decimal(18, 4)", "-2"), d(-20_000));
+    assert_eq!(
+        ok("Decimal(38, 18)", "123456789.123456789123456789"),
+        d(123_456_789_123_456_789_123_456_789)
+    );
+    assert!(
+        err("Decimal(18, 4)", "0.00001")
+            .reason
+            .contains("truncated")
+    );
+    assert!(
+        err("Decimal(9, 2)", "10000000")
+            .reason
+            .contains("digits before the point")
+    );
+    assert!(
+        err("Decimal(9, 2)", "\"x\"")
+            .reason
+            .contains("not a number")
+    );
+}
+
+#[test]
+fn times_from_text_and_epochs() {
+    let secs = 1_517_966_773i64;
+    assert_eq!(
+        ok("DateTime", "\"2018-02-07T01:26:13Z\""),
+        Value::DateTime(secs)
+    );
+    assert_eq!(
+        ok("DateTime", "\"2018-02-07 01:26:13\""),
+        Value::DateTime(secs)
+    );
+    assert_eq!(
+        ok("DateTime", "\"2018-02-07T06:56:13+05:30\""),
+        Value::DateTime(secs)
+    );
+    assert_eq!(ok("DateTime", "1517966773"), Value::DateTime(secs));
+    assert_eq!(
+        ok("DateTime", "1517966773840"),
+        Value::DateTime(secs),
+        "epoch ms into DateTime"
+    );
+    assert_eq!(ok("DateTime", "\"1517966773840\""), Value::DateTime(secs));
+    assert_eq!(
+        ok("DateTime64(3)", "1517966773840"),
+        Value::DateTime64(1_517_966_773_840)
+    );
+    assert_eq!(
+        ok("DateTime64(3)", "1517966773.84"),
+        Value::DateTime64(1_517_966_773_840)
+    );
+    assert_eq!(
+        ok("DateTime64(9, 'UTC')", "1517966773.840123456"),
+        Value::DateTime64(1_517_966_773_840_123_456)
+    );
+    assert_eq!(
+        ok("DateTime64(6)", "\"2018-02-07 01:26:13.840123\""),
+        Value::DateTime64(1_517_966_773_840_123)
+    );
+    assert_eq!(
+        ok("DateTime64(3)", "\"1969-12-31T23:59:59.9995Z\""),
+        Value::DateTime64(-1),
+        "times floor to the column's precision"
+    );
+    assert_eq!(
+        ok("Date", "\"2000-03-01\""),
+        Value::Date(days_from_civil(2000, 3, 1))
+    );
+    assert_eq!(ok("Date32", "\"1900-01-01\""), Value::Date(-25_567));
+    assert!(err("Date", "\"1969-12-31\"").reason.contains("range"));
+    assert!(err("Date", "17000").reason.contains("date text"));
+    assert!(err("DateTime", "-1").reason.contains("range"));
+    assert!(
+        err("DateTime", "\"yesterday\"")
+            .reason
+            .contains("not a time")
+    );
+    let e = err("DateTime('Europe/Moscow')", "\"2018-02-07 01:26:13\"");
+    assert!(e.reason.contains("no UTC offset"), "{e}");
+    assert_eq!(
+        ok("DateTime('Europe/Moscow')", "\"2018-02-07T01:26:13Z\""),
+        Value::DateTime(secs)
+    );
+}
+
+#[test]
+fn bools_uuids_ips_enums() {
+    assert_eq!(ok("Bool", "true"), Value::Bool(true));
+    assert_eq!(ok("Bool", "0"), Value::Bool(false));
+    assert_eq!(ok("Bool", "\"1\""), Value::Bool(true));
+    assert!(err("Bool", "2").reason.contains("not a bool"));
+    assert!(err("Bool", "\"yes\"").reason.contains("not a bool"));
+    assert_eq!(
+        ok("UUID", "\"61f0c404-5cb3-11e7-907b-a6006ad3dba0\""),
+        Value::Uuid(0x61f0_c404_5cb3_11e7_907b_a600_6ad3_dba0)
+    );
+    assert!(
+        err("UUID", "\"61f0c404-5cb3-11e7-907b\"")
+            .reason
+            .contains("not a UUID")
+    );
+    assert_eq!(
+        ok("IPv4", "\"1.2.3.4\""),
+        Value::Ipv4(Ipv4Addr::new(1, 2, 3, 4))
+    );
+    assert_eq!(
+        ok("IPv6", "\"1.2.3.4\""),
+        Value::Ipv6(Ipv4Addr::new(1, 2, 3, 4).to_ipv6_mapped())
+    );
+    assert!(err("IPv4", "\"1.2.3\"").reason.contains("not an IPv4"));
+    assert_eq!(ok("Enum8('a' = 1, 'b' = -2)", "\"b\""), Value::Enum(-2));
+    assert_eq!(ok("Enum8('a' = 1, 'b' = -2)", "1"), Value::Enum(1));
+    assert!(
+        err("Enum8('a' = 1)", "\"c\"")
+            .reason
+            .contains("not a value")
+    );
+}
+
+#[test]
+fn strings_take_any_scalar_as_text() {
+    assert_eq!(ok("String", "\"a\\\"b\\u00e9\""), s("a\"b\u{e9}"));
+    assert_eq!(ok("String", "1776"), s("1776"));
+    assert_eq!(ok("String", "1.50"), s("1.50"), "the number as written");
+    assert_eq!(ok("String", "false"), s("false"));
+    assert_eq!(
+        ok("String", "{\"b\": 1, \"a\": [1, 2]}"),
+        s("{\"b\": 1, \"a\": [1, 2]}")
+    );
+    assert_eq!(ok("String", "\"\""), s(""));
+    assert_eq!(
+        ok("FixedString(3)", "\"ab\""),
+        Value::String(b"ab\0".to_vec())
+    );
+    assert!(
+        err("FixedString(1)", "\"ab\"")
+            .reason
+            .contains("do not fit")
+    );
+    assert_eq!(ok("LowCardinality(Nullable(String))", "null"), Value::Null);
+}
+
+#[test]
+fn nulls_and_missing_fields() {
+    assert_eq!(ok("Nullable(Int32)", "null"), Value::Null);
+    assert_eq!(one(&[("c", "Nullable(Int32)")], "{}").unwrap(), Value::Null);
+    let e = one(&[("c", "Int32")], "{}").unwrap_err();
+    assert_eq!(e.column.as_deref(), Some("c"));
+    assert!(e.reason.contains("missing"), "{e}");
+    let e = one(&[("c", "Int32")], r#"{"c": null}"#).unwrap_err();
+    assert!(e.reason.contains("missing or null"), "{e}");
+
+    let specs = vec![
+        ColumnSpec {
+            name: "status".into(),
+            ty: t("String"),
+            path: None,
+            missing: MissingValue::Literal("'n/a'".into()),
+        },
+        ColumnSpec {
+            name: "n".into(),
+            ty: t("UInt16"),
+            path: None,
+            missing: MissingValue::Literal("7".into()),
+        },
+    ];
+    let mut enc = JsonRowEncoder::new(specs, MappingOptions::default()).unwrap();
+    assert_eq!(row(&mut enc, r#"{"n": null}"#).unwrap(), [s("n/a"), int(7)]);
+    let bad = vec![ColumnSpec {
+        name: "n".into(),
+        ty: t("UInt8"),
+        path: None,
+        missing: MissingValue::Literal("300".into()),
+    }];
+    assert!(matches!(
+        JsonRowEncoder::new(bad, MappingOptions::default()),
+        Err(MappingError::BadDefault { .. })
+    ));
+}
+
+#[test]
+fn arrays_maps_tuples() {
+    assert_eq!(
+        ok("Array(Nullable(Float64))", "[1.5, null, 2]"),
+        Value::Array(vec![Value::Float64(1.5), Value::Null, Value::Float64(2.0)])
+    );
+    assert_eq!(ok("Array(String)", "[]"), Value::Array(vec![]));
+    let e = err("Array(Float64)", "[1, null]");
+    assert!(e.reason.contains("not Nullable"), "{e}");
+    assert!(
+        err("Array(UInt8)", "[1, 300]")
+            .reason
+            .contains("out of range")
+    );
+    assert!(
+        err("Array(UInt8)", "\"[1]\"")
+            .reason
+            .contains("cannot put a string")
+    );
+    let long: Vec<String> = (0..200).map(|i| i.to_string()).collect();
+    match ok("Array(UInt8)", &format!("[{}]", long.join(","))) {
+        Value::Array(items) => assert_eq!(items.len(), 200),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        ok("Map(String, UInt64)", r#"{"k": 9, "z": "10"}"#),
+        Value::Map(vec![(s("k"), int(9)), (s("z"), int(10))])
+    );
+    assert_eq!(
+        ok("Map(UInt16, Nullable(String))", r#"{"42": null}"#),
+        Value::Map(vec![(int(42), Value::Null)])
+    );
+    assert!(
+        err("Map(UInt16, String)", r#"{"x": "a"}"#)
+            .reason
+            .contains("map key")
+    );
+    assert_eq!(
+        ok("Tuple(UInt8, Array(String))", r#"[1, ["a"]]"#),
+        Value::Tuple(vec![int(1), Value::Array(vec![s("a")])])
+    );
+    assert!(
+        err("Tuple(UInt8, String)", "[1]")
+            .reason
+            .contains("needs 2")
+    );
+    assert!(err("Tuple(UInt8)", "[1, 2]").reason.contains("only 1"));
+    assert_eq!(ok("Nullable(Array(UInt8))", "null"), Value::Null);
+}
+
+#[test]
+fn not_one_json_object_is_a_decode_error() {
+    let mut enc = encoder(&[("c", "Nullable(UInt8)")], MappingOptions::default());
+    for bad in [
+        "",
+        "[1]",
+        "null",
+        "{\"c\": 1",
+        "{\"c\": 1} x",
+        "not json",
+        "{\"c\": 1}{}",
+    ] {
+        let mut buf = Vec::new();
+        let e = enc.encode_json(bad.as_bytes(), &mut buf).unwrap_err();
+        assert_eq!(e.kind, RecordErrorKind::Decode, "{bad:?}: {e}");
+    }
+}
+
+#[test]
+fn nested_objects_flatten_and_pointers() {
+    let options = MappingOptions {
+        flatten_join: Some("_".into()),
+        ..MappingOptions::default()
+    };
+    let mut enc = encoder(
+        &[
+            ("properties_mag", "Nullable(Float64)"),
+            ("properties_felt", "Nullable(UInt32)"),
+            ("geometry_type", "String"),
+            ("top_level", "UInt8"),
+        ],
+        options.clone(),
+    );
+    let vals = row(
+        &mut enc,
+        r#"{"properties":{"mag":2.5,"felt":null},"geometry":{"type":"Point"},"top_level":1}"#,
+    )
+    .unwrap();
+    assert_eq!(vals, [Value::Float64(2.5), Value::Null, s("Point"), int(1)]);
+    // a flattened key written flat reads the same
+    let vals = row(
+        &mut enc,
+        r#"{"properties_mag":1,"geometry":{"type":"P"},"top_level":0}"#,
+    )
+    .unwrap();
+    assert_eq!(vals, [Value::Float64(1.0), Value::Null, s("P"), int(0)]);
+    // a null parent object means its fields are missing
+    let vals = row(
+        &mut enc,
+        r#"{"properties":null,"geometry":{"type":"P"},"top_level":0}"#,
+    )
+    .unwrap();
+    assert_eq!(vals[0], Value::Null);
+
+    let mut specs = simple_columns([
+        ("lon", t("Float64")),
+        ("geometry", t("String")),
+        ("kind", t("String")),
+    ]);
+    specs[0].path = Some(parse_pointer("/geometry/coordinates/0").unwrap());
+    specs[2].path = Some(parse_pointer("/geometry/type").unwrap());
+    // `/geometry/coordinates/0` indexes an array, which paths do not do: an
+    // error naming the column, not a silent NULL.
+    let mut enc = JsonRowEncoder::new(specs, MappingOptions::default()).unwrap();
+    let e = row(
+        &mut enc,
+        r#"{"geometry":{"type":"Point","coordinates":[1,2]}}"#,
+    )
+    .unwrap_err();
+    assert_eq!(e.column.as_deref(), Some("lon"));
+    assert!(e.reason.contains("expected a JSON object"), "{e}");
+    assert_eq!(parse_pointer("/a~1b/c~0d").unwrap(), ["a/b", "c~d"]);
+    assert!(parse_pointer("a").is_err());
+}
+
+#[test]
+fn a_column_and_its_nested_columns_read_one_field() {
+    let mut specs = simple_columns([("geometry", t("String")), ("kind", t("String"))]);
+    specs[1].path = Some(parse_pointer("/geometry/type").unwrap());
+    let mut enc = JsonRowEncoder::new(specs, MappingOptions::default()).unwrap();
+    let vals = row(&mut enc, r#"{"geometry":{"type":"Point"}}"#).unwrap();
+    assert_eq!(vals, [s(r#"{"type":"Point"}"#), s("Point")]);
+}
+
+#[test]
+fn earthquakes_map_by_the_coercion_rules() {
+    let options = MappingOptions {
+        flatten_join: Some("_".into()),
+        ..MappingOptions::default()
+    };
+    let mut specs = simple_columns([
+        ("id", t("String")),
+        ("properties_mag", t("Nullable(Float64)")),
+        ("properties_place", t("String")),
+        ("properties_time", t("DateTime64(3, 'UTC')")),
+        ("properties_tz", t("Nullable(Int16)")),
+        ("properties_felt", t("Nullable(UInt32)")),
+        ("properties_tsunami", t("Bool")),
+        ("coordinates", t("Array(Float64)")),
+    ]);
+    specs[7].path = Some(parse_pointer("/geometry/coordinates").unwrap());
+    let mut enc = JsonRowEncoder::new(specs, options).unwrap();
+    let mut n = 0;
+    for line in EARTHQUAKES.lines() {
+        let vals = row(&mut enc, line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        if n == 0 {
+            assert_eq!(vals[0], s("ci37868143"));
+            assert_eq!(vals[1], Value::Float64(2.0));
+            assert_eq!(vals[2], s("4km W of Castaic, CA"));
+            assert_eq!(vals[3], Value::DateTime64(1_517_966_773_840));
+            assert_eq!(vals[4], int(-480));
+            assert_eq!(vals[5], Value::Null);
+            assert_eq!(vals[6], Value::Bool(false));
+            assert_eq!(
+                vals[7],
+                Value::Array(vec![
+                    Value::Float64(-118.6671667),
+                    Value::Float64(34.4945),
+                    Value::Float64(26.49)
+                ])
+            );
+        }
+        n += 1;
+    }
+    assert_eq!(n, 20);
+}
+
+#[test]
+fn movies_messy_values_land_by_the_rules() {
+    let options = MappingOptions {
+        time: TimeRules {
+            formats: vec![TimeFormat::compile("%b %d %Y").unwrap()],
+            ..TimeRules::default()
+        },
+        ..MappingOptions::default()
+    };
+    let mut enc = encoder(
+        &[
+            ("Title", "String"),
+            ("US Gross", "Nullable(Int64)"),
+            ("Release Date", "Date32"),
+            ("IMDB Rating", "Nullable(Decimal(4, 1))"),
+            ("Rotten Tomatoes Rating", "Nullable(UInt8)"),
+            ("Director", "LowCardinality(Nullable(String))"),
+        ],
+        options,
+    );
+    let mut titles_as_numbers = 0;
+    for line in MOVIES.lines() {
+        let vals = row(&mut enc, line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        if line.starts_with("{\"Title\":1776") {
+            assert_eq!(vals[0], s("1776"));
+            assert_eq!(vals[2], Value::Date(days_from_civil(1972, 11, 9)));
+            assert_eq!(
+                vals[3],
+                Value::Decimal(Wide::from_i128(70)),
+                "int rating 7 -> 7.0"
+            );
+            assert_eq!(vals[4], int(57));
+            assert_eq!(vals[5], Value::Null);
+            titles_as_numbers += 1;
+        }
+    }
+    assert!(titles_as_numbers >= 1);
+    // Date (from 1970) refuses the 1963 release dates instead of wrapping them.
+    let e = one(&[("d", "Date")], r#"{"d": "1963-10-07"}"#).unwrap_err();
+    assert!(e.reason.contains("outside Date's range"), "{e}");
+    let first = row(&mut enc, MOVIES.lines().next().unwrap()).unwrap();
+    assert_eq!(first[0], s("The Land Girls"));
+    assert_eq!(first[3], Value::Decimal(Wide::from_i128(61)), "6.1 exactly");
+}
+
+#[test]
+fn the_chain_encoder_seam_reads_payloads() {
+    let (tx, _rx) = ack_channel();
+    let tp = TopicPartition::new("flights", 3);
+    let ack = AckIssuer::new(tp.clone(), 1, tx).issue(10, 10);
+    let json = FLIGHTS.lines().next().unwrap().as_bytes();
+    let payload = Payload {
+        value: Some(json),
+        key: None,
+        partition: &tp,
+        offset: 10,
+        timestamp_ms: None,
+    };
+    let cx = RecordCx { payload, ack: &ack };
+    let mut enc = flights_encoder();
+    let mut buf = Vec::new();
+    Encoder::encode(&mut enc, &payload, &cx, &mut buf).unwrap();
+    assert_eq!(buf.len(), 4 + 4 + 4 + 4 + 4);
+    let tomb = Payload {
+        value: None,
+        ..payload
+    };
+    let e = Encoder::encode(&mut enc, &tomb, &cx, &mut buf).unwrap_err();
+    assert_eq!(e.kind, RecordErrorKind::Decode);
+}
+
+#[test]
+fn generic_encoder_agrees_with_the_mapper() {
+    // The mapper's bytes equal rowbinary::encode of the expected values.
+    let cols = [
+        ("a", "Nullable(Decimal(18, 4))"),
+        ("b", "Array(Nullable(Float64))"),
+        ("c", "UUID"),
+    ];
+    let mut enc = encoder(&cols, MappingOptions::default());
+    let mut got = Vec::new();
+    enc.encode_json(
+        br#"{"a":"12345.6789","b":[1,null],"c":"61f0c404-5cb3-11e7-907b-a6006ad3dba0"}"#,
+        &mut got,
+    )
+    .unwrap();
+    let mut want = Vec::new();
+    for ((_, ty), v) in cols.iter().zip([
+        Value::Decimal(Wide::from_i128(123_456_789)),
+        Value::Array(vec![Value::Float64(1.0), Value::Null]),
+        Value::Uuid(0x61f0_c404_5cb3_11e7_907b_a600_6ad3_dba0),
+    ]) {
+        encode(&t(ty), &v, &mut want).unwrap();
+    }
+    assert_eq!(got, want);
+}
+
+// ---- the scanner against the serde reference reader ----
+
+mod differential {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const COLUMNS: &[(&str, &str)] = &[
+        ("a", "Nullable(Int32)"),
+        ("b", "String"),
+        ("c", "Array(Nullable(Int16))"),
+        ("d", "Map(String, UInt8)"),
+        ("e", "Nullable(Decimal(9, 2))"),
+        ("f", "Tuple(UInt8, String)"),
+        ("g", "Nullable(DateTime('UTC'))"),
+    ];
+
+    fn value_for(col: &'static str) -> BoxedStrategy<String> {
+        let quoted = |s: String| serde_json::to_string(&s).unwrap();
+        match col {
+            "a" => prop_oneof![
+                Just("null".to_string()),
+                any::<i32>().prop_map(|v| v.to_string()),
+                any::<i64>().prop_map(|v| v.to_string())
+            ]
+            .boxed(),
+            "b" => any::<String>().prop_map(quoted).boxed(),
+            "c" => proptest::collection::vec(
+                prop_oneof![
+                    Just("null".to_string()),
+                    any::<i16>().prop_map(|v| v.to_string())
+                ],
+                0..4,
+            )
+            .prop_map(|v| format!("[{}]", v.join(", ")))
+            .boxed(),
+            "d" => proptest::collection::vec(("[a-z\\\\\"]{0,3}", any::<u8>()), 0..3)
+                .prop_map(move |v| {
+                    let items: Vec<String> = v
+                        .into_iter()
+                        .map(|(k, n)| format!("{}: {n}", serde_json::to_string(&k).unwrap()))
+                        .collect();
+                    format!("{{{}}}", items.join(","))
+                })
+                .boxed(),
+            "e" => prop_oneof![
+                Just("null".to_string()),
+                "-?[0-9]{1,7}(\\.[0-9]{1,2})?",
+                "\"[0-9]{1,3}\\.[0-9]\""
+            ]
+            .boxed(),
+            "f" => (any::<u8>(), any::<String>())
+                .prop_map(move |(n, s)| format!("[{n}, {}]", serde_json::to_string(&s).unwrap()))
+                .boxed(),
+            _ => prop_oneof![
+                Just("null".to_string()),
+                (0u32..2_000_000_000).prop_map(|v| v.to_string()),
+                Just("\"2018-02-07T01:26:13Z\"".to_string())
+            ]
+            .boxed(),
+        }
+    }
+
+    fn row() -> impl Strategy<Value = String> {
+        let fields: Vec<BoxedStrategy<Option<String>>> = COLUMNS
+            .iter()
+            .map(|(name, _)| {
+                proptest::option::weighted(
+                    0.9,
+                    value_for(name).prop_map(move |v| format!("\"{name}\": {v}")),
+                )
+                .boxed()
+            })
+            .collect();
+        (fields, "[ \\n]{0,2}", proptest::bool::ANY).prop_map(|(fs, ws, extra)| {
+            let mut parts: Vec<String> = fs.into_iter().flatten().collect();
+            if extra {
+                parts.push("\"zz\": {\"x\": [1, 2.5e3, true, null, \"\\u00e9\"]}".to_string());
+            }
+            format!("{{{ws}{}{ws}}}", parts.join(&format!(",{ws}")))
+        })
+    }
+
+    /// A row, maybe with one byte cut, changed or inserted.
+    fn mutated() -> impl Strategy<Value = Vec<u8>> {
+        (row(), any::<prop::sample::Index>(), 0u8..4, any::<u8>()).prop_map(|(r, at, how, byte)| {
+            let mut b = r.into_bytes();
+            let i = at.index(b.len().max(1)).min(b.len());
+            match how {
+                0 => {}
+                1 if i < b.len() => {
+                    b.remove(i);
+                }
+                2 if i < b.len() => b[i] = byte,
+                _ => b.insert(i, byte),
+            }
+            b
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        #[test]
+        fn scan_agrees_with_serde(json in mutated()) {
+            let mut enc = encoder(COLUMNS, MappingOptions::default());
+            let (mut fast, mut slow) = (Vec::new(), Vec::new());
+            let a = enc.encode_json(&json, &mut fast);
+            let b = enc.encode_json_serde(&json, &mut slow);
+            let text = String::from_utf8_lossy(&json);
+            match (&a, &b) {
+                (Ok(()), Ok(())) => prop_assert_eq!(&fast, &slow, "{}", text),
+                // Bad JSON after a refused value: the scanner checks the
+                // grammar first (decode error), serde stops at the refusal.
+                (Err(x), Err(y)) if x.kind == RecordErrorKind::Decode
+                    && serde_json::from_slice::<serde::de::IgnoredAny>(&json).is_err() => {
+                    let _ = y;
+                }
+                // serde_json refuses numbers beyond f64's range as bad JSON;
+                // RFC 8259 allows them, and the scanner refuses the value.
+                (Err(x), Err(y)) if x.kind == RecordErrorKind::Encode
+                    && y.reason.contains("number out of range") => {}
+                (Err(x), Err(y)) => prop_assert_eq!(x.kind, y.kind, "{} / {} on {}", x, y, text),
+                _ => prop_assert!(false, "scanner {:?} but serde {:?} on {}", a, b, text),
+            }
+        }
+    }
+}

@@ -1,0 +1,452 @@
+//! Calendar arithmetic and time-text parsing for Date, Date32, DateTime and
+//! DateTime64 columns.
+//!
+//! Accepted text (see [`parse_datetime`]): RFC 3339 (`2018-02-07T01:26:13.84Z`,
+//! `...+05:30`), the ClickHouse form `YYYY-MM-DD HH:MM:SS[.fff]`, a bare date
+//! `YYYY-MM-DD`, and user formats compiled by [`TimeFormat`] (a strftime
+//! subset: `%Y %m %d %H %M %S %f %z %b %%`). Text without an offset is *naive*:
+//! the mapper decides which offset it means (DESIGN: never guess silently).
+//!
+//! Times are kept as [`ParsedTime`]: wall-clock seconds since 1970-01-01 as
+//! written, nanoseconds, and the written offset if any. Digits past the
+//! nanosecond are dropped (floor), like ClickHouse's own parser.
+//!
+//! The calendar is proleptic Gregorian; [`days_from_civil`] and
+//! [`civil_from_days`] are the classic era-based conversions (400-year eras
+//! of 146097 days), valid for every year in `i32`.
+
+/// Seconds in a day.
+pub const SECS_PER_DAY: i64 = 86_400;
+
+/// Days from 1970-01-01 to `year-month-day` (negative before 1970).
+/// `month` is 1..=12, `day` 1..=31 (not checked here: see [`valid_date`]).
+pub fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+    // Shift the year to start in March so the leap day is the year's last.
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let year_of_era = y - era * 400; // 0..=399
+    let m = i64::from(month);
+    let day_of_year = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(day) - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
+/// The `(year, month, day)` of `days` since 1970-01-01 (inverse of
+/// [`days_from_civil`]).
+pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z - era * 146_097; // 0..=146096
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let mp = (5 * day_of_year + 2) / 153;
+    let day = (day_of_year - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+fn is_leap(year: i64) -> bool {
+    (year % 4 == 0 && year % 100 != 0) || year % 400 == 0
+}
+
+/// Whether `year-month-day` exists in the Gregorian calendar.
+pub fn valid_date(year: i64, month: u32, day: u32) -> bool {
+    let days_in_month = match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if is_leap(year) => 29,
+        2 => 28,
+        _ => return false,
+    };
+    (1..=days_in_month).contains(&day)
+}
+
+/// A time as written in text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParsedTime {
+    /// Seconds since 1970-01-01 00:00:00 of the wall-clock time as written
+    /// (before applying any offset).
+    pub wall_secs: i64,
+    /// Nanoseconds within the second, 0..1e9.
+    pub nanos: u32,
+    /// The written UTC offset in seconds (`+05:30` is 19800), or `None` for
+    /// naive text.
+    pub offset_secs: Option<i32>,
+}
+
+impl ParsedTime {
+    /// Seconds since the Unix epoch of the instant, reading naive text at
+    /// `naive_offset_secs`.
+    pub fn epoch_secs(&self, naive_offset_secs: i32) -> i64 {
+        self.wall_secs - i64::from(self.offset_secs.unwrap_or(naive_offset_secs))
+    }
+
+    /// Days since 1970-01-01 of the date as written (the wall-clock date).
+    pub fn wall_days(&self) -> i64 {
+        self.wall_secs.div_euclid(SECS_PER_DAY)
+    }
+}
+
+/// Why a time text did not parse (static text on the per-row path, so a
+/// failed attempt before the next format allocates nothing).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct TimeError(pub std::borrow::Cow<'static, str>);
+
+impl From<String> for TimeError {
+    fn from(s: String) -> TimeError {
+        TimeError(std::borrow::Cow::Owned(s))
+    }
+}
+
+impl TimeError {
+    fn at(reason: &'static str) -> TimeError {
+        TimeError(std::borrow::Cow::Borrowed(reason))
+    }
+}
+
+struct Cursor<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl Cursor<'_> {
+    fn digits(&mut self, min: usize, max: usize, what: &'static str) -> Result<i64, TimeError> {
+        let start = self.i;
+        while self.i < self.s.len() && self.i - start < max && self.s[self.i].is_ascii_digit() {
+            self.i += 1;
+        }
+        if self.i - start < min {
+            return Err(TimeError::at(what));
+        }
+        let mut v = 0i64;
+        for &c in &self.s[start..self.i] {
+            v = v * 10 + i64::from(c - b'0');
+        }
+        Ok(v)
+    }
+
+    fn eat(&mut self, c: u8) -> bool {
+        if self.s.get(self.i) == Some(&c) {
+            self.i += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn fraction(&mut self) -> u32 {
+        let mut nanos = 0u32;
+        let mut n = 0;
+        while let Some(c) = self.s.get(self.i).filter(|c| c.is_ascii_digit()) {
+            if n < 9 {
+                nanos = nanos * 10 + u32::from(c - b'0');
+                n += 1;
+            }
+            self.i += 1;
+        }
+        nanos * 10u32.pow(9 - n)
+    }
+
+    /// `Z`, `z`, `±HH:MM`, `±HHMM` or `±HH`.
+    fn offset(&mut self) -> Result<Option<i32>, TimeError> {
+        match self.s.get(self.i) {
+            Some(b'Z' | b'z') => {
+                self.i += 1;
+                Ok(Some(0))
+            }
+            Some(&sign @ (b'+' | b'-')) => {
+                self.i += 1;
+                let h = self.digits(2, 2, "expected offset hours")?;
+                self.eat(b':');
+                let m = if self.i < self.s.len() {
+                    self.digits(2, 2, "expected offset minutes")?
+                } else {
+                    0
+                };
+                if h > 23 || m > 59 {
+                    return Err(TimeError::at("offset out of range"));
+                }
+                let secs = (h * 3600 + m * 60) as i32;
+                Ok(Some(if sign == b'-' { -secs } else { secs }))
+            }
+            _ => Ok(None),
+        }
+    }
+}
+
+fn assemble(
+    year: i64,
+    month: i64,
+    day: i64,
+    (hour, minute, second): (i64, i64, i64),
+) -> Result<i64, TimeError> {
+    if !(1..=12).contains(&month) || !valid_date(year, month as u32, day as u32) {
+        return Err(TimeError::from(format!(
+            "no such date {year:04}-{month:02}-{day:02}"
+        )));
+    }
+    // 60 is allowed for a leap second; it lands on the next second, as in
+    // ClickHouse and most parsers.
+    if hour > 23 || minute > 59 || second > 60 {
+        return Err(TimeError::from(format!(
+            "no such time {hour:02}:{minute:02}:{second:02}"
+        )));
+    }
+    let days = days_from_civil(year, month as u32, day as u32);
+    Ok(days * SECS_PER_DAY + hour * 3600 + minute * 60 + second)
+}
+
+/// Parses RFC 3339 and the forms close to it: `YYYY-MM-DD`,
+/// `YYYY-MM-DD[T| ]HH:MM[:SS[.f...]][Z|±HH:MM|±HHMM]`.
+///
+/// # Errors
+/// [`TimeError`] saying what was expected or which field is out of range.
+pub fn parse_datetime(text: &[u8]) -> Result<ParsedTime, TimeError> {
+    let mut c = Cursor { s: text, i: 0 };
+    let year = c.digits(4, 4, "expected a 4-digit year")?;
+    if !c.eat(b'-') {
+        return Err(TimeError::at("expected `-` after the year"));
+    }
+    let month = c.digits(2, 2, "expected a 2-digit month")?;
+    if !c.eat(b'-') {
+        return Err(TimeError::at("expected `-` after the month"));
+    }
+    let day = c.digits(2, 2, "expected a 2-digit day")?;
+    let mut time = (0, 0, 0);
+    let mut nanos = 0;
+    let mut offset = None;
+    if c.i < text.len() {
+        if !(c.eat(b'T') || c.eat(b't') || c.eat(b' ')) {
+            return Err(TimeError::at("expected `T` or a space after the date"));
+        }
+        time.0 = c.digits(2, 2, "expected 2-digit hours")?;
+        if !c.eat(b':') {
+            return Err(TimeError::at("expected `:` after the hours"));
+        }
+        time.1 = c.digits(2, 2, "expected 2-digit minutes")?;
+        if c.eat(b':') {
+            time.2 = c.digits(2, 2, "expected 2-digit seconds")?;
+            if c.eat(b'.') || c.eat(b',') {
+                if !c.s.get(c.i).is_some_and(u8::is_ascii_digit) {
+                    return Err(TimeError::at("expected digits after the decimal point"));
+                }
+                nanos = c.fraction();
+            }
+        }
+        offset = c.offset()?;
+    }
+    if c.i != text.len() {
+        return Err(TimeError::at("unexpected text after the time"));
+    }
+    Ok(ParsedTime {
+        wall_secs: assemble(year, month, day, time)?,
+        nanos,
+        offset_secs: offset,
+    })
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Item {
+    Literal(u8),
+    Year,
+    Month,
+    MonthName,
+    Day,
+    Hour,
+    Minute,
+    Second,
+    Fraction,
+    Offset,
+}
+
+/// A user time format, a strftime subset: `%Y` year (4 digits), `%m` month
+/// (1-2 digits), `%b` English month abbreviation (`Jun`, any case), `%d` day
+/// (1-2 digits), `%H` hour, `%M` minute, `%S` second, `%f` fraction (1+
+/// digits), `%z` offset (`Z`, `±HH:MM`, `±HHMM`), `%%` a percent sign; any
+/// other byte matches itself. `"%Y/%m/%d %H:%M"` reads the flights data's
+/// `2001/01/01 00:47`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TimeFormat {
+    text: String,
+    items: Vec<Item>,
+}
+
+impl TimeFormat {
+    /// Compiles `format`.
+    ///
+    /// # Errors
+    /// [`TimeError`] for an unknown `%` directive or a format without `%Y`.
+    pub fn compile(format: &str) -> Result<TimeFormat, TimeError> {
+        let mut items = Vec::new();
+        let mut bytes = format.bytes();
+        while let Some(b) = bytes.next() {
+            if b != b'%' {
+                items.push(Item::Literal(b));
+                continue;
+            }
+            items.push(match bytes.next() {
+                Some(b'Y') => Item::Year,
+                Some(b'm') => Item::Month,
+                Some(b'b') => Item::MonthName,
+                Some(b'd') => Item::Day,
+                Some(b'H') => Item::Hour,
+                Some(b'M') => Item::Minute,
+                Some(b'S') => Item::Second,
+                Some(b'f') => Item::Fraction,
+                Some(b'z') => Item::Offset,
+                Some(b'%') => Item::Literal(b'%'),
+                Some(other) => {
+                    return Err(TimeError::from(format!(
+                        "unknown directive `%{}` in time format `{format}`",
+                        other as char
+                    )));
+                }
+                None => {
+                    return Err(TimeError::from(format!(
+                        "dangling `%` in time format `{format}`"
+                    )));
+                }
+            });
+        }
+        if !items.contains(&Item::Year) {
+            return Err(TimeError::from(format!(
+                "time format `{format}` has no `%Y`"
+            )));
+        }
+        Ok(TimeFormat {
+            text: format.to_owned(),
+            items,
+        })
+    }
+
+    /// The format as given.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// Parses `text` with this format; missing fields default to the start
+    /// of their unit (month and day 1, time 00:00:00).
+    ///
+    /// # Errors
+    /// [`TimeError`] when `text` does not match.
+    pub fn parse(&self, text: &[u8]) -> Result<ParsedTime, TimeError> {
+        let mut c = Cursor { s: text, i: 0 };
+        let (mut year, mut month, mut day) = (1970, 1, 1);
+        let mut time = (0, 0, 0);
+        let mut nanos = 0;
+        let mut offset = None;
+        for item in &self.items {
+            match item {
+                Item::Literal(b) => {
+                    if !c.eat(*b) {
+                        return Err(TimeError::at("does not match the format"));
+                    }
+                }
+                Item::Year => year = c.digits(4, 4, "expected a 4-digit year")?,
+                Item::Month => month = c.digits(1, 2, "expected a month")?,
+                Item::MonthName => month = month_name(&mut c)?,
+                Item::Day => day = c.digits(1, 2, "expected a day")?,
+                Item::Hour => time.0 = c.digits(1, 2, "expected hours")?,
+                Item::Minute => time.1 = c.digits(1, 2, "expected minutes")?,
+                Item::Second => time.2 = c.digits(1, 2, "expected seconds")?,
+                Item::Fraction => {
+                    if !c.s.get(c.i).is_some_and(u8::is_ascii_digit) {
+                        return Err(TimeError::at("expected fraction digits"));
+                    }
+                    nanos = c.fraction();
+                }
+                Item::Offset => {
+                    offset = c.offset()?;
+                    if offset.is_none() {
+                        return Err(TimeError::at("expected a UTC offset"));
+                    }
+                }
+            }
+        }
+        if c.i != text.len() {
+            return Err(TimeError::at("unexpected text after the time"));
+        }
+        Ok(ParsedTime {
+            wall_secs: assemble(year, month, day, time)?,
+            nanos,
+            offset_secs: offset,
+        })
+    }
+}
+
+fn month_name(c: &mut Cursor<'_>) -> Result<i64, TimeError> {
+    const NAMES: [&[u8; 3]; 12] = [
+        b"jan", b"feb", b"mar", b"apr", b"may", b"jun", b"jul", b"aug", b"sep", b"oct", b"nov",
+        b"dec",
+    ];
+    let word =
+        c.s.get(c.i..c.i + 3)
+            .ok_or_else(|| TimeError::at("expected a month name"))?;
+    for (i, name) in NAMES.iter().enumerate() {
+        if word.eq_ignore_ascii_case(&name[..]) {
+            c.i += 3;
+            return Ok(i as i64 + 1);
+        }
+    }
+    Err(TimeError::at("expected a month name (Jan..Dec)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_conversions_agree() {
+        assert_eq!(days_from_civil(1970, 1, 1), 0);
+        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
+        assert_eq!(days_from_civil(1969, 12, 31), -1);
+        assert_eq!(days_from_civil(2149, 6, 6), 65_535);
+        assert_eq!(days_from_civil(1900, 1, 1), -25_567);
+        for d in (-800_000..800_000).step_by(997) {
+            let (y, m, dd) = civil_from_days(d);
+            assert!(valid_date(y, m, dd));
+            assert_eq!(days_from_civil(y, m, dd), d);
+        }
+    }
+
+    #[test]
+    fn parses_rfc3339_and_clickhouse_text() {
+        let t = parse_datetime(b"2018-02-07T01:26:13.840Z").unwrap();
+        assert_eq!(t.epoch_secs(0), 1_517_966_773);
+        assert_eq!(t.nanos, 840_000_000);
+        let t = parse_datetime(b"2018-02-07 06:56:13+05:30").unwrap();
+        assert_eq!(t.epoch_secs(0), 1_517_966_773);
+        let t = parse_datetime(b"2018-02-07 01:26:13.123456789123").unwrap();
+        assert_eq!((t.offset_secs, t.nanos), (None, 123_456_789));
+        let t = parse_datetime(b"1969-12-31").unwrap();
+        assert_eq!(t.wall_secs, -86_400);
+        for bad in [
+            "2018-02-30",
+            "2018-13-01",
+            "2018-02-07T25:00",
+            "2018-2-7",
+            "2018-02-07X",
+            "2018-02-07 01:26:13.",
+            "2018-02-07T01:26:13+5",
+            "",
+        ] {
+            assert!(parse_datetime(bad.as_bytes()).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn user_formats() {
+        let f = TimeFormat::compile("%Y/%m/%d %H:%M").unwrap();
+        let t = f.parse(b"2001/01/01 00:47").unwrap();
+        assert_eq!(t.epoch_secs(0), 978_310_020);
+        let f = TimeFormat::compile("%b %d %Y").unwrap();
+        let t = f.parse(b"Jun 12 1998").unwrap();
+        assert_eq!(t.wall_days(), days_from_civil(1998, 6, 12));
+        assert!(f.parse(b"Foo 12 1998").is_err());
+        assert!(TimeFormat::compile("%Q").is_err());
+        assert!(TimeFormat::compile("%H:%M").is_err());
+    }
+}

@@ -1,0 +1,87 @@
+//! Which failed inserts a retry can fix.
+//!
+//! ClickHouse answers a failed query over HTTP with a non-2xx status and a
+//! body starting `Code: N` (`Code: 60, e.displayText() = DB::Exception: ...`
+//! on 18.16, `Code: 60. DB::Exception: ...` later), and newer servers also
+//! set the `X-ClickHouse-Exception-Code` header. The code decides; the HTTP
+//! status only decides when there is no code (a proxy's 502, say).
+
+use spate_core::sink::WriteError;
+
+/// ClickHouse error codes a retry (same bytes, same token, maybe another
+/// replica) can fix: overload, timeouts, replication hiccups.
+pub const RETRYABLE_CODES: &[u32] = &[
+    159, // TIMEOUT_EXCEEDED
+    202, // TOO_MANY_SIMULTANEOUS_QUERIES
+    209, // SOCKET_TIMEOUT
+    210, // NETWORK_ERROR
+    225, // NO_ZOOKEEPER
+    236, // ABORTED
+    241, // MEMORY_LIMIT_EXCEEDED
+    242, // TABLE_IS_READ_ONLY
+    252, // TOO_MANY_PARTS
+    319, // UNKNOWN_STATUS_OF_INSERT
+    394, // QUERY_WAS_CANCELLED
+    999, // KEEPER_EXCEPTION
+];
+
+/// The `N` of a body starting `Code: N` (leading whitespace allowed).
+pub fn exception_code(body: &str) -> Option<u32> {
+    let rest = body.trim_start().strip_prefix("Code:")?.trim_start();
+    let end = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    rest[..end].parse().ok()
+}
+
+/// Classifies a failed response: `status` is the HTTP status, `code` the
+/// ClickHouse error code if known, `message` what to report (the server's
+/// text, with the endpoint).
+pub fn classify(status: u16, code: Option<u32>, message: &str) -> WriteError {
+    match code {
+        Some(c) if RETRYABLE_CODES.contains(&c) => {
+            WriteError::retryable(format!("ClickHouse code {c}: {message}"))
+        }
+        Some(c) => WriteError::fatal(format!("ClickHouse code {c}: {message}")),
+        None if status >= 500 || status == 408 || status == 429 => {
+            WriteError::retryable(format!("HTTP {status}: {message}"))
+        }
+        None => WriteError::fatal(format!("HTTP {status}: {message}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_codes_of_old_and_new_servers() {
+        assert_eq!(
+            exception_code(
+                "Code: 60, e.displayText() = DB::Exception: Table default.nope doesn't exist."
+            ),
+            Some(60)
+        );
+        assert_eq!(
+            exception_code("Code: 252. DB::Exception: Too many parts"),
+            Some(252)
+        );
+        assert_eq!(exception_code("\nCode:  53. x"), Some(53));
+        assert_eq!(exception_code("Bad Gateway"), None);
+    }
+
+    #[test]
+    fn transient_codes_retry_and_the_rest_is_fatal() {
+        for c in [252, 242, 159, 209] {
+            assert!(!classify(500, Some(c), "x").is_fatal(), "{c}");
+        }
+        for c in [60, 62, 53, 16, 516, 115] {
+            let e = classify(500, Some(c), "the server's words");
+            assert!(e.is_fatal(), "{c}");
+            assert!(e.message.contains("the server's words"));
+        }
+        assert!(!classify(502, None, "proxy").is_fatal());
+        assert!(!classify(503, None, "proxy").is_fatal());
+        assert!(classify(403, None, "forbidden").is_fatal());
+    }
+}

@@ -1,0 +1,367 @@
+//! Against a real ClickHouse server (opt-in): set `SPATE_CLICKHOUSE_URL` to
+//! its HTTP URL, e.g. from `ci/clickhouse.sh start 1`. Without it every test
+//! here prints `skipped: SPATE_CLICKHOUSE_URL not set` (on stderr, past the
+//! test harness's capture) and returns.
+//!
+//! Each test creates its own database, maps JSON rows through the schema
+//! probe, the INSERT plan and the JSON encoder, inserts them with the HTTP
+//! writer, and reads them back with `SELECT ... FORMAT JSONEachRow`.
+
+use std::io::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use serde_json::{Value, json};
+use spate_clickhouse::mapping::{JsonRowEncoder, MappingOptions};
+use spate_clickhouse::schema::{InsertOptions, plan_insert};
+use spate_clickhouse::writer::{HttpWriter, HttpWriterConfig};
+use spate_core::ack::{AckIssuer, AckSet, Outcome, ack_channel};
+use spate_core::budget::BudgetPermit;
+use spate_core::record::TopicPartition;
+use spate_core::sink::{Chunk, Endpoint, RunNonce, SinkConfig, SinkPool, Writer};
+
+const FLIGHTS: &str = include_str!("fixtures/flights-50.ndjson");
+
+fn server() -> Option<String> {
+    match std::env::var("SPATE_CLICKHOUSE_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            // Straight to stderr: the harness captures print macros only.
+            let _ = writeln!(std::io::stderr(), "skipped: SPATE_CLICKHOUSE_URL not set");
+            None
+        }
+    }
+}
+
+fn endpoint(url: &str) -> Endpoint {
+    Endpoint {
+        shard: 0,
+        replica: 0,
+        url: url.into(),
+    }
+}
+
+/// A database of its own for one test, dropped at the end.
+struct TestDb {
+    admin: HttpWriter,
+    url: String,
+    name: String,
+}
+
+impl TestDb {
+    async fn create(url: &str, tag: &str) -> TestDb {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let name = format!("spate_it_{tag}_{}_{nanos}", std::process::id());
+        let mut config = HttpWriterConfig::new(&name, "", Vec::new());
+        config
+            .settings
+            .push(("allow_experimental_low_cardinality_type".into(), "1".into()));
+        let admin = HttpWriter::new(config);
+        admin
+            .query(url, &format!("CREATE DATABASE {name}"))
+            .await
+            .unwrap();
+        TestDb {
+            admin,
+            url: url.to_owned(),
+            name,
+        }
+    }
+
+    async fn sql(&self, sql: &str) -> String {
+        self.admin
+            .query(&self.url, sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    async fn rows(&self, sql: &str) -> Vec<Value> {
+        self.sql(sql)
+            .await
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    async fn drop(self) {
+        self.sql(&format!("DROP DATABASE {}", self.name)).await;
+    }
+}
+
+/// Probes the table, plans the INSERT, encodes `json_rows` and returns the
+/// encoder's writer config plus the encoded body.
+async fn encode_for(db: &TestDb, table: &str, json_rows: &[&str]) -> (HttpWriter, Bytes) {
+    let probe = HttpWriter::new(HttpWriterConfig::new(&db.name, table, Vec::new()));
+    let schema = probe.table_schema(&db.url).await.unwrap();
+    let columns = plan_insert(&schema, &InsertOptions::default()).unwrap();
+    let writer_columns = columns
+        .iter()
+        .map(|c| (c.name.clone(), c.ty.to_string()))
+        .collect();
+    let mut enc = JsonRowEncoder::new(columns, MappingOptions::default()).unwrap();
+    let mut buf = Vec::new();
+    for row in json_rows {
+        enc.encode_json(row.as_bytes(), &mut buf)
+            .unwrap_or_else(|e| panic!("{e}: {row}"));
+    }
+    (
+        HttpWriter::new(HttpWriterConfig::new(&db.name, table, writer_columns)),
+        Bytes::from(buf),
+    )
+}
+
+#[tokio::test]
+async fn types_round_trip_through_a_real_server() {
+    let Some(url) = server() else { return };
+    let db = TestDb::create(&url, "types").await;
+    db.sql(&format!(
+        "CREATE TABLE {}.t (id UInt32, i8 Int8, u8 UInt8, i64 Int64, u64 UInt64, f32 Float32, \
+         f64 Float64, s String, fs FixedString(3), d Date, dt DateTime('UTC'), dec Decimal(18, 4), \
+         u UUID, e Enum8('a' = 1, 'b' = -2), n Nullable(Int32), an Array(Nullable(Float64)), \
+         lc LowCardinality(String), lcn LowCardinality(Nullable(String)), tup Tuple(UInt8, String), \
+         def String DEFAULT 'dflt', ins DateTime DEFAULT now()) ENGINE = MergeTree ORDER BY id",
+        db.name
+    ))
+    .await;
+    let rows = [
+        r#"{"id":1,"i8":-128,"u8":255,"i64":"-9223372036854775808","u64":18446744073709551615,
+            "f32":"NaN","f64":"-Infinity","s":"","fs":"ab","d":"2000-03-01","dt":1517966773840,
+            "dec":"12345.6789","u":"61f0c404-5cb3-11e7-907b-a6006ad3dba0","e":"b","n":null,
+            "an":[1.5,null],"lc":"h\u00e9llo \u2713","lcn":null,"tup":[1,"a"]}"#,
+        r#"{"id":2,"i8":127,"u8":0,"i64":9223372036854775807,"u64":0,"f32":1.5,"f64":"inf",
+            "s":"unicode: 日本語 🎉","fs":"abc","d":"2149-06-06","dt":"2018-02-07T01:26:13Z",
+            "dec":0.1,"u":"00000000000000000000000000000001","e":"a","n":-5,"an":[],"lc":"",
+            "lcn":"x","tup":[0,""]}"#,
+        r#"{"tup":[2,"z"],"id":3,"i8":0,"u8":1,"i64":0,"u64":"42","f32":0,"f64":1e-300,"s":"tab\tquote\"",
+            "fs":"xyz","d":"1970-01-01","dt":"2106-02-07 06:28:15","dec":-0.0001,
+            "u":"FFFFFFFF-FFFF-FFFF-FFFF-FFFFFFFFFFFF","e":1,"an":[null],"lc":"z"}"#,
+    ];
+    let (writer, body) = encode_for(&db, "t", &rows).await;
+    let ep = endpoint(&url);
+    writer.probe(&ep).await.unwrap();
+    writer.insert(&ep, vec![body], "it-types-1").await.unwrap();
+
+    // Dates and times compare as stored numbers: 18.16 stores Date 65535
+    // (2149-06-06) and DateTime 2^32-1 (2106-02-07 06:28:15) but prints them
+    // wrongly (its date table ends in February 2106).
+    let got = db
+        .rows(&format!(
+            "SELECT id, i8, u8, toString(i64) AS i64, toString(u64) AS u64, toString(f32) AS f32, \
+             toString(f64) AS f64, s, fs, toUInt16(d) AS d, toUInt32(dt) AS dt, toString(dec) AS dec, \
+             toString(u) AS u, toString(e) AS e, n, an, lc, lcn, tup, def, ins > 0 AS ins_set \
+             FROM {}.t ORDER BY id FORMAT JSONEachRow",
+            db.name
+        ))
+        .await;
+    let want = [
+        json!({"id":1,"i8":-128,"u8":255,"i64":"-9223372036854775808","u64":"18446744073709551615",
+            "f32":"nan","f64":"-inf","s":"","fs":"ab\u{0}","d":11017,"dt":1517966773,
+            "dec":"12345.6789","u":"61f0c404-5cb3-11e7-907b-a6006ad3dba0","e":"b","n":null,
+            "an":[1.5,null],"lc":"héllo ✓","lcn":null,"tup":[1,"a"],"def":"dflt","ins_set":1}),
+        json!({"id":2,"i8":127,"u8":0,"i64":"9223372036854775807","u64":"0","f32":"1.5","f64":"inf",
+            "s":"unicode: 日本語 🎉","fs":"abc","d":65535,"dt":1517966773,
+            "dec":"0.1000","u":"00000000-0000-0000-0000-000000000001","e":"a","n":-5,"an":[],"lc":"",
+            "lcn":"x","tup":[0,""],"def":"dflt","ins_set":1}),
+        json!({"id":3,"i8":0,"u8":1,"i64":"0","u64":"42","f32":"0","f64":"1e-300","s":"tab\tquote\"",
+            "fs":"xyz","d":0,"dt":4_294_967_295u32,"dec":"-0.0001",
+            "u":"ffffffff-ffff-ffff-ffff-ffffffffffff","e":"a","n":null,"an":[null],"lc":"z",
+            "lcn":null,"tup":[2,"z"],"def":"dflt","ins_set":1}),
+    ];
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(g, w);
+    }
+    db.drop().await;
+}
+
+#[tokio::test]
+async fn fatal_errors_carry_the_servers_message() {
+    let Some(url) = server() else { return };
+    let db = TestDb::create(&url, "fatal").await;
+    db.sql(&format!(
+        "CREATE TABLE {}.t (id UInt32) ENGINE = MergeTree ORDER BY id",
+        db.name
+    ))
+    .await;
+    let ep = endpoint(&url);
+
+    let nope = HttpWriter::new(HttpWriterConfig::new(
+        &db.name,
+        "nope",
+        vec![("id".into(), "UInt32".into())],
+    ));
+    let e = nope
+        .insert(&ep, vec![Bytes::from_static(&[1, 0, 0, 0])], "it-fatal-1")
+        .await
+        .unwrap_err();
+    assert!(e.is_fatal(), "{e}");
+    assert!(e.message.contains("doesn't exist"), "{e}");
+    let e = nope.probe(&ep).await.unwrap_err();
+    assert!(e.is_fatal() && e.message.contains("does not exist"), "{e}");
+
+    let wrong_type = HttpWriter::new(HttpWriterConfig::new(
+        &db.name,
+        "t",
+        vec![("id".into(), "String".into())],
+    ));
+    let e = wrong_type.probe(&ep).await.unwrap_err();
+    assert!(e.is_fatal() && e.message.contains("UInt32"), "{e}");
+
+    let unknown_column = HttpWriter::new(HttpWriterConfig::new(
+        &db.name,
+        "t",
+        vec![("nope".into(), "UInt32".into())],
+    ));
+    let e = unknown_column
+        .insert(&ep, vec![Bytes::from_static(&[1, 0, 0, 0])], "it-fatal-2")
+        .await
+        .unwrap_err();
+    assert!(e.is_fatal(), "{e}");
+    assert!(e.message.contains("nope"), "{e}");
+
+    // Half a row: the server cannot read it; no retry will help.
+    let ok = HttpWriter::new(HttpWriterConfig::new(
+        &db.name,
+        "t",
+        vec![("id".into(), "UInt32".into())],
+    ));
+    let e = ok
+        .insert(&ep, vec![Bytes::from_static(&[1, 0])], "it-fatal-3")
+        .await
+        .unwrap_err();
+    assert!(e.is_fatal(), "{e}");
+    assert_eq!(
+        db.sql(&format!("SELECT count() FROM {}.t", db.name))
+            .await
+            .trim(),
+        "0"
+    );
+    db.drop().await;
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_retryable() {
+    let Some(_url) = server() else { return };
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let url = format!("http://127.0.0.1:{port}");
+    let w = HttpWriter::new(HttpWriterConfig::new(
+        "db",
+        "t",
+        vec![("id".into(), "UInt32".into())],
+    ));
+    let e = w.probe(&endpoint(&url)).await.unwrap_err();
+    assert!(!e.is_fatal(), "{e}");
+    let e = w
+        .insert(
+            &endpoint(&url),
+            vec![Bytes::from_static(&[1, 0, 0, 0])],
+            "x",
+        )
+        .await
+        .unwrap_err();
+    assert!(!e.is_fatal(), "{e}");
+}
+
+#[tokio::test]
+async fn flights_flow_through_the_sink_pool() {
+    let Some(url) = server() else { return };
+    let db = TestDb::create(&url, "pool").await;
+    db.sql(&format!(
+        "CREATE TABLE {}.flights (date DateTime('UTC'), delay Int32, distance UInt32, \
+         origin String, destination String) ENGINE = MergeTree ORDER BY date",
+        db.name
+    ))
+    .await;
+    let probe = HttpWriter::new(HttpWriterConfig::new(&db.name, "flights", Vec::new()));
+    let columns = plan_insert(
+        &probe.table_schema(&url).await.unwrap(),
+        &InsertOptions::default(),
+    )
+    .unwrap();
+    let writer_columns = columns
+        .iter()
+        .map(|c| (c.name.clone(), c.ty.to_string()))
+        .collect();
+    let options = MappingOptions {
+        time: spate_clickhouse::mapping::TimeRules {
+            formats: vec![spate_clickhouse::time::TimeFormat::compile("%Y/%m/%d %H:%M").unwrap()],
+            ..Default::default()
+        },
+        ..MappingOptions::default()
+    };
+    let mut enc = JsonRowEncoder::new(columns, options).unwrap();
+
+    let writer = Arc::new(HttpWriter::new(HttpWriterConfig::new(
+        &db.name,
+        "flights",
+        writer_columns,
+    )));
+    let pool = SinkPool::start(
+        SinkConfig::new("it", vec![vec![url.clone()]]),
+        writer,
+        RunNonce::from_u64(7),
+        &tokio::runtime::Handle::current(),
+    )
+    .unwrap();
+    for report in pool.probe(Duration::from_secs(10)).await {
+        report.result.unwrap();
+    }
+    let (tx, mut rx) = ack_channel();
+    let tp = TopicPartition::new("flights", 0);
+    let mut issuer = AckIssuer::new(tp, 1, tx);
+    let lines: Vec<&str> = FLIGHTS.lines().collect();
+    for (i, chunk_lines) in lines.chunks(10).enumerate() {
+        let first = (i * 10) as i64;
+        let ack = issuer.issue(first, first + chunk_lines.len() as i64 - 1);
+        let mut buf = Vec::new();
+        for l in chunk_lines {
+            enc.encode_json(l.as_bytes(), &mut buf).unwrap();
+        }
+        let mut acks = AckSet::new();
+        acks.push(&ack);
+        drop(ack);
+        let chunk = Chunk::new(
+            Bytes::from(buf),
+            chunk_lines.len() as u64,
+            acks,
+            BudgetPermit::unbounded(),
+        );
+        pool.handle().try_send(0, chunk).unwrap();
+    }
+    drop(issuer);
+    let report = pool
+        .drain(tokio::time::Instant::now() + Duration::from_secs(20))
+        .await;
+    assert!(report.is_clean(), "{report:?}");
+    let mut delivered = 0;
+    while let Some(r) = rx.recv().await {
+        assert_eq!(r.outcome, Outcome::Delivered);
+        delivered += 1;
+    }
+    assert_eq!(delivered, 5);
+    let got = db
+        .rows(&format!(
+            "SELECT count() AS n, sum(delay) AS delay, toString(min(date)) AS first FROM {}.flights FORMAT JSONEachRow",
+            db.name
+        ))
+        .await;
+    let want_delay: i64 = lines
+        .iter()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["delay"]
+                .as_i64()
+                .unwrap()
+        })
+        .sum();
+    assert_eq!(got[0]["n"], json!("50"));
+    assert_eq!(got[0]["delay"], json!(want_delay.to_string()));
+    assert_eq!(got[0]["first"], json!("2001-01-01 00:47:00"));
+    db.drop().await;
+}

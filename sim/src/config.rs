@@ -1,0 +1,190 @@
+//! Everything a simulated run does, derived from one seed (D7).
+
+use std::time::Duration;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+/// The kinds of fault the simulator injects; each run's schedule draws from
+/// these, and campaigns report how often each was hit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FaultKind {
+    /// A replica refuses every write and probe (error before write).
+    ReplicaDown,
+    /// Every replica of a shard is down.
+    ShardDown,
+    /// A replica fails some writes before writing.
+    WriteErrors,
+    /// A replica writes, then never answers: the client times out (the
+    /// ambiguous case; the retry must carry the same token).
+    AmbiguousWrites,
+    /// A replica answers later than the client waits, and writes anyway.
+    SlowReplica,
+    /// A shard restarts and forgets its dedup window.
+    DedupLoss,
+    /// A partition's leader is unavailable: fetches return nothing.
+    PartitionUnavailable,
+    /// Fetches of a partition fail with a transient error.
+    FetchErrors,
+    /// The group rebalances: some partitions are revoked and re-assigned.
+    Rebalance,
+    /// Commits fail; some of them after being applied (response lost).
+    CommitFailures,
+    /// The member is evicted: its commits are refused until it rejoins.
+    Eviction,
+    /// The process crashes and restarts: engine state lost.
+    Crash,
+    /// The process is stopped gracefully (SIGTERM: drain, final commit) and
+    /// started again, as in a deploy.
+    GracefulRestart,
+}
+
+impl FaultKind {
+    /// Every kind, in a fixed order.
+    pub const ALL: [FaultKind; 13] = [
+        FaultKind::ReplicaDown,
+        FaultKind::ShardDown,
+        FaultKind::WriteErrors,
+        FaultKind::AmbiguousWrites,
+        FaultKind::SlowReplica,
+        FaultKind::DedupLoss,
+        FaultKind::PartitionUnavailable,
+        FaultKind::FetchErrors,
+        FaultKind::Rebalance,
+        FaultKind::CommitFailures,
+        FaultKind::Eviction,
+        FaultKind::Crash,
+        FaultKind::GracefulRestart,
+    ];
+}
+
+/// One scheduled fault: `kind` on `target` from `start` for `duration`
+/// (simulated time since the run began; instant kinds ignore the duration).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fault {
+    /// What happens.
+    pub kind: FaultKind,
+    /// Shard, replica or partition index the fault hits (kind-dependent;
+    /// `target % count` picks it).
+    pub target: usize,
+    /// Second index (the replica of a shard), when needed.
+    pub target2: usize,
+    /// When it starts.
+    pub start: Duration,
+    /// How long it lasts.
+    pub duration: Duration,
+}
+
+impl Fault {
+    /// Whether the fault is active at `now`.
+    pub fn active(&self, now: Duration) -> bool {
+        now >= self.start && now < self.start + self.duration
+    }
+}
+
+/// The parameters of one simulated run.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// The seed everything derives from.
+    pub seed: u64,
+    /// Partitions of the one topic.
+    pub partitions: usize,
+    /// ClickHouse shards.
+    pub shards: usize,
+    /// Replicas per shard.
+    pub replicas: usize,
+    /// Records produced per partition over the produce phase.
+    pub records_per_partition: usize,
+    /// Length of the produce phase.
+    pub produce_for: Duration,
+    /// Faults happen within `[0, fault_phase)`; after it everything heals.
+    pub fault_phase: Duration,
+    /// After healing, the run must reach zero lag within this bound (liveness).
+    pub liveness_bound: Duration,
+    /// The dedup window of each shard in batches (0 models a plain MergeTree).
+    pub dedup_window: usize,
+    /// Records per lane poll at most.
+    pub max_poll: usize,
+    /// Write latency range of a healthy replica, in ms.
+    pub write_latency_ms: (u64, u64),
+    /// The fault schedule, ordered by start.
+    pub faults: Vec<Fault>,
+    /// Pipeline drivers (one-thread mode).
+    pub drivers: usize,
+    /// `checkpoint.interval`.
+    pub checkpoint_interval: Duration,
+    /// `sink.batch.max_rows`.
+    pub batch_rows: u64,
+    /// `sink.batch.linger`.
+    pub linger: Duration,
+    /// `sink.max_inflight`.
+    pub max_inflight: usize,
+    /// `sink.retry.max_attempts` (0 = until drain).
+    pub max_attempts: u32,
+    /// `sink.write_timeout`.
+    pub write_timeout: Duration,
+    /// `shutdown.drain_timeout`.
+    pub drain_timeout: Duration,
+    /// In-flight byte budget.
+    pub budget_bytes: u64,
+}
+
+impl SimConfig {
+    /// The run that `seed` describes.
+    pub fn from_seed(seed: u64) -> Self {
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0x5EED_C0FF_EE00_0001);
+        let partitions = rng.random_range(1..=6);
+        let shards = rng.random_range(1..=3);
+        let replicas = rng.random_range(1..=3);
+        let fault_phase = Duration::from_secs(8);
+        let mut faults: Vec<Fault> = (0..rng.random_range(0..=5))
+            .map(|_| {
+                let kind = FaultKind::ALL[rng.random_range(0..FaultKind::ALL.len())];
+                let phase_ms = fault_phase.as_millis() as u64;
+                let start = rng.random_range(100..phase_ms - 500);
+                // Every fault heals by the end of the fault phase.
+                let duration = rng.random_range(100..3_000).min(phase_ms - start);
+                Fault {
+                    kind,
+                    target: rng.random_range(0..64),
+                    target2: rng.random_range(0..64),
+                    start: Duration::from_millis(start),
+                    duration: Duration::from_millis(duration),
+                }
+            })
+            .collect();
+        faults.sort_by_key(|f| (f.start, f.kind));
+        Self {
+            seed,
+            partitions,
+            shards,
+            replicas,
+            records_per_partition: rng.random_range(50..=400),
+            produce_for: Duration::from_millis(rng.random_range(1_000..6_000)),
+            fault_phase,
+            liveness_bound: Duration::from_secs(30),
+            dedup_window: if rng.random_bool(0.9) { 100 } else { 0 },
+            max_poll: rng.random_range(1..=64),
+            write_latency_ms: (1, rng.random_range(2..40)),
+            faults,
+            drivers: rng.random_range(1..=2),
+            checkpoint_interval: Duration::from_millis(rng.random_range(50..1_000)),
+            batch_rows: rng.random_range(10..500),
+            linger: Duration::from_millis(rng.random_range(5..300)),
+            max_inflight: rng.random_range(1..=3),
+            max_attempts: if rng.random_bool(0.5) {
+                0
+            } else {
+                rng.random_range(2..8)
+            },
+            write_timeout: Duration::from_millis(rng.random_range(200..1_000)),
+            drain_timeout: Duration::from_secs(rng.random_range(1..=5)),
+            budget_bytes: rng.random_range(2_000..200_000),
+        }
+    }
+
+    /// The faults of `kind` in the schedule.
+    pub fn faults_of(&self, kind: FaultKind) -> impl Iterator<Item = &Fault> {
+        self.faults.iter().filter(move |f| f.kind == kind)
+    }
+}

@@ -1,0 +1,281 @@
+//! spate-verify: the oracles that judge a simulated run, and campaigns over
+//! many seeds.
+//!
+//! Oracles (each a pure function of a [`SimOutcome`]):
+//! - **commit safety (D1)**, live at every commit: the committed offset never
+//!   exceeds the partition's contiguous durable prefix at that instant;
+//! - **at-least-once (D1)**, at the end: every offset below the final commit
+//!   landed; after the liveness phase, every produced record landed;
+//! - **token uniqueness (D4)**: one token, one byte content, over every attempt
+//!   and every incarnation;
+//! - **bounded drain (D5)**: every shutdown returned by
+//!   `drain_timeout + DRAIN_GRACE` (plus [`DRAIN_SLACK`]) of simulated time;
+//! - **liveness**: once faults heal, every produced record is committed within
+//!   the liveness bound, and the final shutdown is clean (nothing vanishes: a
+//!   record ends delivered, or the run says it did not, D6).
+//!
+//! Duplicates are counted, not failed (at-least-once allows them).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use spate_core::pipeline::ExitStatus;
+use spate_core::sink::DRAIN_GRACE;
+use spate_sim::config::FaultKind;
+use spate_sim::harness::{SimOutcome, run_seed};
+
+/// Allowance past `deadline + grace` for the controller's last loop turn
+/// (idle poll 5 ms) and the report; far below what a missed deadline costs.
+pub const DRAIN_SLACK: Duration = Duration::from_millis(50);
+
+/// One broken promise.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// Which oracle: `D1 commit safety`, `D1 at-least-once`, `D4 token`,
+    /// `D5 drain`, `liveness`.
+    pub oracle: &'static str,
+    /// What exactly.
+    pub detail: String,
+}
+
+/// Judges one run.
+pub fn check(o: &SimOutcome) -> Vec<Violation> {
+    let w = &o.world;
+    let mut v = Vec::new();
+    for c in &w.commits {
+        if c.offset > c.durable_prefix {
+            v.push(Violation {
+                oracle: "D1 commit safety",
+                detail: format!(
+                    "at {} ms p{} committed {} but only {} offsets were durable",
+                    c.at_ms, c.partition, c.offset, c.durable_prefix
+                ),
+            });
+        }
+    }
+    for (p, committed) in w.committed.iter().enumerate() {
+        let committed = committed.unwrap_or(0);
+        if w.durable_prefix[p] < committed {
+            v.push(Violation {
+                oracle: "D1 at-least-once",
+                detail: format!(
+                    "p{p}: final commit {committed} but offset {} never landed",
+                    w.durable_prefix[p]
+                ),
+            });
+        }
+    }
+    for t in &w.token_conflicts {
+        v.push(Violation {
+            oracle: "D4 token",
+            detail: format!("token {t} carried two different bodies"),
+        });
+    }
+    for (p, e) in &w.stale_commits {
+        v.push(Violation {
+            oracle: "D1 stale commit",
+            detail: format!("committed p{p} for epoch {e}, which this member no longer owned"),
+        });
+    }
+    for d in &w.drains {
+        if !d.sink_faulty && d.abandoned_rows > 0 && d.took < d.timeout {
+            v.push(Violation {
+                oracle: "D6 drain",
+                detail: format!(
+                    "a drain with a healthy sink returned early ({:?} of {:?}) yet abandoned {} rows",
+                    d.took, d.timeout, d.abandoned_rows
+                ),
+            });
+        }
+        if d.took > d.timeout + DRAIN_GRACE + DRAIN_SLACK {
+            v.push(Violation {
+                oracle: "D5 drain",
+                detail: format!(
+                    "shutdown took {:?} with drain timeout {:?}",
+                    d.took, d.timeout
+                ),
+            });
+        }
+    }
+    if !o.caught_up {
+        let lag: Vec<String> = (0..w.cfg.partitions)
+            .filter_map(|p| {
+                let end = w.logs[p].len() as i64;
+                let c = w.committed[p].unwrap_or(0);
+                (c < end).then(|| {
+                    format!(
+                        "p{p} committed {c} of {end} (durable prefix {})",
+                        w.durable_prefix[p]
+                    )
+                })
+            })
+            .collect();
+        v.push(Violation {
+            oracle: "liveness",
+            detail: format!(
+                "lag not zero {:?} after healing: {}",
+                w.cfg.liveness_bound,
+                lag.join(", ")
+            ),
+        });
+    } else {
+        for (p, log) in w.logs.iter().enumerate() {
+            if (w.durable_prefix[p] as usize) < log.len() {
+                v.push(Violation {
+                    oracle: "D1 at-least-once",
+                    detail: format!(
+                        "p{p}: offset {} produced but never landed",
+                        w.durable_prefix[p]
+                    ),
+                });
+            }
+        }
+        if o.final_status != Some(ExitStatus::Clean) {
+            v.push(Violation {
+                oracle: "liveness",
+                detail: format!(
+                    "final shutdown with a healthy sink was not clean: {:?}",
+                    o.final_status
+                ),
+            });
+        }
+    }
+    v
+}
+
+/// The result of one seed.
+#[derive(Debug)]
+pub struct SeedResult {
+    /// The seed.
+    pub seed: u64,
+    /// What broke (empty: the run held every promise).
+    pub violations: Vec<Violation>,
+    /// Trace hash (D7).
+    pub trace_hash: u64,
+    /// Fault kinds that took effect.
+    pub hit: Vec<FaultKind>,
+    /// Interesting combinations that happened.
+    pub combos: Vec<&'static str>,
+    /// Rows that landed more than once.
+    pub duplicates: u64,
+    /// Simulated time the run covered.
+    pub simulated: Duration,
+}
+
+/// Runs and judges `seed`.
+pub fn run_and_check(seed: u64) -> (SimOutcome, SeedResult) {
+    let o = run_seed(seed);
+    let violations = check(&o);
+    let w = &o.world;
+    let mut combos = Vec::new();
+    if w.ambiguous_writes > 0 && w.dedup_drops > 0 {
+        combos.push("ambiguous write then deduplicated retry");
+    }
+    if w.rebalance_during_drain {
+        combos.push("rebalance during drain");
+    }
+    if w.hit.contains(&FaultKind::Eviction) && w.ambiguous_writes + w.dedup_drops > 0 {
+        combos.push("eviction with ambiguous writes");
+    }
+    if w.hit.contains(&FaultKind::Crash) && w.duplicates() > 0 {
+        combos.push("crash replay duplicates");
+    }
+    let result = SeedResult {
+        seed,
+        violations,
+        trace_hash: o.trace_hash,
+        hit: w.hit.iter().copied().collect(),
+        combos,
+        duplicates: w.duplicates(),
+        simulated: w.base,
+    };
+    (o, result)
+}
+
+/// Totals of a campaign.
+#[derive(Debug, Default)]
+pub struct Campaign {
+    /// Seeds run.
+    pub runs: u64,
+    /// Seeds with at least one violation.
+    pub failures: Vec<SeedResult>,
+    /// Runs that hit each fault kind.
+    pub hits: BTreeMap<FaultKind, u64>,
+    /// Runs that hit each interesting combination.
+    pub combos: BTreeMap<&'static str, u64>,
+    /// Rows landed more than once, over all runs.
+    pub duplicates: u64,
+    /// Simulated time over all runs.
+    pub simulated: Duration,
+}
+
+impl Campaign {
+    /// Runs seeds `first..first + count`.
+    pub fn run(first: u64, count: u64) -> Self {
+        let mut c = Campaign::default();
+        for seed in first..first + count {
+            let (_, r) = run_and_check(seed);
+            c.add(r);
+        }
+        c
+    }
+
+    /// Adds one seed's result.
+    pub fn add(&mut self, r: SeedResult) {
+        self.runs += 1;
+        for k in &r.hit {
+            *self.hits.entry(*k).or_default() += 1;
+        }
+        for k in &r.combos {
+            *self.combos.entry(k).or_default() += 1;
+        }
+        self.duplicates += r.duplicates;
+        self.simulated += r.simulated;
+        if !r.violations.is_empty() {
+            self.failures.push(r);
+        }
+    }
+
+    /// A printable summary: coverage per fault kind and combination, failures
+    /// with their replay lines.
+    pub fn summary(&self) -> String {
+        let mut s = format!(
+            "{} runs, {} failed, {} duplicate rows, {:.0} simulated s\n",
+            self.runs,
+            self.failures.len(),
+            self.duplicates,
+            self.simulated.as_secs_f64()
+        );
+        for k in FaultKind::ALL {
+            let n = self.hits.get(&k).copied().unwrap_or(0);
+            s += &format!("  {k:?}: {n} runs ({:.1}%)\n", pct(n, self.runs));
+        }
+        for (k, n) in &self.combos {
+            s += &format!("  {k}: {n} runs ({:.1}%)\n", pct(*n, self.runs));
+        }
+        for f in &self.failures {
+            s += &format!(
+                "FAILED seed {}: replay with `{}`\n",
+                f.seed,
+                replay_line(f.seed)
+            );
+            for v in &f.violations {
+                s += &format!("    {}: {}\n", v.oracle, v.detail);
+            }
+        }
+        s
+    }
+}
+
+fn pct(n: u64, of: u64) -> f64 {
+    if of == 0 {
+        0.0
+    } else {
+        n as f64 * 100.0 / of as f64
+    }
+}
+
+/// The one line that replays `seed` exactly.
+pub fn replay_line(seed: u64) -> String {
+    format!("cargo run -p spate-verify --release -- replay {seed}")
+}
