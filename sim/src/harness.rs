@@ -281,6 +281,7 @@ async fn graceful_stop(
         timeout,
         took,
         abandoned_rows: report.sink.rows_abandoned(),
+        left_unwritten: report.status == ExitStatus::Abandoned,
         sink_faulty,
     });
     w.trace(format!(

@@ -75,8 +75,12 @@ pub struct DrainFact {
     pub timeout: Duration,
     /// From the shutdown request to the run's return.
     pub took: Duration,
-    /// Rows the drain reported abandoned.
+    /// Rows the sink reported abandoned over the incarnation (some may have
+    /// been re-read and delivered under a later epoch).
     pub abandoned_rows: u64,
+    /// Whether the run ended with data left unwritten
+    /// (`ExitStatus::Abandoned`).
+    pub left_unwritten: bool,
     /// Whether any sink fault was scheduled to be active during the drain.
     pub sink_faulty: bool,
 }

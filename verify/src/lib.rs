@@ -78,11 +78,11 @@ pub fn check(o: &SimOutcome) -> Vec<Violation> {
         });
     }
     for d in &w.drains {
-        if !d.sink_faulty && d.abandoned_rows > 0 && d.took < d.timeout {
+        if !d.sink_faulty && d.left_unwritten && d.took < d.timeout {
             v.push(Violation {
                 oracle: "D6 drain",
                 detail: format!(
-                    "a drain with a healthy sink returned early ({:?} of {:?}) yet abandoned {} rows",
+                    "a drain with a healthy sink returned early ({:?} of {:?}) yet left data unwritten ({} rows abandoned)",
                     d.took, d.timeout, d.abandoned_rows
                 ),
             });

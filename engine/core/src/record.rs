@@ -6,6 +6,7 @@
 //! assignments of a partition to this process, so acks from an earlier
 //! assignment can never move a later one's watermark (D1).
 
+use std::cmp::Ordering;
 use std::fmt;
 use std::sync::Arc;
 
@@ -21,7 +22,7 @@ pub type Epoch = u64;
 ///
 /// Cloning is cheap (the topic name is shared). Ordering is by topic, then
 /// partition, so maps keyed by it iterate deterministically (D7).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Debug)]
 pub struct TopicPartition {
     topic: Arc<str>,
     partition: i32,
@@ -43,6 +44,42 @@ impl TopicPartition {
     /// The partition number within the topic.
     pub fn partition(&self) -> i32 {
         self.partition
+    }
+}
+
+impl PartialEq for TopicPartition {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for TopicPartition {}
+
+impl std::hash::Hash for TopicPartition {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.topic.hash(state);
+        self.partition.hash(state);
+    }
+}
+
+impl PartialOrd for TopicPartition {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for TopicPartition {
+    /// By topic, then partition. Handles of one topic usually share the name's
+    /// allocation, so the common case compares a pointer instead of bytes
+    /// (the tracker looks a partition up on every ack).
+    #[inline]
+    fn cmp(&self, other: &Self) -> Ordering {
+        let topic = if Arc::ptr_eq(&self.topic, &other.topic) {
+            Ordering::Equal
+        } else {
+            self.topic.cmp(&other.topic)
+        };
+        topic.then(self.partition.cmp(&other.partition))
     }
 }
 

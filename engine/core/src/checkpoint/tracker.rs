@@ -90,7 +90,9 @@ impl PartitionState {
 /// Tracks delivered prefixes and committable offsets per partition and epoch.
 #[derive(Debug, Default)]
 pub struct Tracker {
-    parts: BTreeMap<(TopicPartition, Epoch), PartitionState>,
+    /// Per partition, per epoch. Nested so a lookup borrows the partition
+    /// instead of cloning it into a tuple key (one lookup per ack).
+    parts: BTreeMap<TopicPartition, BTreeMap<Epoch, PartitionState>>,
     stale: u64,
 }
 
@@ -103,34 +105,52 @@ impl Tracker {
     /// Starts tracking `partition` at `epoch`. Panics if that pair is already
     /// tracked (an epoch is never reused).
     pub fn assign(&mut self, partition: TopicPartition, epoch: Epoch) {
-        let key = (partition, epoch);
-        assert!(
-            !self.parts.contains_key(&key),
-            "{} epoch {} assigned twice",
-            key.0,
-            key.1
-        );
-        self.parts.insert(key, PartitionState::default());
+        let epochs = self.parts.entry(partition).or_default();
+        assert!(!epochs.contains_key(&epoch), "epoch {epoch} assigned twice");
+        epochs.insert(epoch, PartitionState::default());
+    }
+
+    fn state(&self, partition: &TopicPartition, epoch: Epoch) -> Option<&PartitionState> {
+        self.parts.get(partition)?.get(&epoch)
+    }
+
+    fn state_mut(
+        &mut self,
+        partition: &TopicPartition,
+        epoch: Epoch,
+    ) -> Option<&mut PartitionState> {
+        self.parts.get_mut(partition)?.get_mut(&epoch)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&TopicPartition, Epoch, &PartitionState)> {
+        self.parts
+            .iter()
+            .flat_map(|(p, epochs)| epochs.iter().map(move |(e, s)| (p, *e, s)))
     }
 
     /// Marks `partition` at `epoch` revoked: it keeps accepting the
     /// resolutions of batches already in flight until [`Tracker::release`].
     pub fn revoke(&mut self, partition: &TopicPartition, epoch: Epoch) {
-        if let Some(state) = self.parts.get_mut(&(partition.clone(), epoch)) {
+        if let Some(state) = self.state_mut(partition, epoch) {
             state.revoked = true;
         }
     }
 
     /// Forgets `partition` at `epoch`; later resolutions for it are stale.
     pub fn release(&mut self, partition: &TopicPartition, epoch: Epoch) {
-        self.parts.remove(&(partition.clone(), epoch));
+        if let Some(epochs) = self.parts.get_mut(partition) {
+            epochs.remove(&epoch);
+            if epochs.is_empty() {
+                self.parts.remove(partition);
+            }
+        }
     }
 
     /// Applies one resolution. Never panics on input from the ack channel:
     /// unknown pairs are counted as stale, duplicates are ignored in release
     /// builds (and assert in debug builds, since handles resolve exactly once).
     pub fn apply(&mut self, r: &Resolution) -> Applied {
-        let Some(state) = self.parts.get_mut(&(r.partition.clone(), r.epoch)) else {
+        let Some(state) = self.state_mut(&r.partition, r.epoch) else {
             self.stale += 1;
             return Applied::Stale;
         };
@@ -158,12 +178,17 @@ impl Tracker {
                 if r.seq < state.next_seq {
                     return Applied::Stale;
                 }
-                state.ahead.insert(r.seq, r.last);
-                if state.advance() {
-                    Applied::Advanced
-                } else {
-                    Applied::Buffered
+                if r.seq > state.next_seq {
+                    state.ahead.insert(r.seq, r.last);
+                    return Applied::Buffered;
                 }
+                // In order (the common case): extend the prefix directly,
+                // then take any batches that were waiting behind this one.
+                debug_assert!(state.last_delivered.is_none_or(|prev| r.last > prev));
+                state.last_delivered = Some(r.last);
+                state.next_seq += 1;
+                state.advance();
+                Applied::Advanced
             }
         }
     }
@@ -172,8 +197,7 @@ impl Tracker {
     /// delivered + 1), or `None` when nothing is delivered yet or the pair is
     /// not tracked.
     pub fn committable(&self, partition: &TopicPartition, epoch: Epoch) -> Option<Offset> {
-        self.parts
-            .get(&(partition.clone(), epoch))
+        self.state(partition, epoch)
             .and_then(PartitionState::committable)
     }
 
@@ -181,14 +205,12 @@ impl Tracker {
     /// Equal to the lane issuer's [`crate::ack::AckIssuer::issued`] once every
     /// batch has settled.
     pub fn resolved(&self, partition: &TopicPartition, epoch: Epoch) -> u64 {
-        self.parts
-            .get(&(partition.clone(), epoch))
-            .map_or(0, |s| s.resolved)
+        self.state(partition, epoch).map_or(0, |s| s.resolved)
     }
 
     /// The first failed batch of `partition` at `epoch`, if it is frozen.
     pub fn failure(&self, partition: &TopicPartition, epoch: Epoch) -> Option<FailedBatch> {
-        let state = self.parts.get(&(partition.clone(), epoch))?;
+        let state = self.state(partition, epoch)?;
         state.frozen_at.map(|(seq, first)| FailedBatch {
             partition: partition.clone(),
             epoch,
@@ -199,12 +221,11 @@ impl Tracker {
 
     /// Every frozen `(partition, epoch)`, in partition order.
     pub fn failures(&self) -> Vec<FailedBatch> {
-        self.parts
-            .iter()
-            .filter_map(|((p, e), s)| {
+        self.iter()
+            .filter_map(|(p, epoch, s)| {
                 s.frozen_at.map(|(seq, first)| FailedBatch {
                     partition: p.clone(),
-                    epoch: *e,
+                    epoch,
                     seq,
                     first,
                 })
@@ -215,13 +236,12 @@ impl Tracker {
     /// Offsets that are committable and not yet marked committed, in partition
     /// order. For a revoked-but-not-released pair too (the revoke commit).
     pub fn pending_commits(&self) -> Vec<CommitOffset> {
-        self.parts
-            .iter()
-            .filter_map(|((p, e), s)| {
+        self.iter()
+            .filter_map(|(p, epoch, s)| {
                 let offset = s.committable()?;
                 (s.committed != Some(offset)).then(|| CommitOffset {
                     partition: p.clone(),
-                    epoch: *e,
+                    epoch,
                     offset,
                 })
             })
@@ -231,10 +251,7 @@ impl Tracker {
     /// Records that `commit` was accepted by the source, so it is not offered
     /// again by [`Tracker::pending_commits`].
     pub fn mark_committed(&mut self, commit: &CommitOffset) {
-        if let Some(state) = self
-            .parts
-            .get_mut(&(commit.partition.clone(), commit.epoch))
-        {
+        if let Some(state) = self.state_mut(&commit.partition, commit.epoch) {
             debug_assert!(
                 state.committable().is_some_and(|c| commit.offset <= c),
                 "D1: commit {} of {} passes the delivered prefix",
@@ -247,9 +264,7 @@ impl Tracker {
 
     /// Whether `partition` at `epoch` was revoked (and not yet released).
     pub fn is_revoked(&self, partition: &TopicPartition, epoch: Epoch) -> bool {
-        self.parts
-            .get(&(partition.clone(), epoch))
-            .is_some_and(|s| s.revoked)
+        self.state(partition, epoch).is_some_and(|s| s.revoked)
     }
 
     /// Resolutions ignored because their `(partition, epoch)` was not tracked.

@@ -259,7 +259,11 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
         let c = &self.counters;
         let status = if self.error.is_some() {
             ExitStatus::Failed
-        } else if !frozen.is_empty() || !sink.is_clean() {
+        } else if !frozen.is_empty() || sink.shards.iter().any(|s| s.forced_abort) {
+            // Data left unwritten at the end: a partition is frozen in front of
+            // it (or a worker had to be aborted). Batches abandoned earlier
+            // whose partitions were re-read under a later epoch are counted in
+            // `sink` but leave nothing behind.
             ExitStatus::Abandoned
         } else {
             ExitStatus::Clean

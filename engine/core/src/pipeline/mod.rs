@@ -169,8 +169,9 @@ pub enum ExitStatus {
     /// Everything polled was delivered, filtered or skipped by policy, and
     /// committed. Exit code 0.
     Clean,
-    /// Shutdown left data unwritten (drain deadline, abandoned batches); it was
-    /// not committed and will replay. Exit code 2.
+    /// Shutdown left data unwritten (drain deadline, abandoned batches): a
+    /// partition's commits stopped in front of it, so it replays on the next
+    /// start. Exit code 2.
     Abandoned,
     /// The pipeline stopped on an error (record failure, source, sink, probe).
     /// Exit code 3.

@@ -1,0 +1,206 @@
+//! The consumer's context: librdkafka's callbacks, turned into data the
+//! source acts on later.
+//!
+//! librdkafka calls [`ConsumerContext::rebalance`] from inside the consumer
+//! poll, i.e. from [`crate::KafkaSource`]'s `poll_event` on the controller's
+//! thread. The callback cannot reach the controller, and the controller must
+//! drain and commit a revoked partition *before* the rebalance completes (D1).
+//! So, outside shutdown, the callback only records the rebalance: librdkafka
+//! then waits (in its "wait assign/unassign call" state, still heart-beating)
+//! until spate calls `assign`/`unassign` itself, which the source does after
+//! splitting the new partitions' queues (assign) or after the controller
+//! released every revoked partition (revoke). See `source.rs`.
+//!
+//! While the source is closing nobody will release anything, so the callback
+//! applies the rebalance at once, as librdkafka's default handler would.
+//!
+//! The statistics callback publishes `spate_consumer_lag{topic,partition}`
+//! (requires `statistics.interval.ms`); librdkafka's log lines go to
+//! `tracing` under the target `librdkafka`.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use metrics::Gauge;
+use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::error::{KafkaError, KafkaResult};
+use rdkafka::statistics::Statistics;
+use rdkafka::topic_partition_list::TopicPartitionList;
+use rdkafka::types::RDKafkaRespErr;
+
+use crate::CONSUMER_LAG;
+
+/// A rebalance recorded by the callback, for the source to carry out.
+#[derive(Debug)]
+pub(crate) enum Rebalance {
+    /// Partitions to assign (the whole assignment under the eager protocol,
+    /// the added partitions under the cooperative one).
+    Assign {
+        partitions: TopicPartitionList,
+        cooperative: bool,
+    },
+    /// Partitions to revoke; `lost` when the assignment was lost (session
+    /// timeout, eviction) rather than handed over in order.
+    Revoke {
+        partitions: TopicPartitionList,
+        cooperative: bool,
+        lost: bool,
+    },
+    /// librdkafka reported a rebalance error.
+    Error(RDKafkaRespErr),
+}
+
+/// State shared by the context (librdkafka's callbacks) and the source.
+#[derive(Debug, Default)]
+pub(crate) struct Shared {
+    rebalances: Mutex<Vec<Rebalance>>,
+    closing: AtomicBool,
+    lag: Mutex<BTreeMap<(String, i32), Gauge>>,
+}
+
+impl Shared {
+    fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+        // A panic while holding these locks leaves plain data behind; keep going.
+        m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Takes the rebalances recorded since the last call, oldest first.
+    pub(crate) fn take_rebalances(&self) -> Vec<Rebalance> {
+        std::mem::take(&mut *Self::lock(&self.rebalances))
+    }
+
+    /// From now on the callback applies rebalances itself.
+    pub(crate) fn set_closing(&self) {
+        self.closing.store(true, Ordering::Release);
+    }
+
+    fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
+    }
+}
+
+/// The [`ConsumerContext`] of spate's consumer.
+///
+/// See [rdkafka's `ConsumerContext`](https://docs.rs/rdkafka/0.39/rdkafka/consumer/trait.ConsumerContext.html).
+#[derive(Clone, Debug, Default)]
+pub struct SpateContext {
+    shared: Arc<Shared>,
+}
+
+impl SpateContext {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        Self { shared }
+    }
+}
+
+/// Whether the group runs the cooperative (incremental) rebalance protocol
+/// (`partition.assignment.strategy=cooperative-sticky`).
+pub(crate) fn is_cooperative(consumer: &BaseConsumer<SpateContext>) -> bool {
+    matches!(
+        consumer.rebalance_protocol(),
+        RebalanceProtocol::Cooperative
+    )
+}
+
+/// Applies a rebalance at once, as librdkafka's default handler does; used
+/// while closing.
+fn apply_now(consumer: &BaseConsumer<SpateContext>, err: RDKafkaRespErr, tpl: &TopicPartitionList) {
+    let cooperative = is_cooperative(consumer);
+    let result: KafkaResult<()> = match (err, cooperative) {
+        (RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS, true) => {
+            consumer.incremental_assign(tpl)
+        }
+        (RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS, false) => consumer.assign(tpl),
+        (_, true) => consumer.incremental_unassign(tpl),
+        (_, false) => consumer.unassign(),
+    };
+    if let Err(e) = result {
+        tracing::warn!(error = %e, ?err, "applying a rebalance while closing failed");
+    }
+}
+
+impl ClientContext for SpateContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        match level {
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error => {
+                tracing::error!(target: "librdkafka", facility = fac, "{log_message}")
+            }
+            RDKafkaLogLevel::Warning => {
+                tracing::warn!(target: "librdkafka", facility = fac, "{log_message}")
+            }
+            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+                tracing::info!(target: "librdkafka", facility = fac, "{log_message}")
+            }
+            RDKafkaLogLevel::Debug => {
+                tracing::debug!(target: "librdkafka", facility = fac, "{log_message}")
+            }
+        }
+    }
+
+    fn stats(&self, statistics: Statistics) {
+        let mut gauges = Shared::lock(&self.shared.lag);
+        for (topic, t) in &statistics.topics {
+            for (&partition, p) in &t.partitions {
+                // -1 is librdkafka's internal "unassigned" partition; a lag of
+                // -1 means unknown (not assigned here, or no offsets yet).
+                if partition < 0 || p.consumer_lag < 0 {
+                    continue;
+                }
+                gauges
+                    .entry((topic.clone(), partition))
+                    .or_insert_with(|| {
+                        metrics::gauge!(CONSUMER_LAG,
+                            "topic" => topic.clone(),
+                            "partition" => partition.to_string())
+                    })
+                    .set(p.consumer_lag as f64);
+            }
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        // The same error reaches the source's poll, which classifies, logs
+        // and counts it; here it is only a debug line.
+        tracing::debug!(target: "librdkafka", %error, reason, "client error");
+    }
+}
+
+impl ConsumerContext for SpateContext {
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        if self.shared.is_closing() {
+            tracing::debug!(
+                ?err,
+                partitions = tpl.count(),
+                "rebalance while closing; applied at once"
+            );
+            apply_now(consumer, err, tpl);
+            return;
+        }
+        let cooperative = is_cooperative(consumer);
+        let op = match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => Rebalance::Assign {
+                partitions: tpl.clone(),
+                cooperative,
+            },
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => Rebalance::Revoke {
+                partitions: tpl.clone(),
+                cooperative,
+                lost: consumer.assignment_lost(),
+            },
+            other => Rebalance::Error(other),
+        };
+        tracing::debug!(?op, "rebalance recorded");
+        Shared::lock(&self.shared.rebalances).push(op);
+    }
+}

@@ -1,0 +1,537 @@
+//! [`KafkaSource`]: one rdkafka `BaseConsumer` per process, subscribed to the
+//! configured topics, handing out one [`KafkaLane`] per assigned partition and
+//! committing the offsets the controller gives it.
+//!
+//! # Rebalance: the controller commits before the rebalance completes
+//!
+//! librdkafka's rebalance events are served by the consumer poll in
+//! [`KafkaSource::poll_event`]; the context (`context.rs`) only records them.
+//! librdkafka then waits, still heart-beating, until the application calls
+//! `assign`/`unassign` (its "wait assign call" states). spate uses that wait:
+//!
+//! - **Assign** (epoch `n + 1` for each partition): split the partition's
+//!   queue first ([`BaseConsumer::split_partition_queue`], so not one message
+//!   reaches the shared consumer queue), then call `assign` (eager) or
+//!   `incremental_assign` (cooperative). Fetching starts at the committed
+//!   offset, or at `auto.offset.reset` when there is none.
+//! - **Revoke**: emit [`AssignmentEvent::Revoked`] for every revoked partition
+//!   and do *not* unassign. The controller stops the lanes, waits (bounded by
+//!   `rebalance.drain_timeout`) for their acks, commits what is committable
+//!   through [`Source::commit`] (the member still belongs to the old
+//!   generation, so the broker accepts it), and calls [`Source::release`] for
+//!   each partition. When the last revoked partition is released, the source
+//!   calls `unassign` (eager) or `incremental_unassign` (cooperative) and the
+//!   rebalance completes.
+//!
+//! **D1.** The source commits only what the controller passes, which the
+//! tracker derived from acknowledged data; it refuses offsets of an epoch it
+//! does not own ([`SourceError::CommitRejected`]), and it never commits on its
+//! own (auto-commit and offset store are owned off, `config.rs`). What did not
+//! settle within the drain timeout is simply not committed: the next owner
+//! re-reads it.
+//!
+//! **Limits.** The deferral holds the whole group's rebalance for the drain
+//! (eager protocol: every member stops; cooperative: only the moved
+//! partitions), so `rebalance.drain_timeout` must stay well below
+//! `max.poll.interval.ms` (librdkafka's rebalance timeout, 300 s by default),
+//! or the broker evicts this member; its later commits are then rejected,
+//! which costs re-reads, never loss. A lost assignment (session timeout) is
+//! revoked the same way, and its commits fail as rejected.
+//!
+//! # Shutdown
+//!
+//! Dropping the source closes the consumer: it marks the context as closing
+//! (from then on rebalances are applied at once), finishes a pending revoke,
+//! and serves the consumer queue until librdkafka reports the consumer closed,
+//! for at most [`CLOSE_TIMEOUT`]. With nothing assigned (empty topic, group
+//! never joined) that takes milliseconds.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use metrics::Counter;
+use rdkafka::Message;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::topic_partition_list::{Offset as KafkaOffset, TopicPartitionList};
+use spate_core::record::{Epoch, Offset, TopicPartition};
+use spate_core::source::{AssignmentEvent, CommitOffset, Source, SourceError};
+
+use crate::SOURCE_ERRORS;
+use crate::config::{ConfigError, KafkaSourceConfig};
+use crate::context::{Rebalance, Shared, SpateContext};
+use crate::errors;
+use crate::lane::KafkaLane;
+
+/// Bound on the consumer-queue events one [`KafkaSource::poll_event`] serves
+/// before returning, so the controller's loop keeps turning even when
+/// librdkafka has a backlog of statistics or errors.
+const MAX_EVENTS_PER_POLL: usize = 64;
+
+/// How long dropping a [`KafkaSource`] waits for librdkafka to close the
+/// consumer (leave the group, finish the last rebalance) before giving up and
+/// leaving the rest to librdkafka's own destructor.
+pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A revoke waiting for the controller to release its partitions.
+#[derive(Debug)]
+struct Revoking {
+    /// Partitions (and the epochs being revoked) not yet released.
+    waiting: BTreeSet<(TopicPartition, Epoch)>,
+    /// The revoked partitions as librdkafka listed them.
+    partitions: TopicPartitionList,
+    cooperative: bool,
+}
+
+/// The Kafka [`Source`]: one consumer, a lane per assigned partition.
+///
+/// Build it with [`KafkaSource::new`]; hand it to
+/// `spate_core::pipeline::Pipeline::builder`. Semantics of the underlying
+/// consumer: [librdkafka's consumer
+/// API](https://github.com/confluentinc/librdkafka/blob/master/INTRODUCTION.md#high-level-kafkaconsumer).
+pub struct KafkaSource {
+    consumer: Arc<BaseConsumer<SpateContext>>,
+    shared: Arc<Shared>,
+    max_batch: usize,
+    group: String,
+    /// Events ready for the controller, oldest first.
+    ready: VecDeque<AssignmentEvent<KafkaLane>>,
+    /// The last epoch issued per partition; never forgotten, so epochs only
+    /// grow for the life of the process.
+    epochs: BTreeMap<TopicPartition, Epoch>,
+    /// Partitions owned now (assigned, and not yet released after a revoke).
+    owned: BTreeMap<TopicPartition, Epoch>,
+    revoking: Option<Revoking>,
+    /// D1 guard: offsets a commit of the partition may not pass (a message
+    /// that reached the shared queue instead of its lane, never delivered).
+    ceilings: BTreeMap<TopicPartition, Offset>,
+    transient_errors: Counter,
+    /// A fatal error met outside `poll_event` (in `release`, whose errors the
+    /// controller only logs), reported by the next `poll_event`.
+    deferred: Option<SourceError>,
+    closed: bool,
+}
+
+impl std::fmt::Debug for KafkaSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaSource")
+            .field("group", &self.group)
+            .field("owned", &self.owned)
+            .field("revoking", &self.revoking)
+            .field("ready", &self.ready.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl KafkaSource {
+    /// Validates `config`, creates the consumer and subscribes. Joining the
+    /// group happens in the background and is observed through
+    /// [`Source::poll_event`] (about 3 s against librdkafka's mock cluster).
+    ///
+    /// # Errors
+    /// [`ConfigError`] for an invalid config (an owned key, a missing
+    /// `bootstrap.servers` or `group.id`), or when librdkafka refuses a
+    /// property or the subscription.
+    pub fn new(config: KafkaSourceConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let mut client = ClientConfig::new();
+        for (key, value) in config.client_properties() {
+            client.set(key, value);
+        }
+        let shared = Arc::new(Shared::default());
+        let consumer: BaseConsumer<SpateContext> =
+            client.create_with_context(SpateContext::new(Arc::clone(&shared)))?;
+        let topics: Vec<&str> = config.topics.iter().map(String::as_str).collect();
+        consumer.subscribe(&topics)?;
+        tracing::info!(group = config.group_id(), ?topics, "subscribed");
+        Ok(Self {
+            consumer: Arc::new(consumer),
+            shared,
+            max_batch: config.max_batch,
+            group: config.group_id().to_owned(),
+            ready: VecDeque::new(),
+            epochs: BTreeMap::new(),
+            owned: BTreeMap::new(),
+            revoking: None,
+            ceilings: BTreeMap::new(),
+            transient_errors: metrics::counter!(SOURCE_ERRORS, "kind" => "transient"),
+            deferred: None,
+            closed: false,
+        })
+    }
+
+    /// The partitions this source owns now, with their epochs (assigned and
+    /// not yet released).
+    pub fn owned(&self) -> &BTreeMap<TopicPartition, Epoch> {
+        &self.owned
+    }
+
+    /// Carries out the rebalances the context recorded.
+    fn apply_rebalances(&mut self) -> Result<(), SourceError> {
+        for op in self.shared.take_rebalances() {
+            match op {
+                Rebalance::Assign {
+                    partitions,
+                    cooperative,
+                } => self.assign(&partitions, cooperative)?,
+                Rebalance::Revoke {
+                    partitions,
+                    cooperative,
+                    lost,
+                } => self.revoke(partitions, cooperative, lost)?,
+                Rebalance::Error(code) => {
+                    return Err(SourceError::Fatal {
+                        context: format!("rebalance of group {}", self.group),
+                        message: RDKafkaErrorCode::from(code).to_string(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn assign(
+        &mut self,
+        partitions: &TopicPartitionList,
+        cooperative: bool,
+    ) -> Result<(), SourceError> {
+        for elem in partitions.elements() {
+            let tp = TopicPartition::new(elem.topic(), elem.partition());
+            debug_assert!(!self.owned.contains_key(&tp), "{tp} assigned twice");
+            // Split before assigning: fetching starts only after the queue is
+            // the lane's, so no message of it lands in the shared queue.
+            let queue = self
+                .consumer
+                .split_partition_queue(elem.topic(), elem.partition())
+                .ok_or_else(|| SourceError::Fatal {
+                    context: format!("assign {tp}"),
+                    message: "librdkafka has no queue for this partition".into(),
+                })?;
+            let epoch = self.epochs.entry(tp.clone()).or_insert(0);
+            *epoch += 1;
+            let epoch = *epoch;
+            self.owned.insert(tp.clone(), epoch);
+            self.ceilings.remove(&tp);
+            tracing::info!(partition = %tp, epoch, cooperative, "assigned");
+            let lane = KafkaLane::new(
+                queue,
+                Arc::clone(&self.consumer),
+                tp.clone(),
+                epoch,
+                self.max_batch,
+            );
+            self.ready.push_back(AssignmentEvent::Assigned {
+                partition: tp,
+                epoch,
+                lane,
+            });
+        }
+        let result = if cooperative {
+            self.consumer.incremental_assign(partitions)
+        } else {
+            self.consumer.assign(partitions)
+        };
+        // A refused assign leaves the group's rebalance hanging: fatal.
+        result.map_err(|e| SourceError::Fatal {
+            context: format!("assign in group {}", self.group),
+            message: e.to_string(),
+        })
+    }
+
+    fn revoke(
+        &mut self,
+        partitions: TopicPartitionList,
+        cooperative: bool,
+        lost: bool,
+    ) -> Result<(), SourceError> {
+        let mut waiting = BTreeSet::new();
+        for elem in partitions.elements() {
+            let tp = TopicPartition::new(elem.topic(), elem.partition());
+            let Some(&epoch) = self.owned.get(&tp) else {
+                continue;
+            };
+            if lost {
+                tracing::warn!(partition = %tp, epoch, "assignment lost; its commits will be rejected and its data re-read");
+            } else {
+                tracing::info!(partition = %tp, epoch, "revoking; waiting for the drain");
+            }
+            waiting.insert((tp.clone(), epoch));
+            self.ready.push_back(AssignmentEvent::Revoked {
+                partition: tp,
+                epoch,
+            });
+        }
+        match &mut self.revoking {
+            // librdkafka does not start another rebalance before the pending
+            // one is answered; merge rather than assume it.
+            Some(r) => {
+                r.waiting.extend(waiting);
+                for elem in partitions.elements() {
+                    r.partitions.add_partition(elem.topic(), elem.partition());
+                }
+            }
+            None => {
+                self.revoking = Some(Revoking {
+                    waiting,
+                    partitions,
+                    cooperative,
+                });
+            }
+        }
+        self.finish_revoke_if_released()
+    }
+
+    /// Completes the pending revoke once every revoked partition is released.
+    fn finish_revoke_if_released(&mut self) -> Result<(), SourceError> {
+        if self.revoking.as_ref().is_none_or(|r| !r.waiting.is_empty()) {
+            return Ok(());
+        }
+        let r = self.revoking.take().expect("checked above");
+        for elem in r.partitions.elements() {
+            self.owned
+                .remove(&TopicPartition::new(elem.topic(), elem.partition()));
+        }
+        let result = if r.cooperative {
+            self.consumer.incremental_unassign(&r.partitions)
+        } else {
+            self.consumer.unassign()
+        };
+        tracing::info!(
+            partitions = r.partitions.count(),
+            cooperative = r.cooperative,
+            "revoke complete; rebalance may proceed"
+        );
+        // A refused unassign leaves the group's rebalance hanging: fatal.
+        result.map_err(|e| SourceError::Fatal {
+            context: format!("unassign in group {}", self.group),
+            message: e.to_string(),
+        })
+    }
+
+    /// Serves one consumer-queue event, waiting at most `timeout`; `true` if
+    /// there may be more.
+    fn serve_one(&mut self, timeout: Duration) -> Result<bool, SourceError> {
+        // Take what the poll returned into owned data at once: a message
+        // borrows the consumer.
+        let polled = match self.consumer.poll(timeout) {
+            None => None,
+            Some(Ok(m)) => Some(Ok((
+                TopicPartition::new(m.topic(), m.partition()),
+                m.offset(),
+            ))),
+            Some(Err(e)) => Some(Err(e)),
+        };
+        let recorded = self.apply_rebalances();
+        let more = match polled {
+            None => false,
+            Some(Ok((tp, offset))) => {
+                // Cannot happen while every assigned partition is split before
+                // assign; if it does, the message is not delivered, so never
+                // commit past it (D1) and stop.
+                let ceiling = self.ceilings.entry(tp.clone()).or_insert(offset);
+                *ceiling = (*ceiling).min(offset);
+                return Err(SourceError::Fatal {
+                    context: format!("poll group {}", self.group),
+                    message: format!(
+                        "message {tp}@{offset} arrived on the consumer queue instead of its lane"
+                    ),
+                });
+            }
+            Some(Err(e)) => {
+                let error = errors::source_error(format!("poll group {}", self.group), &e);
+                match error {
+                    SourceError::Fatal { .. } => return Err(error),
+                    _ => {
+                        self.transient_errors.increment(1);
+                        tracing::warn!(%error, "transient consumer error; librdkafka retries");
+                        true
+                    }
+                }
+            }
+        };
+        recorded?;
+        Ok(more || !self.ready.is_empty())
+    }
+
+    /// Closes the consumer: see the module docs. Idempotent.
+    fn close(&mut self) {
+        if self.closed {
+            return;
+        }
+        self.closed = true;
+        self.shared.set_closing();
+        if let Some(r) = self.revoking.as_mut() {
+            tracing::info!(
+                waiting = r.waiting.len(),
+                "closing with a revoke pending; completing it"
+            );
+            r.waiting.clear();
+        }
+        if let Err(e) = self.finish_revoke_if_released() {
+            tracing::warn!(error = %e, "completing the pending revoke at close failed");
+        }
+        // Lanes not yet handed out hold queue handles; drop them first.
+        self.ready.clear();
+        if let Err(e) = self.consumer.close_queue() {
+            tracing::warn!(error = %e, "closing the consumer queue failed");
+            return;
+        }
+        let deadline = Instant::now() + CLOSE_TIMEOUT;
+        while !self.consumer.closed() {
+            if Instant::now() >= deadline {
+                tracing::warn!(timeout = ?CLOSE_TIMEOUT, "consumer did not close in time");
+                return;
+            }
+            // Serves the closing rebalance (applied at once by the context).
+            let _ = self.consumer.poll(Duration::from_millis(50));
+            let _ = self.shared.take_rebalances();
+        }
+        tracing::info!(group = %self.group, "consumer closed");
+    }
+}
+
+impl Drop for KafkaSource {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl Source for KafkaSource {
+    type Lane = KafkaLane;
+
+    /// Serves the consumer queue (group membership, rebalances, statistics,
+    /// errors) for at most `timeout` and returns the next assignment change.
+    ///
+    /// # Errors
+    /// [`SourceError::Fatal`] for a fatal consumer error (see `errors.rs`) or
+    /// a rebalance error; transient errors are logged and counted
+    /// (`spate_source_errors_total{kind="transient"}`), not returned.
+    fn poll_event(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Option<AssignmentEvent<KafkaLane>>, SourceError> {
+        if let Some(e) = self.deferred.take() {
+            return Err(e);
+        }
+        if let Some(ev) = self.ready.pop_front() {
+            return Ok(Some(ev));
+        }
+        let mut wait = timeout;
+        for _ in 0..MAX_EVENTS_PER_POLL {
+            let more = self.serve_one(wait)?;
+            wait = Duration::ZERO;
+            if !more || !self.ready.is_empty() {
+                break;
+            }
+        }
+        Ok(self.ready.pop_front())
+    }
+
+    /// Marks the revoked `partition` at `epoch` as drained and committed; when
+    /// it is the last of the pending revoke, completes the rebalance
+    /// (`unassign` / `incremental_unassign`). Releasing something not pending
+    /// is a no-op.
+    ///
+    /// # Errors
+    /// [`SourceError::Fatal`] when librdkafka refuses the unassign (the
+    /// rebalance could not complete); the next [`Source::poll_event`] returns
+    /// it again, so the pipeline stops.
+    fn release(&mut self, partition: &TopicPartition, epoch: Epoch) -> Result<(), SourceError> {
+        let Some(r) = self.revoking.as_mut() else {
+            tracing::debug!(%partition, epoch, "release without a pending revoke");
+            return Ok(());
+        };
+        if !r.waiting.remove(&(partition.clone(), epoch)) {
+            tracing::debug!(%partition, epoch, "release of a partition not being revoked");
+        }
+        self.finish_revoke_if_released().inspect_err(|e| {
+            // The controller only logs release errors; make sure the pipeline
+            // stops: the next poll_event reports it.
+            self.deferred = Some(SourceError::Fatal {
+                context: format!("release {partition}"),
+                message: e.to_string(),
+            });
+        })
+    }
+
+    /// Commits `offsets` synchronously ([`CommitMode::Sync`]: blocks the
+    /// calling (controller) thread for one broker round trip), see
+    /// [`rd_kafka_commit`](https://github.com/confluentinc/librdkafka/blob/master/src/rdkafka.h).
+    ///
+    /// Offsets of an epoch this source does not own (any more) are not sent.
+    ///
+    /// # Errors
+    /// [`SourceError::CommitRejected`] when the group refused the commit
+    /// (evicted, fenced, rebalanced: the epoch has ended; reported for the
+    /// first partition of the call) or an offset was for an epoch not owned;
+    /// [`SourceError::Transient`] when it may succeed on the next try.
+    fn commit(&mut self, offsets: &[CommitOffset]) -> Result<(), SourceError> {
+        let mut list = TopicPartitionList::with_capacity(offsets.len());
+        let mut first: Option<&CommitOffset> = None;
+        let mut stale: Option<&CommitOffset> = None;
+        for c in offsets {
+            debug_assert!(
+                c.offset >= 0,
+                "commit of a negative offset for {}",
+                c.partition
+            );
+            if self.owned.get(&c.partition) != Some(&c.epoch) {
+                stale.get_or_insert(c);
+                continue;
+            }
+            let offset = match self.ceilings.get(&c.partition) {
+                Some(&ceiling) if c.offset > ceiling => ceiling,
+                _ => c.offset,
+            };
+            list.add_partition_offset(
+                c.partition.topic(),
+                c.partition.partition(),
+                KafkaOffset::Offset(offset),
+            )
+            .map_err(|e| errors::source_error(format!("commit {}", c.partition), &e))?;
+            first.get_or_insert(c);
+        }
+        if let Some(first) = first {
+            match self.consumer.commit(&list, CommitMode::Sync) {
+                Ok(()) => {}
+                Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
+                Err(KafkaError::ConsumerCommit(code)) if errors::commit_rejected(code) => {
+                    return Err(SourceError::CommitRejected {
+                        partition: first.partition.clone(),
+                        epoch: first.epoch,
+                        message: code.to_string(),
+                    });
+                }
+                Err(e) => {
+                    return Err(SourceError::Transient {
+                        context: format!("commit in group {}", self.group),
+                        message: e.to_string(),
+                    });
+                }
+            }
+        }
+        match stale {
+            Some(c) => Err(SourceError::CommitRejected {
+                partition: c.partition.clone(),
+                epoch: c.epoch,
+                message: format!(
+                    "epoch {} of {} is not owned by this consumer (owned: {:?})",
+                    c.epoch,
+                    c.partition,
+                    self.owned.get(&c.partition)
+                ),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+// The pipeline moves the source to the controller and lanes to pipeline
+// threads.
+const _: () = {
+    const fn is_send<T: Send>() {}
+    is_send::<KafkaSource>();
+    is_send::<KafkaLane>();
+};

@@ -1,0 +1,595 @@
+//! Whole pipelines on [`KafkaSource`] against librdkafka's in-process mock
+//! cluster (no Docker, no network beyond loopback).
+//!
+//! Facts about the mock these tests rely on (shared/ENVIRONMENT.md): it keeps
+//! at most 5 MiB per partition, so every test checks the low watermark is 0
+//! before counting; its first group join waits 3 s (the broker's
+//! `group.initial.rebalance.delay.ms`); a member joining a running group makes
+//! it wait `session.timeout.ms - 1 s` for the others to rejoin, so the tests
+//! use a short session timeout.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use rdkafka::Message;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::{BaseProducer, BaseRecord, DefaultProducerContext, Producer};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use spate_core::pipeline::chain::{PayloadDecoder, RoundRobin};
+use spate_core::pipeline::driver::ChainProcessor;
+use spate_core::pipeline::terminal::{ChunkBuffers, Terminal};
+use spate_core::pipeline::testkit::{CaptureWriter, LineEncoder, WriterMode};
+use spate_core::pipeline::{ExitStatus, Pipeline, PipelineConfig, RunReport, Shutdown};
+use spate_core::sink::SinkConfig;
+use spate_core::source::{AssignmentEvent, Lane, Source};
+use spate_kafka::{ConfigError, KafkaSource, KafkaSourceConfig};
+
+/// Bound on every broker round trip the tests make themselves.
+const RPC: Duration = Duration::from_secs(10);
+/// Bound on waiting for a pipeline to deliver and commit everything.
+const DELIVERY: Duration = Duration::from_secs(45);
+
+type Mock = MockCluster<'static, DefaultProducerContext>;
+
+/// Sends `tracing` output to the test's captured output (shown on failure);
+/// `RUST_LOG` filters it (default: spate's own info lines).
+fn logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("spate_kafka=info,spate_core=info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
+}
+
+fn mock(topic: &str, partitions: i32) -> (Mock, String) {
+    logs();
+    let mock = MockCluster::new(1).expect("mock cluster");
+    mock.create_topic(topic, partitions, 1)
+        .expect("create topic");
+    let bootstrap = mock.bootstrap_servers();
+    (mock, bootstrap)
+}
+
+fn value(i: usize) -> String {
+    format!("r{i:07}")
+}
+
+/// Produces records `ids` with keys, record `i` to partition `i % partitions`
+/// (explicit, so the preload is spread evenly: the sticky partitioner is not).
+fn produce(bootstrap: &str, topic: &str, partitions: i32, ids: std::ops::Range<usize>) {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("linger.ms", "5")
+        .create()
+        .expect("producer");
+    for i in ids {
+        let key = format!("k{i}");
+        let payload = value(i);
+        let mut record = BaseRecord::to(topic)
+            .key(&key)
+            .payload(&payload)
+            .partition((i % partitions as usize) as i32);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((e, r)) => {
+                    assert!(
+                        e.rdkafka_error_code() == Some(rdkafka::error::RDKafkaErrorCode::QueueFull),
+                        "produce: {e}"
+                    );
+                    record = r;
+                    producer.poll(Duration::from_millis(5));
+                }
+            }
+        }
+    }
+    producer.flush(RPC).expect("flush");
+}
+
+fn plain_consumer(bootstrap: &str, group: Option<&str>) -> BaseConsumer {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", bootstrap);
+    if let Some(g) = group {
+        config.set("group.id", g);
+    }
+    config.create().expect("consumer")
+}
+
+/// The high watermark of every partition, after checking its low watermark is
+/// 0 (the mock's retention deletes old data; that must not look like loss).
+fn end_offsets(bootstrap: &str, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
+    let c = plain_consumer(bootstrap, None);
+    (0..partitions)
+        .map(|p| {
+            let (low, high) = c.fetch_watermarks(topic, p, RPC).expect("watermarks");
+            assert_eq!(
+                low, 0,
+                "{topic}/{p}: the mock cluster deleted data (retention)"
+            );
+            (p, high)
+        })
+        .collect()
+}
+
+/// The group's committed offset per partition (`None`: nothing committed).
+fn committed(
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> BTreeMap<i32, Option<i64>> {
+    let c = plain_consumer(bootstrap, Some(group));
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(topic, p);
+    }
+    let tpl = c.committed_offsets(tpl, RPC).expect("committed offsets");
+    tpl.elements()
+        .iter()
+        .map(|e| {
+            let offset = match e.offset() {
+                Offset::Offset(o) => Some(o),
+                _ => None,
+            };
+            (e.partition(), offset)
+        })
+        .collect()
+}
+
+/// Reads the whole topic back: (partition, offset) -> value.
+fn read_log(
+    bootstrap: &str,
+    topic: &str,
+    ends: &BTreeMap<i32, i64>,
+) -> BTreeMap<(i32, i64), String> {
+    // assign() needs a group; this one never commits (auto-commit off).
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "spate-test-reader")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("reader");
+    let mut tpl = TopicPartitionList::new();
+    for &p in ends.keys() {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+    }
+    c.assign(&tpl).expect("assign");
+    let total: i64 = ends.values().sum();
+    let mut log = BTreeMap::new();
+    let deadline = Instant::now() + DELIVERY;
+    while (log.len() as i64) < total {
+        assert!(
+            Instant::now() < deadline,
+            "read back {} of {total}",
+            log.len()
+        );
+        if let Some(m) = c.poll(Duration::from_millis(100)) {
+            let m = m.expect("read back");
+            let v = String::from_utf8(m.payload().unwrap().to_vec()).unwrap();
+            log.insert((m.partition(), m.offset()), v);
+        }
+    }
+    log
+}
+
+fn source_config(bootstrap: &str, topic: &str, group: &str, strategy: &str) -> KafkaSourceConfig {
+    let mut c = KafkaSourceConfig::new([topic]);
+    c.set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("auto.offset.reset", "earliest")
+        .set("partition.assignment.strategy", strategy)
+        .set("session.timeout.ms", "4000")
+        .set("heartbeat.interval.ms", "300")
+        .set("statistics.interval.ms", "500");
+    c.max_batch = 256;
+    c
+}
+
+struct Running {
+    shutdown: Shutdown,
+    handle: JoinHandle<RunReport>,
+}
+
+impl Running {
+    fn stop(self) -> RunReport {
+        self.shutdown.trigger();
+        self.handle.join().expect("pipeline thread")
+    }
+}
+
+/// Runs a pipeline on `source` in thread mode with `threads` pipeline threads,
+/// writing each value as one line to `writer`.
+fn run(source: KafkaSource, writer: CaptureWriter, threads: usize) -> Running {
+    run_with(source, writer, threads, Duration::from_secs(10))
+}
+
+/// [`run`] with a `rebalance.drain_timeout`.
+fn run_with(
+    source: KafkaSource,
+    writer: CaptureWriter,
+    threads: usize,
+    drain: Duration,
+) -> Running {
+    let mut sink = SinkConfig::new("kafka-test", vec![vec!["a".into()]]);
+    sink.batch.linger = Duration::from_millis(10);
+    let mut config = PipelineConfig::new(sink);
+    config.threads = threads;
+    config.checkpoint_interval = Duration::from_millis(100);
+    config.rebalance_drain_timeout = drain;
+    config.shutdown_drain_timeout = Duration::from_secs(5);
+    let pipeline = Pipeline::builder(config, source, writer, |buffers: ChunkBuffers| {
+        ChainProcessor::new(
+            PayloadDecoder,
+            Terminal::new(LineEncoder, RoundRobin::default(), buffers),
+        )
+    })
+    .build()
+    .expect("valid pipeline config");
+    let shutdown = Shutdown::new();
+    let trigger = shutdown.clone();
+    let handle = thread::Builder::new()
+        .name("pipeline".into())
+        .spawn(move || pipeline.run_threaded(trigger, 1))
+        .expect("spawn");
+    Running { shutdown, handle }
+}
+
+fn lines(writer: &CaptureWriter) -> Vec<String> {
+    writer
+        .accepted_lines()
+        .iter()
+        .map(|b: &Bytes| String::from_utf8(b.to_vec()).unwrap())
+        .collect()
+}
+
+fn all_committed(c: &BTreeMap<i32, Option<i64>>, ends: &BTreeMap<i32, i64>) -> bool {
+    ends.iter()
+        .all(|(p, &end)| c.get(p).copied().flatten() == Some(end))
+}
+
+#[test]
+fn every_record_lands_once_and_commits_reach_the_end_offsets() {
+    const PARTITIONS: i32 = 8;
+    const N: usize = 20_000;
+    let (topic, group) = ("flights", "g-all");
+    let (_mock, bootstrap) = mock(topic, PARTITIONS);
+    produce(&bootstrap, topic, PARTITIONS, 0..N);
+    let ends = end_offsets(&bootstrap, topic, PARTITIONS);
+    assert_eq!(ends.values().sum::<i64>(), N as i64);
+
+    let writer = CaptureWriter::new();
+    let source = KafkaSource::new(source_config(&bootstrap, topic, group, "range")).unwrap();
+    let running = run(source, writer.clone(), 2);
+
+    let deadline = Instant::now() + DELIVERY;
+    loop {
+        let c = committed(&bootstrap, group, topic, PARTITIONS);
+        if all_committed(&c, &ends) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not all committed: {c:?} vs {ends:?}"
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+    let report = running.stop();
+    assert_eq!(report.status, ExitStatus::Clean, "{}", report.summary());
+    assert_eq!(report.polled, N as u64, "every offset polled exactly once");
+
+    let got = lines(&writer);
+    assert_eq!(got.len(), N, "no duplicates without a rebalance");
+    let got: BTreeSet<_> = got.into_iter().collect();
+    let want: BTreeSet<_> = (0..N).map(value).collect();
+    assert_eq!(got, want);
+    let c = committed(&bootstrap, group, topic, PARTITIONS);
+    assert!(all_committed(&c, &ends), "{c:?} vs {ends:?}");
+}
+
+/// A second member joins mid-stream. Every record lands at least once, both
+/// members consume, and no commit observed at any time passes data the
+/// writers had acknowledged by then (D1).
+///
+/// With `stall_first`, the first member's writer hangs from just before the
+/// second member joins until after the first member's revoke drain timed out:
+/// its unsettled data must not be committed, and is re-read by the new owner.
+fn rebalance_mid_stream(strategy: &str, group: &str, stall_first: bool) {
+    const PARTITIONS: i32 = 6;
+    /// Produced before the first member starts.
+    const FIRST: usize = 6_000;
+    /// Produced at least in all; production goes on (bounded) until the
+    /// second member has written something, so the rebalance is mid-stream.
+    const MIN: usize = 12_000;
+    const MAX: usize = 100_000;
+    const CHUNK: usize = 300;
+    let topic = "events";
+    let (_mock, bootstrap) = mock(topic, PARTITIONS);
+    produce(&bootstrap, topic, PARTITIONS, 0..FIRST);
+
+    let (wa, wb) = (CaptureWriter::new(), CaptureWriter::new());
+    let drain = if stall_first {
+        Duration::from_millis(500)
+    } else {
+        Duration::from_secs(10)
+    };
+    let a = run_with(
+        KafkaSource::new(source_config(&bootstrap, topic, group, strategy)).unwrap(),
+        wa.clone(),
+        1,
+        drain,
+    );
+    let deadline = Instant::now() + DELIVERY;
+    while lines(&wa).is_empty() {
+        assert!(Instant::now() < deadline, "first member never delivered");
+        thread::sleep(Duration::from_millis(50));
+    }
+    if stall_first {
+        wa.set_mode(WriterMode::Hang);
+    }
+    let b = run(
+        KafkaSource::new(source_config(&bootstrap, topic, group, strategy)).unwrap(),
+        wb.clone(),
+        1,
+    );
+    let mut stalled_until: Option<Instant> = None;
+
+    // Snapshots: committed offsets first, then what the writers hold, so a
+    // snapshot's lines include everything acknowledged before its commits.
+    let mut snapshots = Vec::new();
+    let mut produced = FIRST;
+    let mut ends = BTreeMap::new();
+    let deadline = Instant::now() + DELIVERY;
+    loop {
+        if stall_first && !lines(&wb).is_empty() {
+            // The rebalance is done (the second member writes); unstall the
+            // first a little later.
+            let until =
+                *stalled_until.get_or_insert_with(|| Instant::now() + Duration::from_secs(1));
+            if Instant::now() >= until {
+                wa.set_mode(WriterMode::Accept);
+            }
+        }
+        if produced < MIN || (lines(&wb).is_empty() && produced < MAX) {
+            produce(&bootstrap, topic, PARTITIONS, produced..produced + CHUNK);
+            produced += CHUNK;
+        } else if ends.is_empty() {
+            ends = end_offsets(&bootstrap, topic, PARTITIONS);
+            assert_eq!(ends.values().sum::<i64>(), produced as i64);
+        }
+        let c = committed(&bootstrap, group, topic, PARTITIONS);
+        let mut held: BTreeSet<String> = lines(&wa).into_iter().collect();
+        held.extend(lines(&wb));
+        snapshots.push((c.clone(), held));
+        if !ends.is_empty() && all_committed(&c, &ends) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not all committed: {c:?} vs {ends:?}"
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+    let (ra, rb) = (a.stop(), b.stop());
+    assert_eq!(ra.status, ExitStatus::Clean, "first: {}", ra.summary());
+    assert_eq!(rb.status, ExitStatus::Clean, "second: {}", rb.summary());
+    assert!(ra.polled > 0 && rb.polled > 0, "both members consumed");
+    // Duplicates are allowed (at-least-once). Even without the stall there
+    // can be some: the mock cluster refuses commits while the group collects
+    // joins (REBALANCE_IN_PROGRESS), where a real broker accepts commits of
+    // the current generation, so a revoke-time commit may be refused here.
+    // That the rebalance waits for the release is shown by
+    // `revoke_holds_the_rebalance_until_release_*` below.
+
+    let log = read_log(&bootstrap, topic, &ends);
+    let mut union: BTreeSet<String> = lines(&wa).into_iter().collect();
+    union.extend(lines(&wb));
+    let missing: Vec<_> = log
+        .values()
+        .filter(|v| !union.contains(*v))
+        .take(5)
+        .collect();
+    assert!(missing.is_empty(), "records never written: {missing:?}...");
+    for (c, held) in &snapshots {
+        for (&p, &offset) in c {
+            let Some(offset) = offset else { continue };
+            assert!(
+                offset <= ends[&p],
+                "{topic}/{p}: committed {offset} past the end"
+            );
+            for o in 0..offset {
+                let v = &log[&(p, o)];
+                assert!(
+                    held.contains(v),
+                    "{topic}/{p}: committed {offset} but offset {o} ({v}) was not written"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn rebalance_eager_mid_stream_loses_nothing_and_never_commits_ahead() {
+    rebalance_mid_stream("range", "g-eager", false);
+}
+
+#[test]
+fn rebalance_eager_with_a_stalled_sink_commits_only_what_was_written() {
+    rebalance_mid_stream("range", "g-eager-stall", true);
+}
+
+#[test]
+fn rebalance_cooperative_mid_stream_loses_nothing_and_never_commits_ahead() {
+    rebalance_mid_stream("cooperative-sticky", "g-coop", false);
+}
+
+#[test]
+fn rebalance_cooperative_with_a_stalled_sink_commits_only_what_was_written() {
+    rebalance_mid_stream("cooperative-sticky", "g-coop-stall", true);
+}
+
+#[test]
+fn config_setting_an_owned_key_is_rejected_naming_it() {
+    let mut config = KafkaSourceConfig::new(["t"]);
+    config
+        .set("bootstrap.servers", "127.0.0.1:1")
+        .set("group.id", "g")
+        .set("enable.auto.commit", "true");
+    let err = KafkaSource::new(config).expect_err("owned key accepted");
+    assert!(
+        matches!(&err, ConfigError::OwnedKey { key, .. } if key == "enable.auto.commit"),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("enable.auto.commit"), "{err}");
+}
+
+fn assert_prompt_shutdown(source: KafkaSource, settle: Duration) {
+    let running = run(source, CaptureWriter::new(), 1);
+    thread::sleep(settle);
+    let started = Instant::now();
+    let report = running.stop();
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(3), "shutdown took {took:?}");
+    assert_eq!(report.polled, 0);
+    assert_ne!(report.status, ExitStatus::Failed, "{}", report.summary());
+}
+
+#[test]
+fn shutdown_with_an_empty_topic_returns_promptly() {
+    let (_mock, bootstrap) = mock("empty", 4);
+    let source = KafkaSource::new(source_config(&bootstrap, "empty", "g-empty", "range")).unwrap();
+    // Long enough to join the group (3 s on the mock) and own empty partitions.
+    assert_prompt_shutdown(source, Duration::from_millis(4_500));
+}
+
+#[test]
+fn shutdown_before_the_group_was_joined_returns_promptly() {
+    // Nothing listens on port 1: the consumer never reaches a broker.
+    let source = KafkaSource::new(source_config("127.0.0.1:1", "t", "g-never", "range")).unwrap();
+    assert_prompt_shutdown(source, Duration::from_millis(500));
+}
+
+/// Polls `source` for events for `period`, returning them.
+fn events_for(
+    source: &mut KafkaSource,
+    period: Duration,
+) -> Vec<AssignmentEvent<spate_kafka::KafkaLane>> {
+    let mut out = Vec::new();
+    let until = Instant::now() + period;
+    while Instant::now() < until {
+        if let Some(ev) = source
+            .poll_event(Duration::from_millis(20))
+            .expect("poll_event")
+        {
+            out.push(ev);
+        }
+    }
+    out
+}
+
+/// Drives two sources directly (no pipeline): the first is assigned, the
+/// second joins, the first is told of the revoke and holds its partitions
+/// (still polling) without releasing them. While it holds, the second member
+/// gets nothing; only after the release does the rebalance complete and the
+/// second member get partitions. This is what lets the controller drain and
+/// commit before anyone else reads the partition (D1).
+fn revoke_holds_the_rebalance_until_release(strategy: &str, group: &str) {
+    const PARTITIONS: i32 = 4;
+    const HOLD: Duration = Duration::from_millis(1_500);
+    let topic = "held";
+    let (_mock, bootstrap) = mock(topic, PARTITIONS);
+    let mut a = KafkaSource::new(source_config(&bootstrap, topic, group, strategy)).unwrap();
+    let deadline = Instant::now() + DELIVERY;
+    let mut lanes = Vec::new();
+    while lanes.len() < PARTITIONS as usize {
+        assert!(Instant::now() < deadline, "first member never assigned");
+        for ev in events_for(&mut a, Duration::from_millis(100)) {
+            match ev {
+                AssignmentEvent::Assigned { lane, .. } => lanes.push(lane),
+                AssignmentEvent::Revoked { partition, .. } => panic!("early revoke of {partition}"),
+            }
+        }
+    }
+
+    let (tx, rx) = std::sync::mpsc::channel();
+    let b_config = source_config(&bootstrap, topic, group, strategy);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop_b = std::sync::Arc::clone(&stop);
+    let b = thread::spawn(move || {
+        let mut b = KafkaSource::new(b_config).unwrap();
+        let until = Instant::now() + DELIVERY;
+        while Instant::now() < until && !stop_b.load(std::sync::atomic::Ordering::Relaxed) {
+            if let Some(AssignmentEvent::Assigned { partition, .. }) =
+                b.poll_event(Duration::from_millis(20)).expect("poll_event")
+            {
+                if tx.send((Instant::now(), partition)).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+
+    let mut revoked = Vec::new();
+    while revoked.is_empty() {
+        assert!(Instant::now() < deadline, "first member never saw a revoke");
+        for ev in events_for(&mut a, Duration::from_millis(50)) {
+            if let AssignmentEvent::Revoked { partition, epoch } = ev {
+                revoked.push((partition, epoch));
+            }
+        }
+    }
+    // The rest of the same revoke is already queued.
+    while let Some(ev) = a.poll_event(Duration::ZERO).expect("poll_event") {
+        match ev {
+            AssignmentEvent::Revoked { partition, epoch } => revoked.push((partition, epoch)),
+            other => panic!("unexpected event: {other:?}"),
+        }
+    }
+    // Like the controller: stop the revoked lanes, then hold (the drain).
+    lanes.retain(|l| !revoked.iter().any(|(p, _)| p == l.partition()));
+    let during_hold = events_for(&mut a, HOLD);
+    assert!(
+        during_hold.is_empty(),
+        "events while holding the revoke: {during_hold:?}"
+    );
+    assert!(
+        rx.try_recv().is_err(),
+        "the second member was assigned before the release"
+    );
+    let released = Instant::now();
+    for (p, e) in &revoked {
+        a.release(p, *e).unwrap();
+    }
+    // Keep serving the first member (its rejoin follows the release).
+    let (at, partition) = loop {
+        assert!(Instant::now() < deadline, "second member never assigned");
+        let _ = events_for(&mut a, Duration::from_millis(50));
+        if let Ok(got) = rx.try_recv() {
+            break got;
+        }
+    };
+    assert!(
+        at > released,
+        "{partition} assigned to the second member before the release"
+    );
+    drop(rx);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    drop(lanes);
+    drop(a);
+    b.join().expect("second member");
+}
+
+#[test]
+fn revoke_holds_the_rebalance_until_release_eager() {
+    revoke_holds_the_rebalance_until_release("range", "g-hold-eager");
+}
+
+#[test]
+fn revoke_holds_the_rebalance_until_release_cooperative() {
+    revoke_holds_the_rebalance_until_release("cooperative-sticky", "g-hold-coop");
+}
