@@ -38,7 +38,7 @@ pub(crate) struct Controller<S: Source, W: Writer, H> {
     pub(crate) checkpointer: Checkpointer,
     pub(crate) ack_tx: AckSender,
     pub(crate) host: H,
-    pub(crate) events: UnboundedReceiver<LaneEvent>,
+    pub(crate) events: UnboundedReceiver<LaneEvent<S::Lane>>,
     pub(crate) config: Arc<PipelineConfig>,
     pub(crate) counters: Arc<RecordCounters>,
     pub(crate) ready: Arc<AtomicBool>,
@@ -123,6 +123,7 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
                 } => {
                     self.revoked.insert((partition, epoch), issued);
                 }
+                LaneEvent::Surrendered(lane, issuer) => self.host.arrive(lane, issuer),
                 LaneEvent::Failed(e) => {
                     tracing::error!(error = %e, "pipeline driver stopped");
                     if self.error.is_none() {
@@ -210,6 +211,8 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
                 tracing::warn!(partition = %p, epoch = e, error = %err, "release after revoke failed");
             }
         }
+        // Spread the remaining lanes evenly over the drivers again.
+        self.host.balance();
     }
 
     /// Commits every committable offset not yet committed. A failed commit is

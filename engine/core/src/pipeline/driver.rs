@@ -204,6 +204,40 @@ impl<L: Lane, P: Processor> Driver<L, P> {
         Some(issued)
     }
 
+    /// Gives up the lane of `partition` at `epoch` (resumed if it was paused)
+    /// so another driver can take it; rows already encoded stay in this
+    /// driver's chunks, which carry their own acks.
+    ///
+    /// # Errors
+    /// None: a lane that refuses to resume is handed over paused and logged.
+    pub fn take_lane(
+        &mut self,
+        partition: &TopicPartition,
+        epoch: Epoch,
+    ) -> Option<(L, AckIssuer)> {
+        let i = self
+            .lanes
+            .iter()
+            .position(|l| l.lane.partition() == partition && l.lane.epoch() == epoch)?;
+        Some(self.release_slot(i))
+    }
+
+    /// Gives up the most recently assigned lane (see [`Driver::take_lane`]).
+    pub fn take_last_lane(&mut self) -> Option<(L, AckIssuer)> {
+        let i = self.lanes.len().checked_sub(1)?;
+        Some(self.release_slot(i))
+    }
+
+    fn release_slot(&mut self, i: usize) -> (L, AckIssuer) {
+        let mut slot = self.lanes.remove(i);
+        if slot.paused {
+            if let Err(e) = slot.lane.resume() {
+                tracing::warn!(partition = %slot.lane.partition(), error = %e, "resume before moving a lane failed");
+            }
+        }
+        (slot.lane, slot.issuer)
+    }
+
     /// One round: flush, pause or resume, poll every lane once, run the chain.
     ///
     /// # Errors

@@ -278,7 +278,7 @@ where
         self,
         pool: SinkPool<W>,
         host: H,
-        events: tokio::sync::mpsc::UnboundedReceiver<crate::pipeline::threads::LaneEvent>,
+        events: tokio::sync::mpsc::UnboundedReceiver<crate::pipeline::threads::LaneEvent<S::Lane>>,
     ) -> Controller<S, W, H> {
         let (ack_tx, ack_rx) = ack_channel();
         Controller {

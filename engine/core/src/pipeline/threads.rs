@@ -26,7 +26,7 @@ use crate::source::Lane;
 
 /// What drivers tell the controller.
 #[derive(Debug)]
-pub(crate) enum LaneEvent {
+pub(crate) enum LaneEvent<L> {
     /// A revoke was carried out: the lane is gone, its chunks sealed; it had
     /// issued `issued` ack handles (`None`: no driver owned it).
     Revoked {
@@ -36,6 +36,9 @@ pub(crate) enum LaneEvent {
     },
     /// A driver stopped on an error.
     Failed(PipelineError),
+    /// A thread gave up a lane so it can move to a less loaded thread; the
+    /// controller hands it back through [`LaneHost::arrive`].
+    Surrendered(L, AckIssuer),
 }
 
 /// Hosts the drivers; the controller's only way to reach lanes.
@@ -52,6 +55,11 @@ pub(crate) trait LaneHost<L> {
     /// until all are handed over or `deadline`; then drops the lanes (acks of
     /// anything left fail, D1).
     fn shutdown(&mut self, deadline: Instant) -> impl Future<Output = ()>;
+    /// Moves lanes from the most to the least loaded driver until their lane
+    /// counts differ by at most one (after a revoke left them uneven).
+    fn balance(&mut self);
+    /// Takes back a lane a thread surrendered for [`LaneHost::balance`].
+    fn arrive(&mut self, lane: L, issuer: AckIssuer);
 }
 
 /// Shared construction inputs of every driver.
@@ -66,7 +74,7 @@ pub(crate) struct DriverParts {
 /// One-thread mode: drivers stepped by the controller task.
 pub(crate) struct InlineHost<L, P> {
     drivers: Vec<Driver<L, P>>,
-    events: UnboundedSender<LaneEvent>,
+    events: UnboundedSender<LaneEvent<L>>,
     idle: Duration,
 }
 
@@ -74,7 +82,7 @@ impl<L: Lane, P: Processor> InlineHost<L, P> {
     pub(crate) fn new(
         processors: Vec<P>,
         parts: DriverParts,
-        events: UnboundedSender<LaneEvent>,
+        events: UnboundedSender<LaneEvent<L>>,
     ) -> Self {
         let drivers = processors
             .into_iter()
@@ -148,11 +156,32 @@ impl<L: Lane, P: Processor> LaneHost<L> for InlineHost<L, P> {
         // Dropping the drivers drops pending chunks: their acks fail (D1).
         self.drivers.clear();
     }
+
+    fn balance(&mut self) {
+        loop {
+            let loads: Vec<usize> = self.drivers.iter().map(Driver::lanes).collect();
+            let (Some(&max), Some(&min)) = (loads.iter().max(), loads.iter().min()) else {
+                return;
+            };
+            if max - min <= 1 {
+                return;
+            }
+            let from = loads.iter().position(|&n| n == max).expect("max exists");
+            let to = least_loaded(loads.iter().copied());
+            let (lane, issuer) = self.drivers[from].take_last_lane().expect("max > 0");
+            self.drivers[to].assign(lane, issuer);
+        }
+    }
+
+    fn arrive(&mut self, lane: L, issuer: AckIssuer) {
+        self.assign(lane, issuer);
+    }
 }
 
 enum Command<L> {
     Assign(L, AckIssuer),
     Revoke(TopicPartition, Epoch),
+    Surrender(TopicPartition, Epoch),
     Shutdown(Instant),
 }
 
@@ -166,8 +195,12 @@ struct ThreadSlot<L> {
 /// it polls without waiting (D2).
 pub(crate) struct ThreadHost<L> {
     threads: Vec<ThreadSlot<L>>,
-    events: UnboundedSender<LaneEvent>,
+    events: UnboundedSender<LaneEvent<L>>,
     idle: Duration,
+    /// Lanes surrendered by one thread and not yet handed to another; a revoke
+    /// that arrives meanwhile is carried out when the lane does.
+    in_transit: BTreeSet<(TopicPartition, Epoch)>,
+    revoke_on_arrival: BTreeSet<(TopicPartition, Epoch)>,
 }
 
 impl<L: Lane + 'static> ThreadHost<L> {
@@ -177,7 +210,7 @@ impl<L: Lane + 'static> ThreadHost<L> {
         buffers: Vec<ChunkBuffers>,
         factory: Arc<F>,
         parts: DriverParts,
-        events: UnboundedSender<LaneEvent>,
+        events: UnboundedSender<LaneEvent<L>>,
     ) -> Result<Self, PipelineError>
     where
         P: Processor + 'static,
@@ -211,6 +244,8 @@ impl<L: Lane + 'static> ThreadHost<L> {
             threads,
             events,
             idle: parts.idle,
+            in_transit: BTreeSet::new(),
+            revoke_on_arrival: BTreeSet::new(),
         })
     }
 }
@@ -218,7 +253,7 @@ impl<L: Lane + 'static> ThreadHost<L> {
 fn thread_main<L: Lane, P: Processor>(
     mut driver: Driver<L, P>,
     rx: mpsc::Receiver<Command<L>>,
-    events: UnboundedSender<LaneEvent>,
+    events: UnboundedSender<LaneEvent<L>>,
     idle: Duration,
 ) {
     let mut failed = false;
@@ -233,6 +268,11 @@ fn thread_main<L: Lane, P: Processor>(
                         epoch,
                         issued,
                     });
+                }
+                Ok(Command::Surrender(partition, epoch)) => {
+                    if let Some((lane, issuer)) = driver.take_lane(&partition, epoch) {
+                        let _ = events.send(LaneEvent::Surrendered(lane, issuer));
+                    }
                 }
                 Ok(Command::Shutdown(deadline)) => {
                     while driver.flush_all() == Flush::Blocked && Instant::now() < deadline {
@@ -271,6 +311,10 @@ impl<L: Lane + 'static> LaneHost<L> for ThreadHost<L> {
 
     fn revoke(&mut self, partition: &TopicPartition, epoch: Epoch) {
         let key = (partition.clone(), epoch);
+        if self.in_transit.contains(&key) {
+            self.revoke_on_arrival.insert(key);
+            return;
+        }
         match self.threads.iter_mut().find(|t| t.owned.contains(&key)) {
             Some(slot) => {
                 slot.owned.remove(&key);
@@ -308,6 +352,46 @@ impl<L: Lane + 'static> LaneHost<L> for ThreadHost<L> {
             }
         }
         false
+    }
+
+    fn balance(&mut self) {
+        loop {
+            let loads: Vec<usize> = self.threads.iter().map(|t| t.owned.len()).collect();
+            let (Some(&max), Some(&min)) = (loads.iter().max(), loads.iter().min()) else {
+                return;
+            };
+            // Lanes in transit land on the least loaded thread: count them there.
+            if max <= min + self.in_transit.len() + 1 {
+                return;
+            }
+            let from = loads.iter().position(|&n| n == max).expect("max exists");
+            let slot = &mut self.threads[from];
+            let key = slot.owned.pop_last().expect("max > 0");
+            if slot
+                .tx
+                .send(Command::Surrender(key.0.clone(), key.1))
+                .is_err()
+            {
+                return;
+            }
+            self.in_transit.insert(key);
+        }
+    }
+
+    fn arrive(&mut self, lane: L, issuer: AckIssuer) {
+        let key = (lane.partition().clone(), lane.epoch());
+        self.in_transit.remove(&key);
+        if self.revoke_on_arrival.remove(&key) {
+            // Revoked while moving: nothing polls it any more; its batches
+            // settle on their own.
+            let _ = self.events.send(LaneEvent::Revoked {
+                partition: key.0,
+                epoch: key.1,
+                issued: Some(issuer.issued()),
+            });
+            return;
+        }
+        self.assign(lane, issuer);
     }
 
     async fn shutdown(&mut self, deadline: Instant) {
@@ -352,4 +436,71 @@ fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
         .map(|s| (*s).to_owned())
         .or_else(|| p.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "panic".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::ack::ack_channel;
+    use crate::budget::Budget;
+    use crate::pipeline::chain::{PayloadDecoder, RoundRobin};
+    use crate::pipeline::driver::ChainProcessor;
+    use crate::pipeline::terminal::{ChunkConfig, Terminal};
+    use crate::pipeline::testkit::{CaptureWriter, LineEncoder, ScriptedSource};
+    use crate::sink::{RunNonce, SinkConfig, SinkPool};
+    use crate::source::{AssignmentEvent, Source};
+
+    #[tokio::test(start_paused = true)]
+    async fn balance_evens_out_lanes_after_a_revoke() {
+        let pool = SinkPool::start(
+            SinkConfig::new("t", vec![vec!["a".into()]]),
+            Arc::new(CaptureWriter::new()),
+            RunNonce::from_u64(1),
+            &tokio::runtime::Handle::current(),
+        )
+        .expect("pool");
+        let budget = Budget::new(1 << 20, 1 << 20);
+        let processor = || {
+            let buffers =
+                ChunkBuffers::new(pool.handle(), Arc::clone(&budget), ChunkConfig::default());
+            ChainProcessor::new(
+                PayloadDecoder,
+                Terminal::new(LineEncoder, RoundRobin::default(), buffers),
+            )
+        };
+        let (events_tx, _events) = tokio::sync::mpsc::unbounded_channel();
+        let parts = DriverParts {
+            on_error: OnError::Skip,
+            dead_letter: None,
+            counters: Arc::default(),
+            idle: Duration::from_millis(1),
+        };
+        let mut host = InlineHost::new(vec![processor(), processor()], parts, events_tx);
+        let loads = |h: &InlineHost<_, _>| h.drivers.iter().map(Driver::lanes).collect::<Vec<_>>();
+        let (mut source, script) = ScriptedSource::new(10);
+        let tp = |p| TopicPartition::new("t", p);
+        for p in 0..4 {
+            script.assign(&tp(p));
+        }
+        let (ack_tx, _ack_rx) = ack_channel();
+        while let Some(AssignmentEvent::Assigned {
+            partition,
+            epoch,
+            lane,
+        }) = source.poll_event(Duration::ZERO).expect("event")
+        {
+            host.assign(lane, AckIssuer::new(partition, epoch, ack_tx.clone()));
+        }
+        assert_eq!(loads(&host), [2, 2], "assignment spreads lanes");
+        // Partitions 0 and 2 went to driver 0 (least loaded, lowest index).
+        host.revoke(&tp(0), 1);
+        host.revoke(&tp(2), 1);
+        assert_eq!(loads(&host), [0, 2]);
+        host.balance();
+        assert_eq!(loads(&host), [1, 1], "a lane moved to the idle driver");
+        host.balance();
+        assert_eq!(loads(&host), [1, 1], "balanced hosts stay put");
+    }
 }
