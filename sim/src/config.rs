@@ -163,7 +163,11 @@ impl SimConfig {
             produce_for: Duration::from_millis(rng.random_range(1_000..6_000)),
             fault_phase,
             liveness_bound: Duration::from_secs(30),
-            dedup_window: if rng.random_bool(0.9) { 100 } else { 0 },
+            dedup_window: match rng.random_range(0..10) {
+                0 => 0,                       // plain MergeTree: tokens ignored
+                1 => rng.random_range(1..=3), // a late retry can fall outside it
+                _ => 100,                     // ReplicatedMergeTree's default
+            },
             max_poll: rng.random_range(1..=64),
             write_latency_ms: (1, rng.random_range(2..40)),
             faults,

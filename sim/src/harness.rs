@@ -26,6 +26,9 @@ use crate::world::{DrainFact, FNV_BASIS, Shared, World, fnv1a};
 
 /// A paused, current-thread process restart costs this much simulated time.
 const RESTART_PAUSE: Duration = Duration::from_millis(500);
+/// The pipeline's chunk size in the simulator: small, so budgets of a few KB
+/// hold several chunks.
+pub const CHUNK_BYTES: usize = 1_200;
 /// How often the harness looks at the world.
 const TICK: Duration = Duration::from_millis(10);
 
@@ -138,7 +141,7 @@ fn pipeline_config(cfg: &SimConfig, incarnation: u32) -> PipelineConfig {
     pc.shutdown_drain_timeout = cfg.drain_timeout;
     pc.on_error = OnError::Fail;
     pc.chunk = ChunkConfig {
-        max_bytes: 1_200,
+        max_bytes: CHUNK_BYTES,
         max_rows: 100,
         linger: Duration::from_millis(20),
     };
@@ -193,6 +196,7 @@ async fn incarnation(
     .nonce(RunNonce::from_u64(nonce))
     .build()
     .expect("the simulator's pipeline config is valid");
+    let budget = pipeline.budget();
     let shutdown = Shutdown::new();
     let run = tokio::spawn(pipeline.run_inline(shutdown.clone()));
     let heal_at = cfg.fault_phase;
@@ -208,6 +212,7 @@ async fn incarnation(
         tokio::time::sleep(TICK).await;
         let next = {
             let mut w = world.lock();
+            w.max_in_flight = w.max_in_flight.max(budget.bytes_in_use());
             let now = w.now();
             if run.is_finished() {
                 Next::Finished

@@ -135,6 +135,8 @@ pub struct World {
     pub ambiguous_writes: u64,
     /// Commits applied but answered with an error.
     pub ambiguous_commits: u64,
+    /// The most bytes the in-flight budget held at any sample (D8).
+    pub max_in_flight: u64,
     /// Fault kinds that actually took effect at least once.
     pub hit: BTreeSet<FaultKind>,
     /// Whether a rebalance was delivered while a drain was running.
@@ -178,6 +180,7 @@ impl World {
             dedup_drops: 0,
             ambiguous_writes: 0,
             ambiguous_commits: 0,
+            max_in_flight: 0,
             hit: BTreeSet::new(),
             rebalance_during_drain: false,
             draining: false,

@@ -8,6 +8,8 @@
 //!   landed; after the liveness phase, every produced record landed;
 //! - **token uniqueness (D4)**: one token, one byte content, over every attempt
 //!   and every incarnation;
+//! - **bounded memory (D8)**: the in-flight budget, sampled every 10 ms of
+//!   simulated time, never holds more than its limit (or one chunk alone);
 //! - **bounded drain (D5)**: every shutdown returned by
 //!   `drain_timeout + DRAIN_GRACE` (plus [`DRAIN_SLACK`]) of simulated time;
 //! - **liveness**: once faults heal, every produced record is committed within
@@ -22,7 +24,7 @@ use std::time::Duration;
 use spate_core::pipeline::ExitStatus;
 use spate_core::sink::DRAIN_GRACE;
 use spate_sim::config::FaultKind;
-use spate_sim::harness::{SimOutcome, run_seed};
+use spate_sim::harness::{CHUNK_BYTES, SimOutcome, run_seed};
 
 /// Allowance past `deadline + grace` for the controller's last loop turn
 /// (idle poll 5 ms) and the report; far below what a missed deadline costs.
@@ -69,6 +71,19 @@ pub fn check(o: &SimOutcome) -> Vec<Violation> {
         v.push(Violation {
             oracle: "D4 token",
             detail: format!("token {t} carried two different bodies"),
+        });
+    }
+    // D8: in flight never above the budget, except one chunk alone (the
+    // documented oversized-chunk exception; a chunk is at most CHUNK_BYTES
+    // plus one 12-byte row).
+    let bound = w.cfg.budget_bytes.max(CHUNK_BYTES as u64 + 12);
+    if w.max_in_flight > bound {
+        v.push(Violation {
+            oracle: "D8 budget",
+            detail: format!(
+                "{} bytes in flight, budget {}",
+                w.max_in_flight, w.cfg.budget_bytes
+            ),
         });
     }
     for (p, e) in &w.stale_commits {

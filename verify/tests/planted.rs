@@ -4,13 +4,14 @@
 use spate_core::planted::{Bug, plant};
 use spate_verify::run_and_check;
 
-const BUGS: [Bug; 6] = [
+const BUGS: [Bug; 7] = [
     Bug::CommitBeforeAck,
     Bug::TokenReusedAfterRestart,
     Bug::TokenWithoutNonce,
     Bug::DrainDropsPartialBatch,
     Bug::CommitReleasedEpoch,
     Bug::TimeoutIsSuccess,
+    Bug::BudgetIgnored,
 ];
 
 /// The first seed (of 0..1000) whose run breaks an oracle, with the oracle.

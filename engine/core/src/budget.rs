@@ -108,7 +108,8 @@ fn take(used: &AtomicU64, amount: u64, max: u64) -> bool {
     let mut current = used.load(Ordering::Acquire);
     loop {
         let next = current.saturating_add(amount);
-        if current != 0 && next > max {
+        if current != 0 && next > max && !crate::planted::active(crate::planted::Bug::BudgetIgnored)
+        {
             return false;
         }
         match used.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {

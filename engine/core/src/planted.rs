@@ -27,6 +27,8 @@ pub enum Bug {
     /// A write that times out (ambiguous) is taken as a success and its acks
     /// delivered (breaks D1 when the write lands late or never).
     TimeoutIsSuccess = 6,
+    /// The in-flight budget admits everything (breaks D8).
+    BudgetIgnored = 7,
 }
 
 #[cfg(feature = "planted-bugs")]

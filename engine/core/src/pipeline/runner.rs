@@ -59,6 +59,7 @@ where
     /// [`PipelineError::Config`] naming the first invalid key.
     pub fn build(self) -> Result<Pipeline<S, W, F>, PipelineError> {
         self.config.validate()?;
+        let budget = Budget::new(self.config.budget_bytes, self.config.budget_rows);
         Ok(Pipeline {
             config: Arc::new(self.config),
             source: self.source,
@@ -68,6 +69,7 @@ where
             nonce: self.nonce,
             ready: Arc::new(AtomicBool::new(false)),
             counters: Arc::new(RecordCounters::default()),
+            budget,
         })
     }
 }
@@ -82,6 +84,7 @@ pub struct Pipeline<S, W, F> {
     nonce: Option<RunNonce>,
     ready: Arc<AtomicBool>,
     counters: Arc<RecordCounters>,
+    budget: Arc<Budget>,
 }
 
 impl<S, W, F> std::fmt::Debug for Pipeline<S, W, F> {
@@ -123,6 +126,12 @@ where
         Arc::clone(&self.ready)
     }
 
+    /// The in-flight budget the run will use (D8): for gauges and for the
+    /// simulator's oracle, which samples `bytes_in_use`.
+    pub fn budget(&self) -> Arc<Budget> {
+        Arc::clone(&self.budget)
+    }
+
     fn nonce_or_os(&self) -> Result<RunNonce, PipelineError> {
         match self.nonce {
             Some(n) => Ok(n),
@@ -152,7 +161,7 @@ where
         };
         let (events_tx, events) = tokio::sync::mpsc::unbounded_channel();
         let parts = self.parts();
-        let budget = Budget::new(self.config.budget_bytes, self.config.budget_rows);
+        let budget = Arc::clone(&self.budget);
         let processors = (0..self.config.threads)
             .map(|_| {
                 (self.factory)(ChunkBuffers::new(
@@ -212,7 +221,7 @@ where
                 Err(e) => return failed_before_start(e.into()),
             };
             let (events_tx, events) = tokio::sync::mpsc::unbounded_channel();
-            let budget = Budget::new(self.config.budget_bytes, self.config.budget_rows);
+            let budget = Arc::clone(&self.budget);
             let buffers = (0..self.config.threads)
                 .map(|_| {
                     ChunkBuffers::new(
