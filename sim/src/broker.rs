@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use spate_core::record::{Epoch, Offset, Payload, TopicPartition};
-use spate_core::source::{AssignmentEvent, CommitOffset, Lane, PollBatch, Source, SourceError};
+use spate_core::record::{Epoch, Offset, TopicPartition};
+use spate_core::source::{AssignmentEvent, BufferedBatch, CommitOffset, Lane, Source, SourceError};
 
 use crate::config::FaultKind;
 use crate::world::{CommitFact, GroupEvent, Shared};
@@ -165,30 +165,8 @@ pub struct SimLane {
     world: Shared,
 }
 
-/// A poll batch of a [`SimLane`], borrowing it.
-#[derive(Debug)]
-pub struct SimBatch<'a> {
-    lane: &'a SimLane,
-}
-
-impl<'a> PollBatch<'a> for SimBatch<'a> {
-    fn len(&self) -> usize {
-        self.lane.buf.len()
-    }
-
-    fn payload(&self, index: usize) -> Payload<'a> {
-        Payload {
-            value: Some(&self.lane.buf[index]),
-            key: None,
-            partition: &self.lane.partition,
-            offset: self.lane.first + index as Offset,
-            timestamp_ms: None,
-        }
-    }
-}
-
 impl Lane for SimLane {
-    type Batch<'a> = SimBatch<'a>;
+    type Batch<'a> = BufferedBatch<'a>;
 
     fn partition(&self) -> &TopicPartition {
         &self.partition
@@ -198,7 +176,7 @@ impl Lane for SimLane {
         self.epoch
     }
 
-    fn poll(&mut self, _timeout: Duration) -> Result<SimBatch<'_>, SourceError> {
+    fn poll(&mut self, _timeout: Duration) -> Result<BufferedBatch<'_>, SourceError> {
         self.buf.clear();
         self.first = self.position;
         let p = index(&self.partition);
@@ -219,7 +197,11 @@ impl Lane for SimLane {
         }
         drop(w);
         self.position += self.buf.len() as Offset;
-        Ok(SimBatch { lane: self })
+        Ok(BufferedBatch {
+            values: &self.buf,
+            partition: &self.partition,
+            first: self.first,
+        })
     }
 
     fn pause(&mut self) -> Result<(), SourceError> {

@@ -8,6 +8,8 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
+
 use crate::record::{Epoch, Offset, Payload, TopicPartition};
 
 /// The messages returned by one poll of a lane, borrowed from the lane.
@@ -25,6 +27,34 @@ pub trait PollBatch<'a> {
 
     /// The payload at `index` (`0..len()`); panics when out of range.
     fn payload(&self, index: usize) -> Payload<'a>;
+}
+
+/// A poll batch over payloads a lane holds in its own buffer, at consecutive
+/// offsets from `first`: for sources that copy (the test kit, the simulator).
+#[derive(Clone, Copy, Debug)]
+pub struct BufferedBatch<'a> {
+    /// The values, in offset order.
+    pub values: &'a [Bytes],
+    /// Their partition.
+    pub partition: &'a TopicPartition,
+    /// The offset of `values[0]`.
+    pub first: Offset,
+}
+
+impl<'a> PollBatch<'a> for BufferedBatch<'a> {
+    fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    fn payload(&self, index: usize) -> Payload<'a> {
+        Payload {
+            value: Some(&self.values[index]),
+            key: None,
+            partition: self.partition,
+            offset: self.first + index as Offset,
+            timestamp_ms: None,
+        }
+    }
 }
 
 /// A partition's queue of messages, polled by one pipeline thread.

@@ -23,15 +23,16 @@ use spate_core::pipeline::chain::{
 use spate_core::pipeline::driver::{ChainProcessor, Driver, Processor, RecordCounters};
 use spate_core::pipeline::terminal::{ChunkBuffers, ChunkConfig, Terminal};
 use spate_core::pipeline::testkit::{
-    Attempt, CaptureWriter, LineEncoder, ScriptHandle, ScriptedBatch, ScriptedLane, ScriptedSource,
-    WriterMode,
+    Attempt, CaptureWriter, LineEncoder, ScriptHandle, ScriptedLane, ScriptedSource, WriterMode,
 };
 use spate_core::pipeline::{
     DeadLetter, ExitStatus, OnError, Pipeline, PipelineConfig, PipelineError, RunReport, Shutdown,
 };
 use spate_core::record::{Epoch, Offset, Payload, TopicPartition};
 use spate_core::sink::{DRAIN_GRACE, RunNonce, SinkConfig, SinkPool};
-use spate_core::source::{AssignmentEvent, CommitOffset, Lane, PollBatch, Source, SourceError};
+use spate_core::source::{
+    AssignmentEvent, BufferedBatch, CommitOffset, Lane, PollBatch, Source, SourceError,
+};
 use tokio::time::Instant;
 
 // ---------------------------------------------------------------------------
@@ -415,7 +416,7 @@ impl Source for Counting<ScriptedSource> {
 }
 
 impl Lane for Counting<ScriptedLane> {
-    type Batch<'a> = ScriptedBatch<'a>;
+    type Batch<'a> = BufferedBatch<'a>;
 
     fn partition(&self) -> &TopicPartition {
         self.inner.partition()
@@ -425,7 +426,7 @@ impl Lane for Counting<ScriptedLane> {
         self.inner.epoch()
     }
 
-    fn poll(&mut self, timeout: Duration) -> Result<ScriptedBatch<'_>, SourceError> {
+    fn poll(&mut self, timeout: Duration) -> Result<BufferedBatch<'_>, SourceError> {
         let batch = self.inner.poll(timeout)?;
         let n = batch.len();
         // LineEncoder: the value plus '\n'.

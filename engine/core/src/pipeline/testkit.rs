@@ -17,7 +17,7 @@ use bytes::Bytes;
 use crate::pipeline::chain::{Encoder, RecordCx, RecordError};
 use crate::record::{Epoch, Offset, Payload, TopicPartition};
 use crate::sink::{Endpoint, SealedBatch, WriteError, Writer};
-use crate::source::{AssignmentEvent, CommitOffset, Lane, PollBatch, Source, SourceError};
+use crate::source::{AssignmentEvent, BufferedBatch, CommitOffset, Lane, Source, SourceError};
 
 #[derive(Debug, Default)]
 struct Log {
@@ -218,30 +218,8 @@ pub struct ScriptedLane {
     handle: ScriptHandle,
 }
 
-/// A poll batch of a [`ScriptedLane`], borrowing it.
-#[derive(Debug)]
-pub struct ScriptedBatch<'a> {
-    lane: &'a ScriptedLane,
-}
-
-impl<'a> PollBatch<'a> for ScriptedBatch<'a> {
-    fn len(&self) -> usize {
-        self.lane.buf.len()
-    }
-
-    fn payload(&self, index: usize) -> Payload<'a> {
-        Payload {
-            value: Some(&self.lane.buf[index]),
-            key: None,
-            partition: &self.lane.partition,
-            offset: self.lane.first + index as Offset,
-            timestamp_ms: None,
-        }
-    }
-}
-
 impl Lane for ScriptedLane {
-    type Batch<'a> = ScriptedBatch<'a>;
+    type Batch<'a> = BufferedBatch<'a>;
 
     fn partition(&self) -> &TopicPartition {
         &self.partition
@@ -251,7 +229,7 @@ impl Lane for ScriptedLane {
         self.epoch
     }
 
-    fn poll(&mut self, _timeout: Duration) -> Result<ScriptedBatch<'_>, SourceError> {
+    fn poll(&mut self, _timeout: Duration) -> Result<BufferedBatch<'_>, SourceError> {
         self.handle.polls.fetch_add(1, Ordering::Relaxed);
         self.buf.clear();
         if !self.paused {
@@ -268,7 +246,11 @@ impl Lane for ScriptedLane {
         }
         self.first = self.position;
         self.position += self.buf.len() as Offset;
-        Ok(ScriptedBatch { lane: self })
+        Ok(BufferedBatch {
+            values: &self.buf,
+            partition: &self.partition,
+            first: self.first,
+        })
     }
 
     fn pause(&mut self) -> Result<(), SourceError> {
