@@ -123,6 +123,7 @@ impl Writer for SimWriter {
         let body = batch.to_contiguous();
         let latency = {
             let mut w = self.world.lock();
+            w.sample_budget();
             // D4 fact: one token, one byte content, across every attempt and
             // every incarnation.
             let h = fnv1a(body.iter().copied(), FNV_BASIS);

@@ -30,7 +30,7 @@ const RESTART_PAUSE: Duration = Duration::from_millis(500);
 /// hold several chunks.
 pub const CHUNK_BYTES: usize = 1_200;
 /// How often the harness looks at the world.
-const TICK: Duration = Duration::from_millis(10);
+const TICK: Duration = Duration::from_millis(50);
 
 /// What one seed's run left behind, for the oracles.
 #[derive(Debug)]
@@ -147,7 +147,7 @@ fn pipeline_config(cfg: &SimConfig, incarnation: u32) -> PipelineConfig {
     };
     pc.budget_bytes = cfg.budget_bytes;
     pc.budget_rows = 1 << 20;
-    pc.idle_poll = Duration::from_millis(5);
+    pc.idle_poll = Duration::from_millis(20);
     pc.probe_timeout = Duration::from_secs(1);
     pc
 }
@@ -196,7 +196,7 @@ async fn incarnation(
     .nonce(RunNonce::from_u64(nonce))
     .build()
     .expect("the simulator's pipeline config is valid");
-    let budget = pipeline.budget();
+    world.lock().budget = Some(pipeline.budget());
     let shutdown = Shutdown::new();
     let run = tokio::spawn(pipeline.run_inline(shutdown.clone()));
     let heal_at = cfg.fault_phase;
@@ -212,7 +212,7 @@ async fn incarnation(
         tokio::time::sleep(TICK).await;
         let next = {
             let mut w = world.lock();
-            w.max_in_flight = w.max_in_flight.max(budget.bytes_in_use());
+            w.sample_budget();
             let now = w.now();
             if run.is_finished() {
                 Next::Finished

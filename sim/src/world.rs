@@ -135,6 +135,9 @@ pub struct World {
     pub ambiguous_writes: u64,
     /// Commits applied but answered with an error.
     pub ambiguous_commits: u64,
+    /// The current incarnation's in-flight budget, sampled at every write
+    /// attempt and every harness tick.
+    pub budget: Option<std::sync::Arc<spate_core::budget::Budget>>,
     /// The most bytes the in-flight budget held at any sample (D8).
     pub max_in_flight: u64,
     /// Fault kinds that actually took effect at least once.
@@ -180,6 +183,7 @@ impl World {
             dedup_drops: 0,
             ambiguous_writes: 0,
             ambiguous_commits: 0,
+            budget: None,
             max_in_flight: 0,
             hit: BTreeSet::new(),
             rebalance_during_drain: false,
@@ -189,6 +193,13 @@ impl World {
             caught_up_at: None,
             trace: Vec::new(),
             cfg,
+        }
+    }
+
+    /// Samples the in-flight budget (D8).
+    pub fn sample_budget(&mut self) {
+        if let Some(b) = &self.budget {
+            self.max_in_flight = self.max_in_flight.max(b.bytes_in_use());
         }
     }
 

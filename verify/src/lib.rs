@@ -8,8 +8,9 @@
 //!   landed; after the liveness phase, every produced record landed;
 //! - **token uniqueness (D4)**: one token, one byte content, over every attempt
 //!   and every incarnation;
-//! - **bounded memory (D8)**: the in-flight budget, sampled every 10 ms of
-//!   simulated time, never holds more than its limit (or one chunk alone);
+//! - **bounded memory (D8)**: the in-flight budget, sampled at every write
+//!   attempt and every harness tick, never holds more than its limit (or one
+//!   chunk alone);
 //! - **bounded drain (D5)**: every shutdown returned by
 //!   `drain_timeout + DRAIN_GRACE` (plus [`DRAIN_SLACK`]) of simulated time;
 //! - **liveness**: once faults heal, every produced record is committed within
