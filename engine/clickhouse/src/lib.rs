@@ -9,6 +9,8 @@
 //! - [`schema`]: the target table's columns from `system.columns`, and the
 //!   plan of which columns an INSERT names.
 //! - [`writer`]: the HTTP insert writer implementing `spate_core::sink::Writer`.
+//! - [`router`]: the shard router (`XXH64(key) mod shards`, as ClickHouse's
+//!   `xxHash64`), implementing the chain's `Router<Payload>` seam.
 //!
 //! Exact numbers ([`num`]) and time text ([`time`]) are the mapper's helpers.
 //!
@@ -19,6 +21,7 @@
 
 pub mod mapping;
 pub mod num;
+pub mod router;
 pub mod rowbinary;
 pub mod schema;
 pub mod time;

@@ -1,0 +1,240 @@
+//! Fixtures for the modern-engine check of types ClickHouse 18.16 lacks
+//! (DateTime64(3) and (9), Map, Bool, Date32, Int128/256, IPv4/IPv6,
+//! LowCardinality(Nullable(String)), Decimal256): each case maps JSON rows
+//! through the real JSON-to-RowBinary encoder and writes
+//!
+//! - `<dir>/<case>.bin`: the RowBinary rows, and
+//! - `<dir>/<case>.json`: `{"case", "schema", "inputs", "expected"}`, where
+//!   `schema` is the ClickHouse structure (`id UInt32, t DateTime64(3, 'UTC')`)
+//!   and `expected` the rows a current ClickHouse must print for the file in
+//!   `JSONEachRow` (64-bit and wider integers and decimals quoted).
+//!
+//! `<dir>` is `$SPATE_CHDB_DIR`, default `target/chdb` in the workspace.
+//! `ci/chdb_check.py` then decodes every `.bin` with chdb-core
+//! (`SELECT * FROM file(path, 'RowBinary', schema)`) and compares. The
+//! expectations are written from what the input JSON means, not from what the
+//! encoder produced.
+
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+use spate_clickhouse::mapping::{JsonRowEncoder, MappingOptions, simple_columns};
+use spate_clickhouse::types::ChType;
+
+struct Case {
+    name: &'static str,
+    columns: &'static [(&'static str, &'static str)],
+    inputs: &'static [&'static str],
+    expected: Value,
+}
+
+fn out_dir() -> PathBuf {
+    match std::env::var_os("SPATE_CHDB_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/chdb"),
+    }
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            name: "datetime64",
+            columns: &[
+                ("id", "UInt32"),
+                ("t3", "DateTime64(3, 'UTC')"),
+                ("t9", "DateTime64(9, 'UTC')"),
+                ("t6", "Nullable(DateTime64(6, 'UTC'))"),
+            ],
+            inputs: &[
+                r#"{"id":1,"t3":"2018-02-07T01:26:13.840Z","t9":"2018-02-07 01:26:13.123456789","t6":null}"#,
+                r#"{"id":2,"t3":1517966773840,"t9":1517966773.5,"t6":"1969-12-31T23:59:59.999999Z"}"#,
+                r#"{"id":3,"t3":"2262-04-11 23:47:16.854","t9":"1900-01-01T00:00:00Z","t6":"2299-12-31 23:59:59.999999"}"#,
+                r#"{"id":4,"t3":"2018-02-07T03:26:13.5+02:00","t9":"1970-01-01T00:00:00.000000001Z","t6":0}"#,
+            ],
+            expected: json!([
+                {"id":1,"t3":"2018-02-07 01:26:13.840","t9":"2018-02-07 01:26:13.123456789","t6":null},
+                {"id":2,"t3":"2018-02-07 01:26:13.840","t9":"2018-02-07 01:26:13.500000000","t6":"1969-12-31 23:59:59.999999"},
+                {"id":3,"t3":"2262-04-11 23:47:16.854","t9":"1900-01-01 00:00:00.000000000","t6":"2299-12-31 23:59:59.999999"},
+                {"id":4,"t3":"2018-02-07 01:26:13.500","t9":"1970-01-01 00:00:00.000000001","t6":"1970-01-01 00:00:00.000000"},
+            ]),
+        },
+        Case {
+            name: "map_bool",
+            columns: &[
+                ("id", "UInt32"),
+                ("m", "Map(String, UInt64)"),
+                ("mn", "Map(String, Nullable(Float64))"),
+                ("b", "Bool"),
+                ("ab", "Array(Bool)"),
+            ],
+            inputs: &[
+                r#"{"id":1,"m":{"k":9,"\u00e9":18446744073709551615},"mn":{"x":1.5,"y":null},"b":true,"ab":[true,false]}"#,
+                r#"{"id":2,"m":{},"mn":{},"b":0,"ab":[]}"#,
+                r#"{"id":3,"m":{"a":"1"},"mn":{"z":-0.25},"b":1,"ab":[1,0,true]}"#,
+            ],
+            expected: json!([
+                {"id":1,"m":{"k":"9","é":"18446744073709551615"},"mn":{"x":1.5,"y":null},"b":true,"ab":[true,false]},
+                {"id":2,"m":{},"mn":{},"b":false,"ab":[]},
+                {"id":3,"m":{"a":"1"},"mn":{"z":-0.25},"b":true,"ab":[true,false,true]},
+            ]),
+        },
+        Case {
+            name: "wide_ints",
+            columns: &[
+                ("id", "UInt32"),
+                ("i128", "Int128"),
+                ("u128", "UInt128"),
+                ("i256", "Int256"),
+                ("u256", "UInt256"),
+            ],
+            inputs: &[
+                r#"{"id":1,"i128":"-170141183460469231731687303715884105728","u128":"340282366920938463463374607431768211455","i256":"-57896044618658097711785492504343953926634992332820282019728792003956564819968","u256":"115792089237316195423570985008687907853269984665640564039457584007913129639935"}"#,
+                r#"{"id":2,"i128":170141183460469231731687303715884105727,"u128":0,"i256":57896044618658097711785492504343953926634992332820282019728792003956564819967,"u256":"12345678901234567890123456789"}"#,
+                r#"{"id":3,"i128":-1,"u128":18446744073709551616,"i256":-1,"u256":1}"#,
+            ],
+            expected: json!([
+                {"id":1,"i128":"-170141183460469231731687303715884105728","u128":"340282366920938463463374607431768211455","i256":"-57896044618658097711785492504343953926634992332820282019728792003956564819968","u256":"115792089237316195423570985008687907853269984665640564039457584007913129639935"},
+                {"id":2,"i128":"170141183460469231731687303715884105727","u128":"0","i256":"57896044618658097711785492504343953926634992332820282019728792003956564819967","u256":"12345678901234567890123456789"},
+                {"id":3,"i128":"-1","u128":"18446744073709551616","i256":"-1","u256":"1"},
+            ]),
+        },
+        Case {
+            name: "date32_ip",
+            columns: &[
+                ("id", "UInt32"),
+                ("d", "Date32"),
+                ("v4", "IPv4"),
+                ("v6", "IPv6"),
+                ("n6", "Nullable(IPv6)"),
+            ],
+            inputs: &[
+                r#"{"id":1,"d":"1900-01-01","v4":"1.2.3.4","v6":"2001:db8::1","n6":null}"#,
+                r#"{"id":2,"d":"2299-12-31","v4":"255.255.255.255","v6":"::ffff:1.2.3.4","n6":"::"}"#,
+                r#"{"id":3,"d":"1969-12-31","v4":"0.0.0.0","v6":"fe80::1:2","n6":"2001:DB8:0:0:0:0:0:1"}"#,
+            ],
+            expected: json!([
+                {"id":1,"d":"1900-01-01","v4":"1.2.3.4","v6":"2001:db8::1","n6":null},
+                {"id":2,"d":"2299-12-31","v4":"255.255.255.255","v6":"::ffff:1.2.3.4","n6":"::"},
+                {"id":3,"d":"1969-12-31","v4":"0.0.0.0","v6":"fe80::1:2","n6":"2001:db8::1"},
+            ]),
+        },
+        Case {
+            name: "low_cardinality",
+            columns: &[
+                ("id", "UInt32"),
+                ("lc", "LowCardinality(String)"),
+                ("lcn", "LowCardinality(Nullable(String))"),
+                ("alcn", "Array(LowCardinality(Nullable(String)))"),
+            ],
+            inputs: &[
+                r#"{"id":1,"lc":"hi","lcn":"h\u00e9llo \u2713","alcn":["a",null,""]}"#,
+                r#"{"id":2,"lc":"","lcn":null,"alcn":[]}"#,
+                r#"{"id":3,"lc":"hi","lcn":"","alcn":[null]}"#,
+            ],
+            expected: json!([
+                {"id":1,"lc":"hi","lcn":"héllo ✓","alcn":["a",null,""]},
+                {"id":2,"lc":"","lcn":null,"alcn":[]},
+                {"id":3,"lc":"hi","lcn":"","alcn":[null]},
+            ]),
+        },
+        Case {
+            name: "decimal256",
+            columns: &[
+                ("id", "UInt32"),
+                ("d38", "Decimal(38, 10)"),
+                ("d76", "Decimal(76, 20)"),
+            ],
+            inputs: &[
+                r#"{"id":1,"d38":"12345.6789","d76":0.1}"#,
+                r#"{"id":2,"d38":-0.0000000001,"d76":"-12345678901234567890123456789012345678901234567890.12345678901234567890"}"#,
+            ],
+            expected: json!([
+                {"id":1,"d38":"12345.6789000000","d76":"0.10000000000000000000"},
+                {"id":2,"d38":"-0.0000000001","d76":"-12345678901234567890123456789012345678901234567890.12345678901234567890"},
+            ]),
+        },
+    ]
+}
+
+/// The router's documented formula, `xxHash64(key) % shards`, for
+/// `ci/chdb_check.py` to recompute in SQL: `router.json` holds keys with
+/// the hash and shard (of 2, 3 and 16) spate computes.
+#[test]
+fn write_router_vectors_for_chdb() {
+    use spate_clickhouse::router::{key_hash, shard_of_key};
+    let dir = out_dir();
+    std::fs::create_dir_all(&dir).unwrap();
+    let keys = [
+        "",
+        "a",
+        "user-1",
+        "user-2",
+        "42",
+        "h\u{e9}llo \"x\"",
+        "日本",
+        "😀",
+    ];
+    let vectors: Vec<Value> = keys
+        .iter()
+        .map(|k| {
+            json!({
+                "key": k,
+                "hash": key_hash(k.as_bytes()).to_string(),
+                "shards": {
+                    "2": shard_of_key(k.as_bytes(), 2),
+                    "3": shard_of_key(k.as_bytes(), 3),
+                    "16": shard_of_key(k.as_bytes(), 16),
+                },
+            })
+        })
+        .collect();
+    std::fs::write(
+        dir.join("router.json"),
+        serde_json::to_string_pretty(&json!({ "case": "router", "hash_vectors": vectors }))
+            .unwrap(),
+    )
+    .unwrap();
+}
+
+#[test]
+fn write_fixtures_for_chdb() {
+    let dir = out_dir();
+    std::fs::create_dir_all(&dir).unwrap();
+    for case in cases() {
+        let cols: Vec<(&str, ChType)> = case
+            .columns
+            .iter()
+            .map(|&(n, t)| (n, ChType::parse(t).unwrap_or_else(|e| panic!("{t}: {e}"))))
+            .collect();
+        let mut enc = JsonRowEncoder::new(simple_columns(cols), MappingOptions::default()).unwrap();
+        let mut bin = Vec::new();
+        for row in case.inputs {
+            enc.encode_json(row.as_bytes(), &mut bin)
+                .unwrap_or_else(|e| panic!("{}: {e}: {row}", case.name));
+        }
+        assert_eq!(
+            case.expected.as_array().unwrap().len(),
+            case.inputs.len(),
+            "{}",
+            case.name
+        );
+        let schema = case
+            .columns
+            .iter()
+            .map(|(n, t)| format!("{n} {t}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let manifest = json!({
+            "case": case.name,
+            "schema": schema,
+            "inputs": case.inputs,
+            "expected": case.expected,
+        });
+        std::fs::write(dir.join(format!("{}.bin", case.name)), &bin).unwrap();
+        std::fs::write(
+            dir.join(format!("{}.json", case.name)),
+            serde_json::to_string_pretty(&manifest).unwrap(),
+        )
+        .unwrap();
+    }
+}
