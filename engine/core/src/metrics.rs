@@ -18,6 +18,9 @@ pub const ROWS_WRITTEN: &str = "spate_sink_rows_written_total";
 pub const BYTES_WRITTEN: &str = "spate_sink_bytes_written_total";
 /// Counter: write attempts after the first, per shard.
 pub const RETRIES: &str = "spate_sink_retries_total";
+/// Counter: batches acknowledged after an earlier attempt timed out (possible
+/// duplicates where the server ignores the dedup token).
+pub const POSSIBLE_DUPLICATES: &str = "spate_sink_possible_duplicate_batches_total";
 /// Gauge: seconds of retry backoff a shard's writes are sleeping right now
 /// (summed over its concurrent writes).
 pub const BACKOFF_SECONDS: &str = "spate_sink_backoff_seconds";
@@ -43,6 +46,8 @@ pub struct ShardMetrics {
     pub bytes_written: Counter,
     /// [`RETRIES`].
     pub retries: Counter,
+    /// [`POSSIBLE_DUPLICATES`].
+    pub possible_duplicates: Counter,
     /// [`BACKOFF_SECONDS`].
     pub backoff_seconds: Gauge,
     /// [`INFLIGHT_WRITES`].
@@ -61,6 +66,7 @@ impl ShardMetrics {
             rows_written: ::metrics::counter!(ROWS_WRITTEN, "shard" => s.clone()),
             bytes_written: ::metrics::counter!(BYTES_WRITTEN, "shard" => s.clone()),
             retries: ::metrics::counter!(RETRIES, "shard" => s.clone()),
+            possible_duplicates: ::metrics::counter!(POSSIBLE_DUPLICATES, "shard" => s.clone()),
             backoff_seconds: ::metrics::gauge!(BACKOFF_SECONDS, "shard" => s.clone()),
             inflight_writes: ::metrics::gauge!(INFLIGHT_WRITES, "shard" => s.clone()),
             queue_depth: ::metrics::gauge!(QUEUE_DEPTH, "shard" => s),

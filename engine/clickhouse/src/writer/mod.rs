@@ -254,11 +254,16 @@ impl HttpWriter {
 
     /// Sends one request; `Ok(body)` for a success, else the classified error.
     async fn send(&self, where_: &str, req: Request<SegmentsBody>) -> Result<Bytes, WriteError> {
-        let resp = self
-            .client
-            .request(req)
-            .await
-            .map_err(|e| WriteError::retryable(format!("{where_}: {}", error_chain(&e))))?;
+        let resp = self.client.request(req).await.map_err(|e| {
+            // A failed connect never reached the server; anything later
+            // (reset, closed mid-request) may have inserted the batch.
+            let message = format!("{where_}: {}", error_chain(&e));
+            if e.is_connect() {
+                WriteError::retryable(message)
+            } else {
+                WriteError::ambiguous(message)
+            }
+        })?;
         let status = resp.status();
         let header_code = resp
             .headers()
@@ -268,7 +273,7 @@ impl HttpWriter {
         let body = Limited::new(resp.into_body(), MAX_ANSWER_BYTES)
             .collect()
             .await
-            .map_err(|e| WriteError::retryable(format!("{where_}: reading the response: {e}")))?
+            .map_err(|e| WriteError::ambiguous(format!("{where_}: reading the response: {e}")))?
             .to_bytes();
         if status.is_success() && header_code.is_none() {
             return Ok(body);

@@ -104,6 +104,7 @@ pub(crate) struct ShardStats {
     pub(crate) bytes_flushed: AtomicU64,
     pub(crate) batches_abandoned: AtomicU64,
     pub(crate) retries: AtomicU64,
+    pub(crate) possible_duplicates: AtomicU64,
 }
 
 /// One shard's totals over the pool's life, as reported by [`SinkPool::drain`].
@@ -125,6 +126,9 @@ pub struct ShardReport {
     pub rows_abandoned: u64,
     /// Write attempts after the first.
     pub retries: u64,
+    /// Batches acknowledged after an earlier attempt timed out: on a server
+    /// that ignores the dedup token they may have landed twice.
+    pub possible_duplicates: u64,
     /// Whether the worker ignored the deadline and was aborted after the grace.
     pub forced_abort: bool,
 }
@@ -360,6 +364,7 @@ impl ShardShared {
             batches_abandoned: st.batches_abandoned.load(Ordering::Relaxed),
             rows_abandoned: enqueued.saturating_sub(rows_flushed),
             retries: st.retries.load(Ordering::Relaxed),
+            possible_duplicates: st.possible_duplicates.load(Ordering::Relaxed),
             forced_abort,
         }
     }

@@ -30,7 +30,8 @@ use crate::metrics::{Gauge, ShardMetrics};
 use crate::planted::{self, Bug};
 use crate::sink::pool::ShardStats;
 use crate::sink::{
-    Chunk, Endpoint, Pick, ReplicaSet, SealedBatch, SinkConfig, WriteError, Writer, backoff_delay,
+    Chunk, Endpoint, Pick, ReplicaSet, SealedBatch, SinkConfig, WriteError, WriteErrorKind, Writer,
+    backoff_delay,
 };
 
 /// State shared by a shard's worker, its write tasks and the pool.
@@ -287,6 +288,10 @@ async fn write_batch<W: Writer>(
     let _inflight = GaugeGuard::new(&shared.metrics.inflight_writes, 1.0);
     let batch = &pending.batch;
     let mut failures: u32 = 0;
+    // Whether an earlier attempt timed out: it may have landed, so a later
+    // success may have written the batch twice where the server ignores the
+    // token (a plain MergeTree without a dedup window).
+    let mut ambiguous = false;
     let outcome = loop {
         let pick = shared
             .replicas
@@ -305,7 +310,7 @@ async fn write_batch<W: Writer>(
             match tokio::time::timeout(config.write_timeout, writer.write(endpoint, batch)).await {
                 Ok(r) => r,
                 Err(_) if planted::active(Bug::TimeoutIsSuccess) => Ok(()),
-                Err(_) => Err(WriteError::retryable(format!(
+                Err(_) => Err(WriteError::ambiguous(format!(
                     "no answer within sink.write_timeout {:?}; the insert may have landed, \
                  the retry carries the same token",
                     config.write_timeout
@@ -328,6 +333,7 @@ async fn write_batch<W: Writer>(
             .expect("replica set lock")
             .failure(replica, Instant::now());
         failures = failures.saturating_add(1);
+        ambiguous |= err.kind == WriteErrorKind::Ambiguous;
         if err.is_fatal() {
             break Err(Abandon::Fatal(err));
         }
@@ -354,6 +360,17 @@ async fn write_batch<W: Writer>(
             m.batches_flushed.increment(1);
             m.rows_written.increment(batch.rows());
             m.bytes_written.increment(batch.bytes());
+            if ambiguous {
+                st.possible_duplicates.fetch_add(1, Ordering::Relaxed);
+                m.possible_duplicates.increment(1);
+                tracing::warn!(
+                    shard = shared.shard,
+                    token = batch.token(),
+                    rows = batch.rows(),
+                    "batch acknowledged after an attempt that timed out: where the server ignores \
+                     the dedup token (plain MergeTree), its rows may be in the table twice"
+                );
+            }
             // D1: delivered only after a replica acknowledged the insert.
             pending.acks.deliver();
         }

@@ -34,6 +34,11 @@ pub enum WriteErrorKind {
     /// Network errors, timeouts, overload, a replica restarting: retry the
     /// same bytes and token, on the next healthy replica.
     Retryable,
+    /// No answer in time (or the connection dropped after the request was
+    /// sent): the insert may or may not have landed. Retried like
+    /// `Retryable`, with the same token (D4); a later success is counted as
+    /// a possible duplicate.
+    Ambiguous,
     /// The batch itself is refused (schema mismatch, malformed data, no such
     /// table, authorisation): abandon it at once and fail its acks.
     Fatal,
@@ -41,7 +46,11 @@ pub enum WriteErrorKind {
 
 /// A failed write or probe, classified for the retry loop.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{} write error: {message}", match .kind { WriteErrorKind::Retryable => "retryable", WriteErrorKind::Fatal => "fatal" })]
+#[error("{} write error: {message}", match .kind {
+    WriteErrorKind::Retryable => "retryable",
+    WriteErrorKind::Ambiguous => "ambiguous",
+    WriteErrorKind::Fatal => "fatal",
+})]
 pub struct WriteError {
     /// Retryable or fatal.
     pub kind: WriteErrorKind,
@@ -54,6 +63,14 @@ impl WriteError {
     pub fn retryable(message: impl Into<String>) -> Self {
         Self {
             kind: WriteErrorKind::Retryable,
+            message: message.into(),
+        }
+    }
+
+    /// A failure that may have written the batch (timeout after sending).
+    pub fn ambiguous(message: impl Into<String>) -> Self {
+        Self {
+            kind: WriteErrorKind::Ambiguous,
             message: message.into(),
         }
     }
