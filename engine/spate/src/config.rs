@@ -1,0 +1,732 @@
+//! The YAML config model of one pipeline: what `spate run -c FILE` reads.
+//!
+//! Loading is three steps, each failing with a [`ConfigError`] that names the
+//! key (or the environment variable) and says why:
+//!
+//! 1. [`interpolate`]: `${NAME}` and `${NAME:-default}` are replaced from the
+//!    environment in the raw text (`$${` stays a literal `${`); an unset
+//!    variable without a default is an error.
+//! 2. Parsing with `deny_unknown_fields` everywhere: a misspelt key is an error
+//!    with the key's path and, where one is close, a did-you-mean.
+//! 3. [`Config::validate`]: the cross-field and range checks, by building the
+//!    engine's own configs ([`Config::pipeline_config`],
+//!    [`Config::kafka_config`]) and running their validation.
+//!
+//! This module does no I/O beyond reading the file: reaching brokers and
+//! replicas is `spate check`'s job.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+use spate_core::pipeline::{OnError, PipelineConfig};
+use spate_core::sink::{BatchConfig, RetryConfig, SinkConfig};
+use spate_kafka::KafkaSourceConfig;
+
+/// A config that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// `${NAME}` names an unset variable and has no `:-default`.
+    #[error(
+        "line {line}: environment variable `{name}` is not set (use ${{{name}:-default}} for a default)"
+    )]
+    UnsetVariable {
+        /// The variable.
+        name: String,
+        /// 1-based line of the reference.
+        line: usize,
+    },
+    /// A `${` without its closing `}` or with an invalid name.
+    #[error("line {line}: malformed variable reference `{text}`")]
+    BadReference {
+        /// The text found.
+        text: String,
+        /// 1-based line.
+        line: usize,
+    },
+    /// The YAML does not fit the model (syntax, unknown key, wrong type).
+    #[error("config key `{key}`: {reason}")]
+    Parse {
+        /// Dotted path of the offending key (`.` for the root).
+        key: String,
+        /// The parser's message, with a did-you-mean where one is close.
+        reason: String,
+    },
+    /// A value is out of range or inconsistent.
+    #[error("config key `{key}`: {reason}")]
+    Invalid {
+        /// Dotted path of the offending key.
+        key: String,
+        /// Why it is rejected.
+        reason: String,
+    },
+}
+
+fn invalid(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.into(),
+        reason: reason.into(),
+    }
+}
+
+/// A duration written as humantime text: `500ms`, `5s`, `2m`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dur(pub Duration);
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        humantime::parse_duration(text.trim())
+            .map(Dur)
+            .map_err(|e| {
+                serde::de::Error::custom(format!(
+                    "bad duration `{text}` ({e}); write e.g. 500ms, 5s, 2m"
+                ))
+            })
+    }
+}
+
+/// A byte count: an integer, or text with a binary unit (`64KiB`, `8MiB`,
+/// `1GiB`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ByteSize(pub u64);
+
+impl ByteSize {
+    /// Parses `text` (`123`, `64KiB`, `8MiB`, `1GiB`).
+    pub fn parse(text: &str) -> Option<ByteSize> {
+        let t = text.trim();
+        let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+        let (num, unit) = t.split_at(split);
+        let n: u64 = num.parse().ok()?;
+        let mult = match unit.trim() {
+            "" | "B" => 1,
+            "KiB" => 1 << 10,
+            "MiB" => 1 << 20,
+            "GiB" => 1 << 30,
+            _ => return None,
+        };
+        n.checked_mul(mult).map(ByteSize)
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(u64),
+            S(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::N(n) => Ok(ByteSize(n)),
+            Raw::S(s) => ByteSize::parse(&s).ok_or_else(|| {
+                serde::de::Error::custom(format!(
+                    "bad byte size `{s}`; write an integer or e.g. 64KiB, 8MiB, 1GiB"
+                ))
+            }),
+        }
+    }
+}
+
+/// The whole config file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// `pipeline`: name and threads.
+    pub pipeline: PipelineSection,
+    /// `checkpoint`: commit interval.
+    #[serde(default)]
+    pub checkpoint: CheckpointSection,
+    /// `source`: where records come from.
+    pub source: SourceSection,
+    /// `format`: how message bytes decode.
+    #[serde(default)]
+    pub format: FormatSection,
+    /// `mapping`: JSON fields onto table columns.
+    #[serde(default)]
+    pub mapping: MappingSection,
+    /// `on_error`: the record error policy.
+    #[serde(default)]
+    pub on_error: OnErrorSection,
+    /// `sink`: where rows go.
+    pub sink: SinkSection,
+    /// `shutdown`: drain bounds.
+    #[serde(default)]
+    pub shutdown: ShutdownSection,
+    /// `admin`: the HTTP admin server.
+    #[serde(default)]
+    pub admin: AdminSection,
+}
+
+/// `pipeline`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineSection {
+    /// Pipeline name: part of every batch token (D4); keep it stable across
+    /// restarts and unique per table.
+    pub name: String,
+    /// Pipeline threads polling lanes (default 1).
+    #[serde(default = "one")]
+    pub threads: usize,
+    /// I/O runtime threads for the sink pool (default 1).
+    #[serde(default = "one")]
+    pub io_threads: usize,
+}
+
+fn one() -> usize {
+    1
+}
+
+/// `checkpoint`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointSection {
+    /// How often offsets behind acknowledged rows are committed (default 5s).
+    pub interval: Dur,
+}
+
+impl Default for CheckpointSection {
+    fn default() -> Self {
+        Self {
+            interval: Dur(Duration::from_secs(5)),
+        }
+    }
+}
+
+/// `source`: exactly one kind.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceSection {
+    /// `source.kafka`.
+    pub kafka: KafkaSection,
+}
+
+/// `source.kafka`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaSection {
+    /// Bootstrap brokers (`host:port`), a list or one comma-separated string.
+    pub brokers: Brokers,
+    /// Topics; a name starting with `^` is a regular expression.
+    pub topics: Vec<String>,
+    /// Consumer group id.
+    pub group_id: String,
+    /// Where a partition without a committed offset starts: `earliest` or
+    /// `latest` (default `earliest`).
+    #[serde(default = "earliest")]
+    pub auto_offset_reset: String,
+    /// Messages per lane poll (one ack handle each).
+    #[serde(default)]
+    pub max_batch: Option<usize>,
+    /// librdkafka properties passed through unchanged.
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+}
+
+fn earliest() -> String {
+    "earliest".into()
+}
+
+/// Brokers as a YAML list or one comma-separated string.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Brokers {
+    /// `brokers: [a:9092, b:9092]`
+    List(Vec<String>),
+    /// `brokers: a:9092,b:9092`
+    Text(String),
+}
+
+impl Brokers {
+    /// The comma-joined `bootstrap.servers` value.
+    pub fn joined(&self) -> String {
+        match self {
+            Brokers::List(l) => l.join(","),
+            Brokers::Text(t) => t.clone(),
+        }
+    }
+}
+
+/// `format`: exactly one kind; JSON by default.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FormatSection {
+    /// `format.json`.
+    pub json: JsonFormat,
+}
+
+/// `format.json`: one JSON object per message.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JsonFormat {
+    /// Time formats (strftime-like, e.g. `%Y/%m/%d %H:%M`) tried after RFC
+    /// 3339 and `YYYY-MM-DD HH:MM:SS` for DateTime columns.
+    #[serde(default)]
+    pub time_formats: Vec<String>,
+}
+
+/// `mapping`: how JSON fields reach columns. Columns not named here read
+/// the top-level field of their own name.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MappingSection {
+    /// Column -> top-level JSON field.
+    #[serde(default)]
+    pub rename: BTreeMap<String, String>,
+    /// Column -> JSON pointer (`/properties/mag`).
+    #[serde(default)]
+    pub columns: BTreeMap<String, String>,
+    /// Read nested objects flattened with this join: column `a_b` reads
+    /// `{"a":{"b":..}}` with `flatten: "_"`.
+    #[serde(default)]
+    pub flatten: Option<String>,
+    /// Also name DEFAULT columns in the INSERT, read from the field of their
+    /// name (default false: the server computes them).
+    #[serde(default)]
+    pub include_default_columns: bool,
+}
+
+/// `on_error`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OnErrorSection {
+    /// `skip` (count it, dead-letter it, go on) or `fail` (stop without
+    /// committing past it). Default `fail`.
+    pub policy: Policy,
+    /// Where skipped records go.
+    #[serde(default)]
+    pub dead_letter: Option<DeadLetterSection>,
+}
+
+impl Default for OnErrorSection {
+    fn default() -> Self {
+        Self {
+            policy: Policy::Fail,
+            dead_letter: None,
+        }
+    }
+}
+
+/// `on_error.policy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Policy {
+    /// Skip and count.
+    Skip,
+    /// Stop.
+    Fail,
+}
+
+/// `on_error.dead_letter`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeadLetterSection {
+    /// The topic skipped records are produced to (same brokers as the source).
+    pub topic: String,
+}
+
+/// `sink`: exactly one kind.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SinkSection {
+    /// `sink.clickhouse`.
+    pub clickhouse: ClickHouseSection,
+}
+
+/// `sink.clickhouse`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClickHouseSection {
+    /// Replica HTTP URLs per shard: `[[http://a:8123, http://b:8123], [...]]`.
+    pub shards: Vec<Vec<String>>,
+    /// Database (default `default`).
+    #[serde(default = "default_db")]
+    pub database: String,
+    /// Table.
+    pub table: String,
+    /// User (sent as HTTP Basic auth).
+    #[serde(default)]
+    pub user: Option<String>,
+    /// Password.
+    #[serde(default)]
+    pub password: Option<String>,
+    /// Batch sealing thresholds.
+    #[serde(default)]
+    pub batch: BatchSection,
+    /// In-flight bounds.
+    #[serde(default)]
+    pub inflight: InflightSection,
+    /// Retry of a failed insert.
+    #[serde(default)]
+    pub retry: RetrySection,
+    /// Bound on one insert attempt (default 30s).
+    #[serde(default)]
+    pub write_timeout: Option<Dur>,
+}
+
+fn default_db() -> String {
+    "default".into()
+}
+
+/// `sink.clickhouse.batch`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchSection {
+    /// Seal a batch at this many rows.
+    pub max_rows: Option<u64>,
+    /// Seal a batch at this many bytes.
+    pub max_bytes: Option<ByteSize>,
+    /// Seal a batch this long after its first row.
+    pub linger: Option<Dur>,
+}
+
+/// `sink.clickhouse.inflight`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InflightSection {
+    /// Concurrent inserts per shard.
+    pub max_inflight: Option<usize>,
+    /// Byte budget of data in flight across the pipeline (D8).
+    pub max_bytes: Option<ByteSize>,
+    /// Row budget of data in flight.
+    pub max_rows: Option<u64>,
+}
+
+/// `sink.clickhouse.retry`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetrySection {
+    /// First backoff.
+    pub initial: Option<Dur>,
+    /// Backoff cap.
+    pub max: Option<Dur>,
+    /// Attempts before a batch is abandoned.
+    pub max_attempts: Option<u32>,
+}
+
+/// `shutdown`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShutdownSection {
+    /// How long shutdown lets in-flight data finish (default 30s, D5).
+    pub drain_timeout: Dur,
+}
+
+impl Default for ShutdownSection {
+    fn default() -> Self {
+        Self {
+            drain_timeout: Dur(Duration::from_secs(30)),
+        }
+    }
+}
+
+/// `admin`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminSection {
+    /// `host:port` of the admin HTTP server; `off` disables it
+    /// (default `127.0.0.1:9464`).
+    pub listen: String,
+}
+
+impl Default for AdminSection {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:9464".into(),
+        }
+    }
+}
+
+impl Config {
+    /// Reads, interpolates, parses and validates the file at `path`.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the file, variable or key.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Config::from_yaml(&text, |name| std::env::var(name).ok())
+    }
+
+    /// Interpolates `text` with `env`, parses and validates it.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the variable or key.
+    pub fn from_yaml(
+        text: &str,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let text = interpolate(text, env)?;
+        let de = serde_norway::Deserializer::from_str(&text);
+        let config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
+            let key = e.path().to_string();
+            let mut reason = did_you_mean(&e.inner().to_string());
+            // serde_norway prefixes the parent's path; the key already says it.
+            if let Some((parent, _)) = key.rsplit_once('.') {
+                if let Some(rest) = reason.strip_prefix(&format!("{parent}: ")) {
+                    reason = rest.to_owned();
+                }
+            }
+            ConfigError::Parse { key, reason }
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks ranges and consistency by building the engine's configs.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the first bad key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.pipeline.name.trim().is_empty() {
+            return Err(invalid("pipeline.name", "must not be empty"));
+        }
+        if self.pipeline.io_threads == 0 {
+            return Err(invalid("pipeline.io_threads", "must be greater than 0"));
+        }
+        let k = &self.source.kafka;
+        if !matches!(k.auto_offset_reset.as_str(), "earliest" | "latest") {
+            return Err(invalid(
+                "source.kafka.auto_offset_reset",
+                format!("`{}`: expected earliest or latest", k.auto_offset_reset),
+            ));
+        }
+        if k.brokers.joined().trim().is_empty() {
+            return Err(invalid(
+                "source.kafka.brokers",
+                "must name at least one broker",
+            ));
+        }
+        for key in k.properties.keys() {
+            let owned = [
+                ("bootstrap.servers", "source.kafka.brokers"),
+                ("group.id", "source.kafka.group_id"),
+                ("auto.offset.reset", "source.kafka.auto_offset_reset"),
+            ];
+            if let Some((_, instead)) = owned.iter().find(|(p, _)| p == key) {
+                return Err(invalid(
+                    format!("source.kafka.properties.{key}"),
+                    format!("set it with `{instead}`"),
+                ));
+            }
+        }
+        self.kafka_config()
+            .validate()
+            .map_err(|e| invalid("source.kafka", e.to_string()))?;
+        let ch = &self.sink.clickhouse;
+        if ch.table.trim().is_empty() {
+            return Err(invalid("sink.clickhouse.table", "must not be empty"));
+        }
+        for (s, shard) in ch.shards.iter().enumerate() {
+            for (r, url) in shard.iter().enumerate() {
+                if !url.starts_with("http://") {
+                    return Err(invalid(
+                        format!("sink.clickhouse.shards[{s}][{r}]"),
+                        format!("`{url}`: expected an http:// URL (https is not supported yet)"),
+                    ));
+                }
+            }
+        }
+        if ch.password.is_some() && ch.user.is_none() {
+            return Err(invalid("sink.clickhouse.password", "set without `user`"));
+        }
+        if self.mapping.flatten.as_deref() == Some("") {
+            return Err(invalid("mapping.flatten", "the join must not be empty"));
+        }
+        for (col, ptr) in &self.mapping.columns {
+            spate_clickhouse::mapping::parse_pointer(ptr)
+                .map_err(|e| invalid(format!("mapping.columns.{col}"), e.to_string()))?;
+        }
+        for (i, f) in self.format.json.time_formats.iter().enumerate() {
+            spate_clickhouse::time::TimeFormat::compile(f)
+                .map_err(|e| invalid(format!("format.json.time_formats[{i}]"), e.to_string()))?;
+        }
+        if let Some(dl) = &self.on_error.dead_letter {
+            if dl.topic.trim().is_empty() {
+                return Err(invalid("on_error.dead_letter.topic", "must not be empty"));
+            }
+            if self.on_error.policy != Policy::Skip {
+                return Err(invalid(
+                    "on_error.dead_letter",
+                    "only used with `policy: skip`",
+                ));
+            }
+        }
+        if self.admin.listen != "off" {
+            self.admin
+                .listen
+                .parse::<std::net::SocketAddr>()
+                .map_err(|e| invalid("admin.listen", format!("`{}`: {e}", self.admin.listen)))?;
+        }
+        self.pipeline_config()
+            .validate()
+            .map_err(|e| invalid(e.key().replace("sink.", "sink.clickhouse."), e.to_string()))?;
+        Ok(())
+    }
+
+    /// The Kafka source's config.
+    pub fn kafka_config(&self) -> KafkaSourceConfig {
+        let k = &self.source.kafka;
+        let mut c = KafkaSourceConfig::new(k.topics.iter().cloned());
+        for (key, value) in &k.properties {
+            c.set(key, value);
+        }
+        c.set("bootstrap.servers", k.brokers.joined())
+            .set("group.id", &k.group_id)
+            .set("auto.offset.reset", &k.auto_offset_reset);
+        if let Some(m) = k.max_batch {
+            c.max_batch = m;
+        }
+        c
+    }
+
+    /// The pipeline's (and its sink pool's) config.
+    pub fn pipeline_config(&self) -> PipelineConfig {
+        let ch = &self.sink.clickhouse;
+        let mut sink = SinkConfig::new(self.pipeline.name.clone(), ch.shards.clone());
+        let batch = BatchConfig::default();
+        sink.batch = BatchConfig {
+            max_rows: ch.batch.max_rows.unwrap_or(batch.max_rows),
+            max_bytes: ch.batch.max_bytes.map_or(batch.max_bytes, |b| b.0),
+            linger: ch.batch.linger.map_or(batch.linger, |d| d.0),
+        };
+        if let Some(n) = ch.inflight.max_inflight {
+            sink.max_inflight = n;
+        }
+        let retry = RetryConfig::default();
+        sink.retry = RetryConfig {
+            initial: ch.retry.initial.map_or(retry.initial, |d| d.0),
+            max: ch.retry.max.map_or(retry.max, |d| d.0),
+            max_attempts: ch.retry.max_attempts.unwrap_or(retry.max_attempts),
+        };
+        if let Some(t) = ch.write_timeout {
+            sink.write_timeout = t.0;
+        }
+        let mut p = PipelineConfig::new(sink);
+        p.threads = self.pipeline.threads;
+        p.checkpoint_interval = self.checkpoint.interval.0;
+        p.shutdown_drain_timeout = self.shutdown.drain_timeout.0;
+        p.on_error = match self.on_error.policy {
+            Policy::Skip => OnError::Skip,
+            Policy::Fail => OnError::Fail,
+        };
+        if let Some(b) = ch.inflight.max_bytes {
+            p.budget_bytes = b.0;
+        }
+        if let Some(r) = ch.inflight.max_rows {
+            p.budget_rows = r;
+        }
+        p
+    }
+}
+
+/// Replaces `${NAME}` and `${NAME:-default}` in `text` with values from
+/// `env`; `$${` is a literal `${`. Whole-line comments (first non-blank
+/// character `#`) are left as they are, so a commented example may mention
+/// a variable that is not set.
+///
+/// # Errors
+/// [`ConfigError::UnsetVariable`] for an unset variable without default,
+/// [`ConfigError::BadReference`] for an unclosed or nameless reference.
+pub fn interpolate(
+    text: &str,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<String, ConfigError> {
+    let mut out = String::with_capacity(text.len());
+    for (i, line) in text.split_inclusive('\n').enumerate() {
+        if line.trim_start().starts_with('#') {
+            out.push_str(line);
+        } else {
+            interpolate_line(line, i + 1, &env, &mut out)?;
+        }
+    }
+    Ok(out)
+}
+
+fn interpolate_line(
+    text: &str,
+    line: usize,
+    env: &impl Fn(&str) -> Option<String>,
+    out: &mut String,
+) -> Result<(), ConfigError> {
+    let mut rest = text;
+    while let Some(at) = rest.find("${") {
+        if at > 0 && rest.as_bytes()[at - 1] == b'$' {
+            out.push_str(&rest[..at - 1]);
+            out.push_str("${");
+            rest = &rest[at + 2..];
+            continue;
+        }
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 2..];
+        let Some(end) = after.find('}') else {
+            return Err(ConfigError::BadReference {
+                text: rest[at..].trim_end().to_owned(),
+                line,
+            });
+        };
+        let inner = &after[..end];
+        let (name, default) = match inner.split_once(":-") {
+            Some((n, d)) => (n, Some(d)),
+            None => (inner, None),
+        };
+        let valid = !name.is_empty()
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !name.starts_with(|c: char| c.is_ascii_digit());
+        if !valid {
+            return Err(ConfigError::BadReference {
+                text: format!("${{{inner}}}"),
+                line,
+            });
+        }
+        match (env(name), default) {
+            (Some(v), _) => out.push_str(&v),
+            (None, Some(d)) => out.push_str(d),
+            (None, None) => {
+                return Err(ConfigError::UnsetVariable {
+                    name: name.to_owned(),
+                    line,
+                });
+            }
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(())
+}
+
+/// Adds "did you mean `x`?" to serde's unknown-field and unknown-variant
+/// messages when an expected name is close to the one written.
+fn did_you_mean(message: &str) -> String {
+    let parse = || -> Option<String> {
+        let (_, tail) = message
+            .split_once("unknown field `")
+            .or_else(|| message.split_once("unknown variant `"))?;
+        let (written, tail) = tail.split_once('`')?;
+        let expected: Vec<&str> = tail.split('`').skip(1).step_by(2).collect();
+        let best = expected
+            .iter()
+            .map(|e| (strsim::jaro_winkler(written, e), *e))
+            .filter(|(score, _)| *score > 0.8)
+            .max_by(|a, b| a.0.total_cmp(&b.0))?;
+        Some(best.1.to_owned())
+    };
+    match parse() {
+        Some(best) => format!("{message}; did you mean `{best}`?"),
+        None => message.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

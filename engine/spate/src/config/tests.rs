@@ -1,0 +1,116 @@
+use super::*;
+
+const EXAMPLE: &str = include_str!("../../../../examples/spate.yaml");
+
+fn no_env(_: &str) -> Option<String> {
+    None
+}
+
+const MINIMAL: &str = "
+pipeline: {name: p}
+source: {kafka: {brokers: 'b:1', topics: [t], group_id: g}}
+sink: {clickhouse: {shards: [[http://c:8123]], table: t}}
+";
+
+fn err(text: &str) -> String {
+    Config::from_yaml(text, no_env).unwrap_err().to_string()
+}
+
+#[test]
+fn example_file_loads_with_defaults_from_env_fallbacks() {
+    let c = Config::from_yaml(EXAMPLE, no_env).unwrap();
+    assert_eq!(c.source.kafka.brokers.joined(), "127.0.0.1:9092");
+    assert_eq!(
+        c.sink.clickhouse.shards,
+        vec![vec!["http://127.0.0.1:8123".to_owned()]]
+    );
+    let p = c.pipeline_config();
+    assert_eq!(p.sink.batch.max_bytes, 64 << 20);
+    assert_eq!(p.sink.batch.linger, Duration::from_millis(500));
+    assert_eq!(p.checkpoint_interval, Duration::from_secs(1));
+    assert_eq!(p.budget_bytes, 256 << 20);
+}
+
+#[test]
+fn minimal_config_gets_defaults() {
+    let c = Config::from_yaml(MINIMAL, no_env).unwrap();
+    assert_eq!(c.pipeline.threads, 1);
+    assert_eq!(c.sink.clickhouse.database, "default");
+    assert_eq!(c.admin.listen, "127.0.0.1:9464");
+    let k = c.kafka_config();
+    assert_eq!(k.properties["auto.offset.reset"], "earliest");
+    assert_eq!(c.pipeline_config().on_error, OnError::Fail);
+}
+
+#[test]
+fn env_interpolation_and_defaults() {
+    let env = |n: &str| (n == "HOST").then(|| "kafka:9092".to_owned());
+    assert_eq!(
+        interpolate("a: ${HOST}\nb: ${PORT:-1}\nc: $${HOST}", env).unwrap(),
+        "a: kafka:9092\nb: 1\nc: ${HOST}"
+    );
+    match interpolate("x: 1\ny: ${MISSING}", env) {
+        Err(ConfigError::UnsetVariable { name, line }) => {
+            assert_eq!(name, "MISSING");
+            assert_eq!(line, 2);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        interpolate("${OPEN", env),
+        Err(ConfigError::BadReference { .. })
+    ));
+    assert_eq!(
+        interpolate("  # ${UNSET} in a comment\n", env).unwrap(),
+        "  # ${UNSET} in a comment\n"
+    );
+    assert!(matches!(
+        interpolate("${a b}", env),
+        Err(ConfigError::BadReference { .. })
+    ));
+}
+
+#[test]
+fn unknown_key_names_its_path_and_suggests() {
+    let text = MINIMAL.replace("group_id", "grup_id");
+    let e = err(&text);
+    assert!(e.contains("source.kafka"), "{e}");
+    assert!(e.contains("did you mean `group_id`"), "{e}");
+    let e = err(&format!("{MINIMAL}\nadmn: {{listen: off}}"));
+    assert!(e.contains("did you mean `admin`"), "{e}");
+}
+
+#[test]
+fn bad_values_name_the_key() {
+    let e = err(&format!("{MINIMAL}\ncheckpoint: {{interval: soon}}"));
+    assert!(e.contains("checkpoint.interval"), "{e}");
+    let e = err(&MINIMAL.replace("group_id: g", "group_id: g, auto_offset_reset: newest"));
+    assert!(e.contains("source.kafka.auto_offset_reset"), "{e}");
+    let e = err(&MINIMAL.replace("http://c:8123", "c:8123"));
+    assert!(e.contains("sink.clickhouse.shards[0][0]"), "{e}");
+    let e = err(&MINIMAL.replace("{name: p}", "{name: p, threads: 0}"));
+    assert!(e.contains("pipeline.threads"), "{e}");
+    let e = err(&format!("{MINIMAL}\non_error: {{policy: sikp}}"));
+    assert!(
+        e.contains("on_error.policy") && e.contains("did you mean `skip`"),
+        "{e}"
+    );
+    let e = err(&MINIMAL.replace(
+        "group_id: g",
+        "group_id: g, properties: {enable.auto.commit: 'true'}",
+    ));
+    assert!(e.contains("enable.auto.commit"), "{e}");
+    let e = err(&format!(
+        "{MINIMAL}\nmapping: {{columns: {{mag: properties/mag}}}}"
+    ));
+    assert!(e.contains("mapping.columns.mag"), "{e}");
+}
+
+#[test]
+fn byte_sizes() {
+    assert_eq!(ByteSize::parse("123"), Some(ByteSize(123)));
+    assert_eq!(ByteSize::parse("8MiB"), Some(ByteSize(8 << 20)));
+    assert_eq!(ByteSize::parse("1 GiB"), Some(ByteSize(1 << 30)));
+    assert_eq!(ByteSize::parse("8MB"), None);
+    assert_eq!(ByteSize::parse("MiB"), None);
+}

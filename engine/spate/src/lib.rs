@@ -1,0 +1,15 @@
+//! spate: the service facade. The `spate` binary (run, check, broker,
+//! produce, demo) lives in `main.rs`; this library holds what it is built
+//! from and what tests can reach without a process:
+//!
+//! - [`config`]: the YAML config model, interpolation and validation.
+//! - [`admin`]: the admin HTTP server (`/metrics`, `/healthz`, `/readyz`).
+//! - [`kafka_tools`]: embedded broker, NDJSON producer, offsets.
+//! - [`service`]: assembling the Kafka source, the ClickHouse writer and
+//!   mapper and the pipeline from a [`config::Config`].
+#![forbid(unsafe_code)]
+
+pub mod admin;
+pub mod config;
+pub mod kafka_tools;
+pub mod service;

@@ -1,0 +1,501 @@
+//! The `spate` binary: `run` (the service), `check` (config, brokers,
+//! replicas, column mapping), `broker` (an embedded Kafka broker), `produce`
+//! (NDJSON into a topic) and `demo` (all of it on one machine).
+//!
+//! Exit codes: 0 clean; 1 bad usage or config; 2 shutdown abandoned data (it
+//! replays on the next start); 3 the pipeline or a check failed.
+
+mod demo;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use spate::admin::{self, AdminState};
+use spate::config::Config;
+use spate::kafka_tools;
+use spate::service;
+use spate_clickhouse::writer::HttpWriter;
+use spate_core::sink::{Endpoint, Writer};
+
+/// Exit code for bad usage or an unusable config.
+const EXIT_CONFIG: u8 = 1;
+/// Exit code for a failed check or start-up (the pipeline's own failure code).
+const EXIT_FAILED: u8 = 3;
+/// Exit code when a second SIGINT/SIGTERM cut the drain short (nothing past
+/// unwritten data was committed, so it replays: D1).
+const EXIT_SECOND_SIGNAL: i32 = 130;
+/// Bound on each broker round trip `check`, `produce` and `broker` make.
+const KAFKA_RPC: Duration = Duration::from_secs(10);
+
+#[derive(Parser)]
+#[command(
+    name = "spate",
+    version,
+    about = "Kafka topics into ClickHouse, fast, at least once"
+)]
+struct Cli {
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the pipeline until SIGINT or SIGTERM.
+    Run {
+        /// The config file.
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+    /// Validate the config, reach the brokers and every replica, print the
+    /// column mapping.
+    Check {
+        /// The config file.
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+    /// An embedded Kafka broker (librdkafka's mock cluster) until Ctrl-C.
+    Broker {
+        /// Also accept bootstrap connections on 127.0.0.1:PORT (forwarded
+        /// to the broker, which advertises its own port in metadata).
+        #[arg(long)]
+        port: Option<u16>,
+        /// Topic to create.
+        #[arg(long, default_value = "flights")]
+        topic: String,
+        /// Its partitions.
+        #[arg(long, default_value_t = 8)]
+        partitions: i32,
+    },
+    /// Load an NDJSON file into a topic, one message per line, keys spread
+    /// evenly over the partitions.
+    Produce {
+        /// Bootstrap brokers.
+        #[arg(long)]
+        brokers: String,
+        /// Target topic (must exist).
+        #[arg(long)]
+        topic: String,
+        /// The NDJSON file.
+        file: PathBuf,
+    },
+    /// Embedded broker, flight rows, a ClickHouse table, the pipeline, and a
+    /// summary of what landed.
+    Demo(demo::DemoArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // The demo draws progress bars: only warnings by default.
+    let default_filter = match cli.command {
+        Command::Demo(_) => "warn",
+        _ => "info",
+    };
+    init_tracing(cli.log_format, default_filter);
+    match cli.command {
+        Command::Run { config } => run(&config),
+        Command::Check { config } => check(&config),
+        Command::Broker {
+            port,
+            topic,
+            partitions,
+        } => broker(port, &topic, partitions),
+        Command::Produce {
+            brokers,
+            topic,
+            file,
+        } => produce(&brokers, &topic, &file),
+        Command::Demo(args) => demo::demo(&args),
+    }
+}
+
+/// Logs to stderr; `RUST_LOG` overrides `default_filter`.
+fn init_tracing(format: LogFormat, default_filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// An error and its sources, `: `-joined.
+pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let text = c.to_string();
+        if !s.contains(&text) {
+            s.push_str(": ");
+            s.push_str(&text);
+        }
+        cur = c.source();
+    }
+    s
+}
+
+fn load(path: &std::path::Path) -> Result<Config, ExitCode> {
+    Config::load(path).map_err(|e| {
+        eprintln!("spate: {}: {}", path.display(), chain(&e));
+        ExitCode::from(EXIT_CONFIG)
+    })
+}
+
+fn install_metrics() -> Result<PrometheusHandle, ExitCode> {
+    PrometheusBuilder::new().install_recorder().map_err(|e| {
+        eprintln!("spate: metrics recorder: {e}");
+        ExitCode::from(EXIT_FAILED)
+    })
+}
+
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread tokio runtime starts")
+}
+
+fn run(path: &std::path::Path) -> ExitCode {
+    let config = match load(path) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    match run_config(&config) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("spate: {}", chain(&*e));
+            ExitCode::from(EXIT_FAILED)
+        }
+    }
+}
+
+/// Runs the pipeline of `config` until a signal; the exit code of its
+/// report. Shared by `run` and `demo`.
+pub(crate) fn run_config(config: &Config) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let metrics = install_metrics().map_err(|_| "metrics recorder already installed")?;
+    let plan = current_thread().block_on(service::plan(config))?;
+    for c in &plan.columns {
+        let (field, rule) = plan.describe(c);
+        tracing::info!(column = %c.name, source = %field, rule, "mapping");
+    }
+    let (pipeline, dead_letter) = service::build(config, &plan)?;
+    if config.admin.listen != "off" {
+        let addr = config.admin.listen.parse()?;
+        let bound = admin::spawn(
+            addr,
+            AdminState {
+                metrics,
+                ready: pipeline.ready_flag(),
+            },
+        )?;
+        tracing::info!("admin server on http://{bound} (/metrics /healthz /readyz)");
+    }
+    tracing::info!(
+        pipeline = %config.pipeline.name,
+        table = %format!("{}.{}", config.sink.clickhouse.database, config.sink.clickhouse.table),
+        "starting"
+    );
+    spawn_second_signal_exit()?;
+    let report = pipeline.run_until_signal(config.pipeline.io_threads);
+    if let Some(dl) = dead_letter {
+        dl.flush(Duration::from_secs(5));
+    }
+    println!("spate: {}", report.summary());
+    Ok(ExitCode::from(report.status.code() as u8))
+}
+
+/// The first SIGINT/SIGTERM starts the drain (the pipeline's own listener);
+/// this thread exits the process at once on the second.
+fn spawn_second_signal_exit() -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("spate-second-signal".into())
+        .spawn(|| {
+            current_thread().block_on(async {
+                wait_for_signal().await;
+                wait_for_signal().await;
+            });
+            eprintln!(
+                "spate: second signal: exiting now without draining; uncommitted data replays"
+            );
+            std::process::exit(EXIT_SECOND_SIGNAL);
+        })
+        .map(drop)
+}
+
+fn check(path: &std::path::Path) -> ExitCode {
+    let config = match load(path) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    println!("config {}: ok", path.display());
+    let mut problems = 0usize;
+
+    // Brokers: one metadata fetch, then each plain topic's partitions.
+    let brokers = config.source.kafka.brokers.joined();
+    for topic in &config.source.kafka.topics {
+        if topic.starts_with('^') {
+            println!("kafka {brokers}: topic pattern {topic} (not checked)");
+            continue;
+        }
+        match kafka_tools::partition_count(&brokers, topic, KAFKA_RPC) {
+            Ok(n) => println!("kafka {brokers}: topic {topic}: {n} partitions"),
+            Err(e) => {
+                problems += 1;
+                println!("kafka {brokers}: PROBLEM: {}", chain(&e));
+            }
+        }
+    }
+
+    // Replicas: plan from the first that answers, then probe every one.
+    let rt = current_thread();
+    let plan = match rt.block_on(service::plan(&config)) {
+        Ok(p) => p,
+        Err(e) => {
+            println!("clickhouse: PROBLEM: {}", chain(&e));
+            println!("check: failed");
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
+    let ch = &config.sink.clickhouse;
+    println!("\ncolumn mapping into {}.{}:", ch.database, ch.table);
+    let rows: Vec<[String; 4]> = plan
+        .columns
+        .iter()
+        .zip(plan.typed_columns())
+        .map(|(c, (_, ty))| {
+            let (field, rule) = plan.describe(c);
+            [c.name.clone(), ty, field, rule.to_owned()]
+        })
+        .collect();
+    print_table(&["column", "type", "source field", "rule"], &rows);
+    let skipped: Vec<&str> = plan
+        .schema
+        .columns
+        .iter()
+        .filter(|t| !plan.columns.iter().any(|c| c.name == t.name))
+        .map(|t| t.name.as_str())
+        .collect();
+    if !skipped.is_empty() {
+        println!(
+            "not in the INSERT (the server computes them): {}",
+            skipped.join(", ")
+        );
+    }
+    println!();
+    let writer = HttpWriter::new(service::writer_config(&config, plan.typed_columns()));
+    for (s, shard) in ch.shards.iter().enumerate() {
+        for (r, url) in shard.iter().enumerate() {
+            let endpoint = Endpoint {
+                shard: s,
+                replica: r,
+                url: url.as_str().into(),
+            };
+            let result = rt.block_on(async {
+                writer.probe(&endpoint).await?;
+                let caps = writer.caps(&endpoint).await?;
+                let engine = writer
+                    .query(
+                        url,
+                        &format!(
+                            "SELECT engine FROM system.tables WHERE database = {} AND name = {}",
+                            spate_clickhouse::schema::quote_literal(&ch.database),
+                            spate_clickhouse::schema::quote_literal(&ch.table)
+                        ),
+                    )
+                    .await?;
+                Ok::<_, spate_core::sink::WriteError>((caps, engine.trim().to_owned()))
+            });
+            match result {
+                Ok((caps, engine)) => {
+                    let mut lacks = Vec::new();
+                    if !caps.dedup_token {
+                        lacks.push(
+                            "insert_deduplication_token (retries rely on block-hash deduplication)",
+                        );
+                    }
+                    if !engine.starts_with("Replicated") {
+                        lacks.push(
+                            "block deduplication (the engine is not Replicated*: a retried batch may be stored twice)",
+                        );
+                    }
+                    let lacks = if lacks.is_empty() {
+                        "nothing".to_owned()
+                    } else {
+                        lacks.join("; ")
+                    };
+                    println!("{endpoint}: ok, engine {engine}; lacks: {lacks}");
+                }
+                Err(e) => {
+                    problems += 1;
+                    println!("{endpoint}: PROBLEM: {e}");
+                }
+            }
+        }
+    }
+    if problems == 0 {
+        println!("check: ok");
+        ExitCode::SUCCESS
+    } else {
+        println!("check: {problems} problem(s)");
+        ExitCode::from(EXIT_FAILED)
+    }
+}
+
+fn print_table(header: &[&str; 4], rows: &[[String; 4]]) {
+    let mut widths = header.map(str::len);
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let line = |cells: [&str; 4]| {
+        let parts: Vec<String> = cells
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        println!("  {}", parts.join("  ").trim_end());
+    };
+    line(*header);
+    for row in rows {
+        line([&row[0], &row[1], &row[2], &row[3]]);
+    }
+}
+
+fn broker(port: Option<u16>, topic: &str, partitions: i32) -> ExitCode {
+    let mock = match kafka_tools::start_broker(topic, partitions) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("spate broker: {}", chain(&e));
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
+    let upstream = mock.bootstrap_servers();
+    let rt = current_thread();
+    let bootstrap = match port {
+        None => upstream.clone(),
+        Some(p) => {
+            let listener = match rt.block_on(tokio::net::TcpListener::bind(("127.0.0.1", p))) {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!("spate broker: cannot listen on 127.0.0.1:{p}: {e}");
+                    return ExitCode::from(EXIT_FAILED);
+                }
+            };
+            rt.spawn(forward(listener, upstream.clone()));
+            format!("127.0.0.1:{p}")
+        }
+    };
+    println!("{bootstrap}");
+    eprintln!(
+        "spate broker: embedded broker on {bootstrap} (broker {upstream}) with topic {topic} \
+         ({partitions} partitions); it keeps at most 5 MiB per partition; Ctrl-C stops it"
+    );
+    rt.block_on(wait_for_signal());
+    eprintln!("spate broker: stopped");
+    ExitCode::SUCCESS
+}
+
+/// Forwards every connection accepted on `listener` to `upstream`
+/// (bootstrap only: clients then connect to the advertised broker address).
+async fn forward(listener: tokio::net::TcpListener, upstream: String) {
+    loop {
+        let Ok((mut client, _)) = listener.accept().await else {
+            continue;
+        };
+        let upstream = upstream.clone();
+        tokio::spawn(async move {
+            match tokio::net::TcpStream::connect(&upstream).await {
+                Ok(mut server) => {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                }
+                Err(e) => tracing::warn!("spate broker: forward to {upstream}: {e}"),
+            }
+        });
+    }
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+/// A progress bar counting rows toward `total` with rows/s.
+pub(crate) fn progress_bar(total: u64, what: &str) -> ProgressBar {
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template(&format!(
+            "{what} [{{bar:40}}] {{human_pos}}/{{human_len}} rows {{per_sec}} eta {{eta}} {{msg}}"
+        ))
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> "),
+    );
+    bar
+}
+
+fn produce(brokers: &str, topic: &str, file: &std::path::Path) -> ExitCode {
+    let text = match std::fs::read(file) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("spate produce: cannot read {}: {e}", file.display());
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let partitions = match kafka_tools::partition_count(brokers, topic, KAFKA_RPC) {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("spate produce: {}", chain(&e));
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
+    let lines: Vec<&[u8]> = text
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
+        .collect();
+    let bar = progress_bar(lines.len() as u64, "produce");
+    let result = kafka_tools::produce_lines(
+        brokers,
+        topic,
+        partitions,
+        lines.iter().copied(),
+        "k",
+        Duration::from_secs(60),
+        |n| bar.set_position(n),
+    );
+    bar.finish();
+    match result {
+        Ok(n) => {
+            println!("produced {n} messages to {topic} over {partitions} partitions");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("spate produce: {}", chain(&e));
+            ExitCode::from(EXIT_FAILED)
+        }
+    }
+}

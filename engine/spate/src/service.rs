@@ -1,0 +1,304 @@
+//! Assembles one pipeline from a [`Config`]: the schema probe that plans the
+//! INSERT, the ClickHouse writer, the JSON mapper, the Kafka source, the
+//! optional dead-letter producer, and the [`Pipeline`] itself.
+//!
+//! Start-up order follows docs/DESIGN.md "Control": the table's columns are
+//! read from the first replica that answers (the plan every replica is then
+//! probed against by the pipeline's own start-up probe), so a table missing a
+//! column or a type the encoder cannot write fails before any offset moves.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use spate_clickhouse::mapping::{ColumnSpec, JsonRowEncoder, MappingOptions, TimeRules};
+use spate_clickhouse::schema::{InsertOptions, TableSchema, plan_insert};
+use spate_clickhouse::time::TimeFormat;
+use spate_clickhouse::writer::{Credentials, HttpWriter, HttpWriterConfig};
+use spate_core::pipeline::chain::{PayloadDecoder, RecordError, RoundRobin};
+use spate_core::pipeline::driver::ChainProcessor;
+use spate_core::pipeline::terminal::{ChunkBuffers, Terminal};
+use spate_core::pipeline::{DeadLetter, Pipeline, PipelineError};
+use spate_core::record::Payload;
+use spate_kafka::KafkaSource;
+
+use crate::config::Config;
+
+/// Name of the counter of skipped records that could not be handed to the
+/// dead-letter producer (its queue was full or it refused them).
+pub const DEAD_LETTER_DROPPED: &str = "spate_dead_letter_dropped_total";
+
+/// Why a pipeline could not be assembled.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// No replica answered the schema probe.
+    #[error("schema probe of {database}.{table}: no replica answered: {errors}")]
+    Probe {
+        /// Target database.
+        database: String,
+        /// Target table.
+        table: String,
+        /// Each replica's error, `; `-joined.
+        errors: String,
+    },
+    /// The table's columns cannot be mapped.
+    #[error("mapping onto {table}: {reason}")]
+    Mapping {
+        /// Target table.
+        table: String,
+        /// Why.
+        reason: String,
+    },
+    /// The Kafka client refused its configuration.
+    #[error("kafka source: {0}")]
+    Kafka(#[from] spate_kafka::ConfigError),
+    /// The dead-letter producer could not be created.
+    #[error("dead-letter producer for topic `{topic}`: {source}")]
+    DeadLetter {
+        /// The dead-letter topic.
+        topic: String,
+        /// Why.
+        source: rdkafka::error::KafkaError,
+    },
+    /// The pipeline refused its configuration.
+    #[error("pipeline: {0}")]
+    Pipeline(#[from] PipelineError),
+    /// A runtime could not start.
+    #[error("runtime: {0}")]
+    Runtime(#[from] std::io::Error),
+}
+
+/// The INSERT plan: the table's schema and the columns the INSERT names.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The table as `system.columns` describes it.
+    pub schema: TableSchema,
+    /// The INSERT's columns in order, with their JSON sources.
+    pub columns: Vec<ColumnSpec>,
+    /// The mapper's options.
+    pub options: MappingOptions,
+}
+
+impl Plan {
+    /// `(name, type text)` of each INSERT column, for the writer's probe.
+    pub fn typed_columns(&self) -> Vec<(String, String)> {
+        self.columns
+            .iter()
+            .map(|c| {
+                let ty = self
+                    .schema
+                    .columns
+                    .iter()
+                    .find(|t| t.name == c.name)
+                    .map(|t| t.type_text.clone())
+                    .unwrap_or_default();
+                (c.name.clone(), ty)
+            })
+            .collect()
+    }
+
+    /// How column `c` is sourced, in words: (source field, rule).
+    pub fn describe(&self, c: &ColumnSpec) -> (String, &'static str) {
+        match &c.path {
+            Some(p) if p.len() == 1 => (p[0].clone(), "rename"),
+            Some(p) => (format!("/{}", p.join("/")), "pointer"),
+            None if self.options.flatten_join.is_some() => (c.name.clone(), "name (flattened)"),
+            None => (c.name.clone(), "name"),
+        }
+    }
+}
+
+/// The writer's config for `config`, with `columns` (empty for the schema
+/// probe itself).
+pub fn writer_config(config: &Config, columns: Vec<(String, String)>) -> HttpWriterConfig {
+    let ch = &config.sink.clickhouse;
+    let mut w = HttpWriterConfig::new(&ch.database, &ch.table, columns);
+    w.credentials = ch.user.as_ref().map(|user| Credentials {
+        user: user.clone(),
+        password: ch.password.clone().unwrap_or_default(),
+    });
+    w.query_timeout = config.pipeline_config().sink.write_timeout;
+    w
+}
+
+/// The mapper's options from `mapping` and `format.json`.
+pub fn mapping_options(config: &Config) -> MappingOptions {
+    MappingOptions {
+        flatten_join: config.mapping.flatten.clone(),
+        time: TimeRules {
+            formats: config
+                .format
+                .json
+                .time_formats
+                .iter()
+                .filter_map(|f| TimeFormat::compile(f).ok())
+                .collect(),
+            ..TimeRules::default()
+        },
+    }
+}
+
+/// Reads the table's columns from the first replica that answers and plans
+/// the INSERT.
+///
+/// # Errors
+/// [`ServiceError::Probe`] when no replica answers, [`ServiceError::Mapping`]
+/// when the columns cannot be mapped.
+pub async fn plan(config: &Config) -> Result<Plan, ServiceError> {
+    let ch = &config.sink.clickhouse;
+    let probe = HttpWriter::new(writer_config(config, Vec::new()));
+    let mut errors = Vec::new();
+    let mut schema = None;
+    for url in ch.shards.iter().flatten() {
+        match probe.table_schema(url).await {
+            Ok(s) => {
+                schema = Some(s);
+                break;
+            }
+            Err(e) => errors.push(format!("{url}: {e}")),
+        }
+    }
+    let schema = schema.ok_or_else(|| ServiceError::Probe {
+        database: ch.database.clone(),
+        table: ch.table.clone(),
+        errors: errors.join("; "),
+    })?;
+    let insert = InsertOptions {
+        renames: config.mapping.rename.clone(),
+        pointers: config.mapping.columns.clone(),
+        include_default_columns: config.mapping.include_default_columns,
+    };
+    let mapping_err = |reason: String| ServiceError::Mapping {
+        table: ch.table.clone(),
+        reason,
+    };
+    let columns = plan_insert(&schema, &insert).map_err(|e| mapping_err(e.to_string()))?;
+    let options = mapping_options(config);
+    // Build one encoder now so a bad DEFAULT literal fails here, not on a
+    // pipeline thread.
+    JsonRowEncoder::new(columns.clone(), options.clone())
+        .map_err(|e| mapping_err(e.to_string()))?;
+    Ok(Plan {
+        schema,
+        columns,
+        options,
+    })
+}
+
+/// Produces skipped records to the dead-letter topic with their original
+/// key and bytes and headers `spate.reason`, `spate.source` (topic/partition)
+/// and `spate.offset`. Never blocks the pipeline thread (D2): a full
+/// producer queue drops the record from the dead-letter topic and counts it
+/// ([`DEAD_LETTER_DROPPED`]); the skip itself is counted by the engine (D6).
+pub struct KafkaDeadLetter {
+    producer: ThreadedProducer<DefaultProducerContext>,
+    topic: String,
+    dropped: metrics::Counter,
+}
+
+impl KafkaDeadLetter {
+    /// A producer to `topic` on the source's brokers.
+    ///
+    /// # Errors
+    /// [`ServiceError::DeadLetter`] when librdkafka refuses the config.
+    pub fn new(config: &Config, topic: &str) -> Result<Self, ServiceError> {
+        let producer = ClientConfig::new()
+            .set("bootstrap.servers", config.source.kafka.brokers.joined())
+            .set("linger.ms", "20")
+            .create()
+            .map_err(|source| ServiceError::DeadLetter {
+                topic: topic.to_owned(),
+                source,
+            })?;
+        Ok(Self {
+            producer,
+            topic: topic.to_owned(),
+            dropped: metrics::counter!(DEAD_LETTER_DROPPED),
+        })
+    }
+
+    /// Waits up to `timeout` for queued dead letters to reach the broker.
+    pub fn flush(&self, timeout: Duration) {
+        if let Err(e) = self.producer.flush(timeout) {
+            tracing::warn!("dead-letter topic {}: flush: {e}", self.topic);
+        }
+    }
+}
+
+impl DeadLetter for KafkaDeadLetter {
+    fn dead_letter(&self, payload: &Payload<'_>, error: &RecordError) {
+        let reason = error.to_string();
+        let source = payload.partition.to_string();
+        let offset = payload.offset.to_string();
+        let headers = OwnedHeaders::new()
+            .insert(Header {
+                key: "spate.reason",
+                value: Some(reason.as_bytes()),
+            })
+            .insert(Header {
+                key: "spate.source",
+                value: Some(source.as_bytes()),
+            })
+            .insert(Header {
+                key: "spate.offset",
+                value: Some(offset.as_bytes()),
+            });
+        let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(&self.topic)
+            .payload(payload.bytes())
+            .headers(headers);
+        if let Some(k) = payload.key {
+            record = record.key(k);
+        }
+        if let Err((e, _)) = self.producer.send(record) {
+            self.dropped.increment(1);
+            tracing::warn!(
+                "dead-letter topic {}: dropped {source}@{offset}: {e}",
+                self.topic
+            );
+        }
+    }
+}
+
+/// The chain of one pipeline thread: JSON payloads mapped to RowBinary rows,
+/// round robin over shards.
+pub type Chain = ChainProcessor<PayloadDecoder, Terminal<JsonRowEncoder, RoundRobin>>;
+
+/// A pipeline assembled from a config, ready to run.
+pub type SpatePipeline =
+    Pipeline<KafkaSource, HttpWriter, Box<dyn Fn(ChunkBuffers) -> Chain + Send + Sync>>;
+
+/// Builds the pipeline for `config` with the INSERT `plan`, and the
+/// dead-letter producer when one is configured (flush it after the run).
+///
+/// # Errors
+/// [`ServiceError`] from the Kafka client, the dead-letter producer or the
+/// pipeline builder.
+pub fn build(
+    config: &Config,
+    plan: &Plan,
+) -> Result<(SpatePipeline, Option<Arc<KafkaDeadLetter>>), ServiceError> {
+    let writer = HttpWriter::new(writer_config(config, plan.typed_columns()));
+    let source = KafkaSource::new(config.kafka_config())?;
+    let columns = plan.columns.clone();
+    let options = plan.options.clone();
+    let factory: Box<dyn Fn(ChunkBuffers) -> Chain + Send + Sync> =
+        Box::new(move |buffers: ChunkBuffers| {
+            // plan() built the same encoder once, so this cannot fail.
+            let encoder = JsonRowEncoder::new(columns.clone(), options.clone())
+                .expect("the encoder was checked by plan()");
+            ChainProcessor::new(
+                PayloadDecoder,
+                Terminal::new(encoder, RoundRobin::default(), buffers),
+            )
+        });
+    let mut builder = Pipeline::builder(config.pipeline_config(), source, writer, factory);
+    let mut dead_letter = None;
+    if let Some(dl) = &config.on_error.dead_letter {
+        let hook = Arc::new(KafkaDeadLetter::new(config, &dl.topic)?);
+        builder = builder.dead_letter(Arc::clone(&hook) as Arc<dyn DeadLetter>);
+        dead_letter = Some(hook);
+    }
+    Ok((builder.build()?, dead_letter))
+}
