@@ -20,6 +20,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
+use spate_clickhouse::router::ShardKey;
 use spate_core::pipeline::{OnError, PipelineConfig};
 use spate_core::sink::{BatchConfig, RetryConfig, SinkConfig};
 use spate_kafka::KafkaSourceConfig;
@@ -371,6 +372,50 @@ pub struct ClickHouseSection {
     /// Bound on one insert attempt (default 30s).
     #[serde(default)]
     pub write_timeout: Option<Dur>,
+    /// How a row picks its shard (default: round robin, row by row).
+    #[serde(default)]
+    pub shard_key: Option<ShardKeySection>,
+}
+
+/// `sink.clickhouse.shard_key`: exactly one of `{field: name}`,
+/// `{pointer: /a/b}` or `{kafka_key: true}`. A row goes to shard
+/// `XXH64(key bytes, seed 0) mod shards` (see `spate_clickhouse::router`);
+/// rows without the key go round robin.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ShardKeySection {
+    /// A top-level JSON field of the message value.
+    #[serde(default)]
+    pub field: Option<String>,
+    /// A JSON pointer into the message value (RFC 6901, e.g. `/user/id`).
+    #[serde(default)]
+    pub pointer: Option<String>,
+    /// The Kafka message key.
+    #[serde(default)]
+    pub kafka_key: bool,
+}
+
+impl ClickHouseSection {
+    /// The router key this section asks for.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming `sink.clickhouse.shard_key.pointer` for
+    /// a malformed pointer.
+    pub fn shard_key(&self) -> Result<ShardKey, ConfigError> {
+        let Some(k) = &self.shard_key else {
+            return Ok(ShardKey::None);
+        };
+        match (&k.field, &k.pointer, k.kafka_key) {
+            (Some(f), None, false) => Ok(ShardKey::field(f.clone())),
+            (None, Some(p), false) => ShardKey::pointer(p)
+                .map_err(|e| invalid("sink.clickhouse.shard_key.pointer", e.to_string())),
+            (None, None, true) => Ok(ShardKey::KafkaKey),
+            _ => Err(invalid(
+                "sink.clickhouse.shard_key",
+                "set exactly one of field, pointer or kafka_key: true",
+            )),
+        }
+    }
 }
 
 fn default_db() -> String {
@@ -489,6 +534,7 @@ impl Config {
     /// # Errors
     /// [`ConfigError::Invalid`] naming the first bad key.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.sink.clickhouse.shard_key()?;
         if self.pipeline.name.trim().is_empty() {
             return Err(invalid("pipeline.name", "must not be empty"));
         }

@@ -14,10 +14,11 @@ use rdkafka::ClientConfig;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use spate_clickhouse::mapping::{ColumnSpec, JsonRowEncoder, MappingOptions, TimeRules};
+use spate_clickhouse::router::ShardRouter;
 use spate_clickhouse::schema::{InsertOptions, TableSchema, plan_insert};
 use spate_clickhouse::time::TimeFormat;
 use spate_clickhouse::writer::{Credentials, HttpWriter, HttpWriterConfig};
-use spate_core::pipeline::chain::{PayloadDecoder, RecordError, RoundRobin};
+use spate_core::pipeline::chain::{PayloadDecoder, RecordError};
 use spate_core::pipeline::driver::ChainProcessor;
 use spate_core::pipeline::terminal::{ChunkBuffers, Terminal};
 use spate_core::pipeline::{DeadLetter, Pipeline, PipelineError};
@@ -68,6 +69,10 @@ pub enum ServiceError {
     /// A runtime could not start.
     #[error("runtime: {0}")]
     Runtime(#[from] std::io::Error),
+    /// The config is invalid (a check that only runs when the pipeline is
+    /// assembled).
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
 }
 
 /// The INSERT plan: the table's schema and the columns the INSERT names.
@@ -262,8 +267,8 @@ impl DeadLetter for KafkaDeadLetter {
 }
 
 /// The chain of one pipeline thread: JSON payloads mapped to RowBinary rows,
-/// round robin over shards.
-pub type Chain = ChainProcessor<PayloadDecoder, Terminal<JsonRowEncoder, RoundRobin>>;
+/// routed by `sink.clickhouse.shard_key` (round robin without one).
+pub type Chain = ChainProcessor<PayloadDecoder, Terminal<JsonRowEncoder, ShardRouter>>;
 
 /// A pipeline assembled from a config, ready to run.
 pub type SpatePipeline =
@@ -283,6 +288,7 @@ pub fn build(
     let source = KafkaSource::new(config.kafka_config())?;
     let columns = plan.columns.clone();
     let options = plan.options.clone();
+    let shard_key = config.sink.clickhouse.shard_key()?;
     let factory: Box<dyn Fn(ChunkBuffers) -> Chain + Send + Sync> =
         Box::new(move |buffers: ChunkBuffers| {
             // plan() built the same encoder once, so this cannot fail.
@@ -290,7 +296,7 @@ pub fn build(
                 .expect("the encoder was checked by plan()");
             ChainProcessor::new(
                 PayloadDecoder,
-                Terminal::new(encoder, RoundRobin::default(), buffers),
+                Terminal::new(encoder, ShardRouter::new(shard_key.clone()), buffers),
             )
         });
     let mut builder = Pipeline::builder(config.pipeline_config(), source, writer, factory);

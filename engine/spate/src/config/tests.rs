@@ -114,3 +114,35 @@ fn byte_sizes() {
     assert_eq!(ByteSize::parse("8MB"), None);
     assert_eq!(ByteSize::parse("MiB"), None);
 }
+
+#[test]
+fn shard_key_parses_each_form_and_names_a_bad_pointer() {
+    let with = |key: &str| {
+        format!("{MINIMAL}\n").replace("table: t}}", &format!("table: t, shard_key: {key}}}}}"))
+    };
+    let c = Config::from_yaml(&with("{field: carrier}"), no_env).unwrap();
+    assert_eq!(
+        c.sink.clickhouse.shard_key().unwrap(),
+        ShardKey::field("carrier")
+    );
+    let c = Config::from_yaml(&with("{kafka_key: true}"), no_env).unwrap();
+    assert_eq!(c.sink.clickhouse.shard_key().unwrap(), ShardKey::KafkaKey);
+    let c = Config::from_yaml(&with("{pointer: /a/b}"), no_env).unwrap();
+    assert_eq!(
+        c.sink.clickhouse.shard_key().unwrap(),
+        ShardKey::Field(vec!["a".into(), "b".into()])
+    );
+    assert_eq!(
+        Config::from_yaml(MINIMAL, no_env)
+            .unwrap()
+            .sink
+            .clickhouse
+            .shard_key()
+            .unwrap(),
+        ShardKey::None
+    );
+    let e = Config::from_yaml(&with("{pointer: no-slash}"), no_env)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("sink.clickhouse.shard_key.pointer"), "{e}");
+}
