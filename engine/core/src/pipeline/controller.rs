@@ -57,7 +57,13 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
         let interval = self.config.checkpoint_interval;
         let mut ticker = tokio::time::interval_at(Instant::now() + interval, interval);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let pool = self.pool.as_ref().map(SinkPool::handle);
+        let started = self.error.is_none();
         while self.error.is_none() && !shutdown.is_triggered() {
+            // Ready: started, and every shard has a replica whose breaker is
+            // closed (what /readyz reports).
+            let reachable = pool.as_ref().is_some_and(|p| p.reachable(Instant::now()));
+            self.ready.store(started && reachable, Ordering::Release);
             let busy = self.host.step(Instant::now());
             self.take_events();
             self.checkpointer.apply_ready();

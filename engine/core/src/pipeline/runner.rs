@@ -120,8 +120,9 @@ where
         }
     }
 
-    /// True between a successful start-up probe and the start of shutdown:
-    /// what `/readyz` reports.
+    /// True between a successful start-up probe and the start of shutdown,
+    /// while every shard has a replica whose circuit breaker is closed: what
+    /// `/readyz` reports.
     pub fn ready_flag(&self) -> Arc<AtomicBool> {
         Arc::clone(&self.ready)
     }

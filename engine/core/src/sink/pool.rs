@@ -85,6 +85,17 @@ impl PoolHandle {
             .fetch_add(rows, Ordering::Relaxed);
     }
 
+    /// Whether every shard has a replica whose circuit breaker is closed (or
+    /// has cooled down) at `now`: what readiness reports once started. A
+    /// shard whose every replica keeps failing makes this false until one
+    /// cools down.
+    pub fn reachable(&self, now: Instant) -> bool {
+        self.shared.iter().all(|s| {
+            let replicas = s.replicas.lock().expect("replica set lock");
+            (0..s.endpoints.len()).any(|r| !replicas.is_open(r, now))
+        })
+    }
+
     /// Chunks waiting in `shard`'s queue.
     pub fn queue_depth(&self, shard: usize) -> usize {
         let tx = &self.senders[shard];
