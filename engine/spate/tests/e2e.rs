@@ -557,3 +557,92 @@ fn sigterm_with_a_hung_shard_exits_in_time_with_abandoned_then_restart_loses_not
     let distinct = table.number(&format!("SELECT uniqExact(id) FROM default.{}", table.name));
     assert_eq!(distinct, rows);
 }
+
+#[test]
+fn kill_9_mid_stream_then_restart_loses_nothing() {
+    let Some(url) = clickhouse_url() else {
+        return;
+    };
+    let table = Table::create(&url, "kill9");
+    let (topic, partitions, rows) = ("flights", 8, 20_000u64);
+    let mock = kafka_tools::start_broker(topic, partitions).unwrap();
+    let brokers = mock.bootstrap_servers();
+    let lines: Vec<String> = (0..rows).map(flight_row).collect();
+    let produced = kafka_tools::produce_lines(
+        &brokers,
+        topic,
+        partitions,
+        lines.iter().map(String::as_bytes),
+        "k",
+        RPC,
+        |_| {},
+    )
+    .unwrap();
+    assert_eq!(produced, rows);
+    let group = format!("e2e-kill9-{}", std::process::id());
+    let port = free_port();
+    // Small batches, one insert at a time, commits every 100 ms, so rows
+    // show up in ClickHouse before spate has caught up. (In practice the kill
+    // comes before the first commit, and the restart replays from the start.)
+    let yaml = config(
+        &group,
+        &brokers,
+        topic,
+        &url,
+        &table.name,
+        port,
+        "{ policy: fail }",
+    )
+    .replace("interval: 200ms", "interval: 100ms")
+    .replace("max_rows: 100000,", "max_rows: 100,")
+    .replace(
+        "linger: 100ms }",
+        "linger: 100ms }\n    inflight: { max_inflight: 1 }",
+    )
+    .replace("group_id:", "max_batch: 100\n    group_id:");
+    assert!(yaml.contains("max_inflight: 1"), "{yaml}");
+    let count_sql = format!("SELECT count() FROM default.{}", table.name);
+    let committed_sum = || {
+        kafka_tools::committed_offsets(&brokers, &group, topic, partitions, RPC)
+            .unwrap()
+            .values()
+            .map(|o| o.unwrap_or(0).max(0))
+            .sum::<i64>()
+    };
+
+    // First run: SIGKILL as soon as the first rows are in ClickHouse.
+    let mut spate = Spate::start("kill9", &yaml);
+    let deadline = Instant::now() + DELIVERY;
+    while table.number(&count_sql) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "nothing written within {DELIVERY:?}\n{}",
+            spate.logs()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    spate.child.kill().expect("SIGKILL spate");
+    let status = spate.child.wait().unwrap();
+    assert_eq!(status.code(), None, "killed by a signal: {status:?}");
+    let at_kill = table.number(&count_sql);
+    let committed = committed_sum();
+    println!("kill -9: {at_kill} of {rows} rows in ClickHouse, {committed} offsets committed");
+    drop(spate);
+
+    // Second run, same config and group: resumes from whatever was committed.
+    let spate = Spate::start("kill9", &yaml);
+    await_commits(&spate, &brokers, &group, topic, partitions, port);
+    let logs = spate.logs();
+    let (code, out) = spate.terminate();
+    assert_eq!(code, Some(0), "stdout: {out}\nlog: {logs}");
+    let distinct = table.number(&format!(
+        "SELECT count(DISTINCT id) FROM default.{}",
+        table.name
+    ));
+    let count = table.number(&count_sql);
+    println!(
+        "rows {rows}, in ClickHouse {count}, duplicates from the replay {}",
+        count - distinct
+    );
+    assert_eq!(distinct, rows, "rows lost across kill -9 (D1)");
+}
