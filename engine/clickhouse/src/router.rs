@@ -63,7 +63,7 @@
 use spate_core::pipeline::chain::{RecordCx, Router};
 use spate_core::record::Payload;
 
-use crate::mapping::{MappingError, parse_pointer};
+use crate::mapping::{MappingError, parse_pointer, unescape};
 
 /// What a [`ShardRouter`] hashes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -203,7 +203,7 @@ fn field_value(json: &[u8], path: &[String], scratch: &mut Vec<u8>) -> Option<Fo
         b'"' => {
             let (a, b, escaped) = sc.string()?;
             if escaped {
-                unescape(&json[a..b], scratch)?;
+                unescape(&json[a..b], scratch).ok()?;
                 Some(Found::Scratch)
             } else {
                 Some(Found::Input(a, b))
@@ -257,7 +257,7 @@ impl Scan<'_> {
             }
             let (a, b, escaped) = self.string()?;
             let hit = if escaped {
-                unescape(&self.s[a..b], scratch)?;
+                unescape(&self.s[a..b], scratch).ok()?;
                 scratch.as_slice() == want.as_bytes()
             } else {
                 &self.s[a..b] == want.as_bytes()
@@ -347,62 +347,6 @@ impl Scan<'_> {
             }
         }
     }
-}
-
-/// JSON-unescapes a string's content into `out` (cleared first); `None` for a
-/// bad escape or a lone surrogate.
-fn unescape(s: &[u8], out: &mut Vec<u8>) -> Option<()> {
-    out.clear();
-    let mut i = 0;
-    while i < s.len() {
-        let c = s[i];
-        if c != b'\\' {
-            out.push(c);
-            i += 1;
-            continue;
-        }
-        let e = *s.get(i + 1)?;
-        i += 2;
-        let simple = match e {
-            b'"' => b'"',
-            b'\\' => b'\\',
-            b'/' => b'/',
-            b'b' => 0x08,
-            b'f' => 0x0c,
-            b'n' => b'\n',
-            b'r' => b'\r',
-            b't' => b'\t',
-            b'u' => {
-                let hi = hex4(s.get(i..i + 4)?)?;
-                i += 4;
-                let cp = if (0xD800..0xDC00).contains(&hi) {
-                    if s.get(i..i + 2)? != b"\\u" {
-                        return None;
-                    }
-                    let lo = hex4(s.get(i + 2..i + 6)?)?;
-                    if !(0xDC00..0xE000).contains(&lo) {
-                        return None;
-                    }
-                    i += 6;
-                    0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00)
-                } else {
-                    hi
-                };
-                let ch = char::from_u32(cp)?;
-                let mut b = [0u8; 4];
-                out.extend_from_slice(ch.encode_utf8(&mut b).as_bytes());
-                continue;
-            }
-            _ => return None,
-        };
-        out.push(simple);
-    }
-    Some(())
-}
-
-fn hex4(h: &[u8]) -> Option<u32> {
-    let s = std::str::from_utf8(h).ok()?;
-    u32::from_str_radix(s, 16).ok()
 }
 
 #[cfg(test)]

@@ -44,6 +44,7 @@ use spate_core::pipeline::chain::{Encoder, RecordCx, RecordError};
 use spate_core::record::Payload;
 
 pub use coerce::{EpochUnit, Put, TimeRules, Tok};
+pub(crate) use scan::unescape;
 
 use crate::types::ChType;
 

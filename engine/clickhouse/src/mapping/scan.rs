@@ -656,7 +656,7 @@ fn describe(first: Option<u8>) -> &'static str {
 
 /// JSON string unescaping (RFC 8259 section 7) into `out` (cleared first):
 /// surrogate pairs combine, a lone surrogate is refused.
-pub(super) fn unescape(body: &[u8], out: &mut Vec<u8>) -> Result<(), &'static str> {
+pub(crate) fn unescape(body: &[u8], out: &mut Vec<u8>) -> Result<(), &'static str> {
     out.clear();
     let hex4 = |at: usize| -> Result<u32, &'static str> {
         let h = body.get(at..at + 4).ok_or("bad \\u escape")?;
