@@ -94,17 +94,13 @@ fn plan(w: &mut World, shard: usize, replica: usize) -> Plan {
 /// Applies `batch` to `shard`'s table unless its token is in the dedup window.
 fn apply(w: &mut World, shard: usize, replica: usize, batch_token: &str, body: &[u8]) {
     let window = w.cfg.dedup_window;
-    if window > 0 && w.dedup[shard].iter().any(|t| t == batch_token) {
+    if window > 0 && w.dedup[shard].contains(batch_token) {
         w.dedup_drops += 1;
         w.trace(format!("s{shard}r{replica} dedup drop {batch_token}"));
         return;
     }
     if window > 0 {
-        let d = &mut w.dedup[shard];
-        d.push_back(batch_token.to_owned());
-        while d.len() > window {
-            d.pop_front();
-        }
+        w.dedup[shard].insert(batch_token, window);
     }
     for row in body.chunks_exact(12) {
         let p = u32::from_le_bytes(row[..4].try_into().expect("4 bytes")) as usize;

@@ -29,8 +29,12 @@ const RESTART_PAUSE: Duration = Duration::from_millis(500);
 /// The pipeline's chunk size in the simulator: small, so budgets of a few KB
 /// hold several chunks.
 pub const CHUNK_BYTES: usize = 1_200;
-/// How often the harness looks at the world.
-const TICK: Duration = Duration::from_millis(50);
+/// How often the harness looks at the world (and the producer and the fault
+/// schedule move on).
+const TICK: Duration = Duration::from_millis(100);
+/// The same while a shutdown drains: drains are short, and a fault due
+/// mid-drain must land inside it.
+const DRAIN_TICK: Duration = Duration::from_millis(10);
 
 /// What one seed's run left behind, for the oracles.
 #[derive(Debug)]
@@ -147,7 +151,7 @@ fn pipeline_config(cfg: &SimConfig, incarnation: u32) -> PipelineConfig {
     };
     pc.budget_bytes = cfg.budget_bytes;
     pc.budget_rows = 1 << 20;
-    pc.idle_poll = Duration::from_millis(20);
+    pc.idle_poll = Duration::from_millis(100);
     pc.probe_timeout = Duration::from_secs(1);
     pc
 }
@@ -180,8 +184,6 @@ async fn incarnation(
             w.assign(p);
         }
     }
-    let producer = tokio::spawn(produce(world.clone()));
-    let faults = tokio::spawn(drive_faults(world.clone()));
     let pipeline = Pipeline::builder(
         pipeline_config(&cfg, number),
         SimSource::new(world.clone()),
@@ -209,10 +211,19 @@ async fn incarnation(
         Shutdown(bool),
     }
     let caught_up = loop {
-        tokio::time::sleep(TICK).await;
+        // Wake at the next tick, or exactly when a crash or restart is due,
+        // so faults scheduled just after it find the process in that state.
+        let now = world.lock().now();
+        let due = [crash_at, restart_at]
+            .into_iter()
+            .flatten()
+            .filter(|t| *t > now)
+            .map(|t| t - now)
+            .fold(TICK, Duration::min);
+        tokio::time::sleep(due).await;
         let next = {
             let mut w = world.lock();
-            w.sample_budget();
+            tick(&mut w);
             let now = w.now();
             if run.is_finished() {
                 Next::Finished
@@ -248,16 +259,12 @@ async fn incarnation(
                     _ => End::Crashed,
                 };
                 finish(&world);
-                producer.abort();
-                faults.abort();
                 return end;
             }
         }
     };
     let report = graceful_stop(&world, &shutdown, run, cfg.drain_timeout).await;
     finish(&world);
-    producer.abort();
-    faults.abort();
     End::Final(report, caught_up)
 }
 
@@ -277,7 +284,16 @@ async fn graceful_stop(
         w.now()
     };
     shutdown.trigger();
-    let report = run.await.expect("pipeline task");
+    // The world goes on while the pipeline drains (faults fire, records
+    // arrive: a rebalance can land mid-drain).
+    let mut run = run;
+    let report = loop {
+        tokio::select! {
+            biased;
+            r = &mut run => break r.expect("pipeline task"),
+            () = tokio::time::sleep(DRAIN_TICK) => tick(&mut world.lock()),
+        }
+    };
     let took = started.elapsed();
     let mut w = world.lock();
     w.draining = false;
@@ -304,75 +320,66 @@ fn finish(world: &Shared) {
     w.origin = tokio::time::Instant::now();
 }
 
+/// One harness tick: the producer, the fault schedule, a budget sample.
+fn tick(w: &mut World) {
+    produce(w);
+    drive_faults(w);
+    w.sample_budget();
+}
+
 /// Appends each partition's records at an even pace over `produce_for`; as an
-/// outside producer it carries on from wherever the log is.
-async fn produce(world: Shared) {
-    loop {
-        {
-            let mut w = world.lock();
-            let now = w.now();
-            let total = w.cfg.records_per_partition;
-            let frac = (now.as_secs_f64() / w.cfg.produce_for.as_secs_f64()).min(1.0);
-            let target = ((total as f64) * frac).ceil() as usize;
-            for p in 0..w.cfg.partitions {
-                while w.logs[p].len() < target.min(total) {
-                    let o = w.logs[p].len();
-                    w.logs[p].push(bytes::Bytes::from(format!("p{p}o{o}")));
-                }
-            }
-            if w.logs.iter().all(|l| l.len() == total) {
-                return;
-            }
+/// outside producer it carries on from wherever the log is. Called every tick.
+fn produce(w: &mut World) {
+    let now = w.now();
+    let total = w.cfg.records_per_partition;
+    let frac = (now.as_secs_f64() / w.cfg.produce_for.as_secs_f64()).min(1.0);
+    let target = (((total as f64) * frac).ceil() as usize).min(total);
+    for p in 0..w.cfg.partitions {
+        while w.logs[p].len() < target {
+            // The payload's bytes do not matter: the encoder writes the
+            // record's partition and offset.
+            w.logs[p].push(bytes::Bytes::from_static(b"{}"));
         }
-        tokio::time::sleep(TICK).await;
     }
 }
 
 /// Applies the instant faults (rebalance, dedup loss, end of an eviction) when
 /// their time comes, and keeps the eviction flag in step with its windows.
-async fn drive_faults(world: Shared) {
-    loop {
-        {
-            let mut w = world.lock();
-            let now = w.now();
-            let evicted = w.fault_active(FaultKind::Eviction, |_, _| true);
-            if w.evicted && !evicted {
-                // Rejoin: the member learns it lost everything.
-                w.trace("eviction over; rejoining");
-                for p in 0..w.cfg.partitions {
+/// Called every tick.
+fn drive_faults(w: &mut World) {
+    let now = w.now();
+    let evicted = w.fault_active(FaultKind::Eviction, |_, _| true);
+    if w.evicted && !evicted {
+        // Rejoin: the member learns it lost everything.
+        w.trace("eviction over; rejoining");
+        for p in 0..w.cfg.partitions {
+            w.rebalance(p);
+        }
+    } else if evicted && !w.evicted {
+        w.trace("evicted");
+    }
+    w.evicted = evicted;
+    while let Some(i) =
+        (0..w.cfg.faults.len()).find(|i| !w.applied.contains(i) && w.cfg.faults[*i].start <= now)
+    {
+        w.applied.insert(i);
+        let f = w.cfg.faults[i].clone();
+        match f.kind {
+            FaultKind::Rebalance => {
+                w.hit.insert(FaultKind::Rebalance);
+                let n = w.cfg.partitions;
+                // Revoke a deterministic subset (possibly all).
+                for p in (0..n).filter(|&p| (f.target2 >> (p % 6)) & 1 == 1 || p == f.target % n) {
                     w.rebalance(p);
                 }
-            } else if evicted && !w.evicted {
-                w.trace("evicted");
             }
-            w.evicted = evicted;
-            let due: Vec<usize> = (0..w.cfg.faults.len())
-                .filter(|i| !w.applied.contains(i) && w.cfg.faults[*i].start <= now)
-                .collect();
-            for i in due {
-                w.applied.insert(i);
-                let f = w.cfg.faults[i].clone();
-                match f.kind {
-                    FaultKind::Rebalance => {
-                        w.hit.insert(FaultKind::Rebalance);
-                        let n = w.cfg.partitions;
-                        // Revoke a deterministic subset (possibly all).
-                        for p in
-                            (0..n).filter(|&p| (f.target2 >> (p % 6)) & 1 == 1 || p == f.target % n)
-                        {
-                            w.rebalance(p);
-                        }
-                    }
-                    FaultKind::DedupLoss => {
-                        w.hit.insert(FaultKind::DedupLoss);
-                        let s = f.target % w.cfg.shards;
-                        w.dedup[s].clear();
-                        w.trace(format!("shard {s} restarted: dedup window lost"));
-                    }
-                    _ => {}
-                }
+            FaultKind::DedupLoss => {
+                w.hit.insert(FaultKind::DedupLoss);
+                let s = f.target % w.cfg.shards;
+                w.dedup[s].clear();
+                w.trace(format!("shard {s} restarted: dedup window lost"));
             }
+            _ => {}
         }
-        tokio::time::sleep(TICK).await;
     }
 }

@@ -113,7 +113,9 @@ pub struct World {
     /// Whether the member is currently evicted (commits refused).
     pub evicted: bool,
     /// Per shard, the dedup window of recent tokens.
-    pub dedup: Vec<VecDeque<String>>,
+    pub dedup: Vec<DedupWindow>,
+    /// The fault kinds in the schedule, one bit each ([`FaultKind::bit`]).
+    pub scheduled: u32,
     /// Per partition and offset, how many times the row landed.
     pub landed: Vec<Vec<u32>>,
     /// Per partition, the contiguous durable prefix length.
@@ -172,7 +174,8 @@ impl World {
             group_events: VecDeque::new(),
             reassign_on_release: BTreeSet::new(),
             evicted: false,
-            dedup: vec![VecDeque::new(); cfg.shards],
+            dedup: vec![DedupWindow::default(); cfg.shards],
+            scheduled: cfg.faults.iter().fold(0, |m, f| m | f.kind.bit()),
             landed: vec![Vec::new(); cfg.partitions],
             durable_prefix: vec![0; cfg.partitions],
             tokens: BTreeMap::new(),
@@ -219,6 +222,11 @@ impl World {
 
     /// Whether a fault of `kind` matching `hits` is active now; records the hit.
     pub fn fault_active(&mut self, kind: FaultKind, hits: impl Fn(usize, usize) -> bool) -> bool {
+        if self.scheduled & kind.bit() == 0 {
+            // Most runs schedule few kinds: skip the clock read (a mutex in
+            // tokio's paused clock) for the rest.
+            return false;
+        }
         let now = self.now();
         let active = self
             .cfg
@@ -309,6 +317,41 @@ impl World {
             self.logs[p].len() == self.cfg.records_per_partition
                 && self.committed[p] == Some(self.logs[p].len() as Offset)
         })
+    }
+}
+
+/// A shard's window of the most recent insert tokens (ReplicatedMergeTree
+/// keeps the last `replicated_deduplication_window` block ids, 100 by
+/// default). Membership is a set lookup; the queue keeps the order in which
+/// tokens leave.
+#[derive(Clone, Debug, Default)]
+pub struct DedupWindow {
+    order: VecDeque<String>,
+    members: BTreeSet<String>,
+}
+
+impl DedupWindow {
+    /// Whether `token` is in the window.
+    pub fn contains(&self, token: &str) -> bool {
+        self.members.contains(token)
+    }
+
+    /// Adds `token`, dropping the oldest beyond `window` tokens.
+    pub fn insert(&mut self, token: &str, window: usize) {
+        if self.members.insert(token.to_owned()) {
+            self.order.push_back(token.to_owned());
+        }
+        while self.order.len() > window {
+            if let Some(old) = self.order.pop_front() {
+                self.members.remove(&old);
+            }
+        }
+    }
+
+    /// Forgets every token (a restart that loses the window).
+    pub fn clear(&mut self) {
+        self.order.clear();
+        self.members.clear();
     }
 }
 

@@ -159,6 +159,15 @@ pub fn check(o: &SimOutcome) -> Vec<Violation> {
     v
 }
 
+/// The interesting combinations a campaign counts (and, with a coverage
+/// floor, requires).
+pub const COMBOS: [&str; 4] = [
+    "ambiguous write then deduplicated retry",
+    "rebalance during drain",
+    "eviction with ambiguous writes",
+    "crash replay duplicates",
+];
+
 /// The result of one seed.
 #[derive(Debug)]
 pub struct SeedResult {
@@ -185,16 +194,16 @@ pub fn run_and_check(seed: u64) -> (SimOutcome, SeedResult) {
     let w = &o.world;
     let mut combos = Vec::new();
     if w.ambiguous_writes > 0 && w.dedup_drops > 0 {
-        combos.push("ambiguous write then deduplicated retry");
+        combos.push(COMBOS[0]);
     }
     if w.rebalance_during_drain {
-        combos.push("rebalance during drain");
+        combos.push(COMBOS[1]);
     }
     if w.hit.contains(&FaultKind::Eviction) && w.ambiguous_writes + w.dedup_drops > 0 {
-        combos.push("eviction with ambiguous writes");
+        combos.push(COMBOS[2]);
     }
     if w.hit.contains(&FaultKind::Crash) && w.duplicates() > 0 {
-        combos.push("crash replay duplicates");
+        combos.push(COMBOS[3]);
     }
     let result = SeedResult {
         seed,
@@ -250,6 +259,29 @@ impl Campaign {
         if !r.violations.is_empty() {
             self.failures.push(r);
         }
+    }
+
+    /// The fault kinds and [`COMBOS`] hit by fewer than `min_pct` percent of
+    /// the runs, each with its share: a campaign that does not exercise a
+    /// fault proves nothing about it.
+    pub fn coverage_gaps(&self, min_pct: f64) -> Vec<String> {
+        let kinds = FaultKind::ALL
+            .iter()
+            .map(|k| (format!("{k:?}"), self.hits.get(k).copied().unwrap_or(0)));
+        let combos = COMBOS
+            .iter()
+            .map(|c| (c.to_string(), self.combos.get(c).copied().unwrap_or(0)));
+        kinds
+            .chain(combos)
+            .filter(|(_, n)| pct(*n, self.runs) < min_pct)
+            .map(|(name, n)| {
+                format!(
+                    "{name}: {n} of {} runs ({:.2}%)",
+                    self.runs,
+                    pct(n, self.runs)
+                )
+            })
+            .collect()
     }
 
     /// A printable summary: coverage per fault kind and combination, failures

@@ -28,6 +28,10 @@ enum Command {
         /// The first seed.
         #[arg(long, default_value_t = 0)]
         first: u64,
+        /// Fail unless every fault kind and every interesting combination
+        /// was hit by at least this percentage of the runs.
+        #[arg(long)]
+        min_coverage: Option<f64>,
     },
     /// Runs one seed and prints its trace and verdict.
     Replay {
@@ -38,7 +42,11 @@ enum Command {
 
 fn main() -> ExitCode {
     match Cli::parse().command {
-        Command::Campaign { seeds, first } => {
+        Command::Campaign {
+            seeds,
+            first,
+            min_coverage,
+        } => {
             #[allow(clippy::disallowed_methods)] // wall time of the campaign itself, not of a run
             let started = Instant::now();
             let c = Campaign::run(first, seeds);
@@ -49,7 +57,20 @@ fn main() -> ExitCode {
                 c.runs as f64 / wall,
                 c.simulated.as_secs_f64() / wall
             );
-            if c.failures.is_empty() {
+            if let Some(cpu) = cpu_seconds() {
+                // On a shared machine wall time includes other processes;
+                // CPU time is this campaign's own (one thread).
+                println!(
+                    "{:.0} seeds/s, {:.0} simulated s per CPU s (CPU {cpu:.2} s)",
+                    c.runs as f64 / cpu,
+                    c.simulated.as_secs_f64() / cpu
+                );
+            }
+            let gaps = min_coverage.map(|m| c.coverage_gaps(m)).unwrap_or_default();
+            for g in &gaps {
+                println!("COVERAGE below {:.1}%: {g}", min_coverage.unwrap_or(0.0));
+            }
+            if c.failures.is_empty() && gaps.is_empty() {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::FAILURE
@@ -80,4 +101,16 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// This process's user + system CPU time, from `/proc/self/stat` (fields 14
+/// and 15, in clock ticks of 1/100 s on Linux); `None` elsewhere.
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name (field 2) may hold spaces; count from after its ')'.
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    let mut fields = rest.split(' ').skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some((utime + stime) as f64 / 100.0)
 }
