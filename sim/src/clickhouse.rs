@@ -6,7 +6,9 @@
 //! tokens. A replica is an access point with its own faults: down (refuses
 //! before writing), failing some writes, writing then never answering (the
 //! client times out: the ambiguous case), or answering too late (it writes
-//! after the client gave up). A shard restart forgets its dedup window.
+//! after the client gave up). A shard restart forgets its dedup window. A
+//! part inserted on one replica reaches the others after a replication lag
+//! (later if they are down); deduplication is shard-wide at once.
 //!
 //! Rows are 12 bytes: partition (u32 LE) and offset (u64 LE), as
 //! [`SimEncoder`] writes them, so the world knows exactly which record landed.
@@ -107,6 +109,7 @@ fn apply(w: &mut World, shard: usize, replica: usize, batch_token: &str, body: &
         let o = u64::from_le_bytes(row[4..].try_into().expect("8 bytes")) as i64;
         w.land(p, o);
     }
+    w.insert_part(shard, replica, (body.len() / 12) as u64);
     w.trace(format!(
         "s{shard}r{replica} insert {batch_token} rows={}",
         body.len() / 12

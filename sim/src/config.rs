@@ -85,6 +85,61 @@ impl Fault {
     pub fn active(&self, now: Duration) -> bool {
         now >= self.start && now < self.start + self.duration
     }
+
+    /// The fault as one token of a schedule spec:
+    /// `Kind@START+DURATION/TARGET.TARGET2`, times in ms, e.g.
+    /// `Crash@1200+300/3.5`. [`parse_schedule`] reads it back.
+    pub fn spec(&self) -> String {
+        format!(
+            "{:?}@{}+{}/{}.{}",
+            self.kind,
+            self.start.as_millis(),
+            self.duration.as_millis(),
+            self.target,
+            self.target2
+        )
+    }
+}
+
+/// A schedule as one line: the [`Fault::spec`]s joined by `,` (empty for no
+/// faults). With the seed it replays a shrunk run exactly.
+pub fn schedule_spec(faults: &[Fault]) -> String {
+    faults.iter().map(Fault::spec).collect::<Vec<_>>().join(",")
+}
+
+/// Parses a [`schedule_spec`] line, sorted by start as a seed's schedule is.
+///
+/// # Errors
+/// A message naming the token that is not `Kind@START+DURATION/TARGET.TARGET2`
+/// or whose kind is unknown.
+pub fn parse_schedule(spec: &str) -> Result<Vec<Fault>, String> {
+    let mut faults = spec
+        .split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|token| {
+            let bad =
+                || format!("fault `{token}`: expected Kind@START+DURATION/TARGET.TARGET2 (ms)");
+            let (kind, rest) = token.split_once('@').ok_or_else(bad)?;
+            let (start, rest) = rest.split_once('+').ok_or_else(bad)?;
+            let (duration, targets) = rest.split_once('/').ok_or_else(bad)?;
+            let (target, target2) = targets.split_once('.').ok_or_else(bad)?;
+            let kind = FaultKind::ALL
+                .into_iter()
+                .find(|k| format!("{k:?}") == kind)
+                .ok_or_else(|| format!("fault `{token}`: unknown kind `{kind}`"))?;
+            let num = |s: &str| s.parse::<u64>().map_err(|_| bad());
+            Ok(Fault {
+                kind,
+                start: Duration::from_millis(num(start)?),
+                duration: Duration::from_millis(num(duration)?),
+                target: num(target)? as usize,
+                target2: num(target2)? as usize,
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    faults.sort_by_key(|f| (f.start, f.kind));
+    Ok(faults)
 }
 
 /// The parameters of one simulated run.
@@ -132,6 +187,12 @@ pub struct SimConfig {
     pub drain_timeout: Duration,
     /// In-flight byte budget.
     pub budget_bytes: u64,
+    /// How long a part inserted on one replica takes to reach each other
+    /// replica of its shard (a range in ms; a replica that is down fetches
+    /// once it is up again). Deduplication is shard-wide at once, as
+    /// ReplicatedMergeTree records block ids in ZooKeeper when the insert
+    /// commits; the data follows with this lag.
+    pub replication_lag_ms: (u64, u64),
 }
 
 impl SimConfig {
@@ -209,6 +270,17 @@ impl SimConfig {
             write_timeout: Duration::from_millis(rng.random_range(200..1_000)),
             drain_timeout: Duration::from_secs(rng.random_range(1..=5)),
             budget_bytes: rng.random_range(2_000..200_000),
+            replication_lag_ms: (0, rng.random_range(1..=2_000)),
+        }
+    }
+
+    /// `seed`'s run with `faults` as its schedule instead of the seed's own
+    /// (sorted by start).
+    pub fn with_faults(seed: u64, mut faults: Vec<Fault>) -> Self {
+        faults.sort_by_key(|f| (f.start, f.kind));
+        Self {
+            faults,
+            ..Self::from_seed(seed)
         }
     }
 

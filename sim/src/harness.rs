@@ -61,7 +61,13 @@ enum End {
 
 /// Runs `seed` to the end.
 pub fn run_seed(seed: u64) -> SimOutcome {
-    let cfg = SimConfig::from_seed(seed);
+    run_config(SimConfig::from_seed(seed))
+}
+
+/// Runs `cfg` to the end: a seed's run with its schedule replaced, as the
+/// shrinker and `spate-verify replay --faults` use it. Still a pure function
+/// of `cfg` (D7).
+pub fn run_config(cfg: SimConfig) -> SimOutcome {
     let world = Shared::new(World::new(cfg.clone()));
     let crashes: Vec<Duration> = cfg.faults_of(FaultKind::Crash).map(|f| f.start).collect();
     let restarts: Vec<Duration> = cfg
@@ -99,6 +105,8 @@ pub fn run_seed(seed: u64) -> SimOutcome {
     let mut world = std::sync::Arc::try_unwrap(world.into_inner())
         .map(|m| m.into_inner().expect("world lock"))
         .unwrap_or_else(|_| panic!("world still shared after the run"));
+    // Every fault has healed: replication catches up.
+    world.replicate(true);
     let trace_hash = world.trace.iter().fold(FNV_BASIS, |h, l| {
         fnv1a(l.what.bytes().chain(l.at_ms.to_le_bytes()), h)
     });
@@ -320,10 +328,12 @@ fn finish(world: &Shared) {
     w.origin = tokio::time::Instant::now();
 }
 
-/// One harness tick: the producer, the fault schedule, a budget sample.
+/// One harness tick: the producer, the fault schedule, replication between
+/// replicas, a budget sample.
 fn tick(w: &mut World) {
     produce(w);
     drive_faults(w);
+    w.replicate(false);
     w.sample_budget();
 }
 

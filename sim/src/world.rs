@@ -112,6 +112,13 @@ pub struct World {
     pub reassign_on_release: BTreeSet<usize>,
     /// Whether the member is currently evicted (commits refused).
     pub evicted: bool,
+    /// Per shard and replica, the rows its parts hold (inserted there, or
+    /// fetched from another replica).
+    pub replica_rows: Vec<Vec<u64>>,
+    /// Per shard, the rows of every part it accepted.
+    pub shard_rows: Vec<u64>,
+    /// Parts on their way to other replicas of their shard.
+    pub fetches: Vec<Fetch>,
     /// Per shard, the dedup window of recent tokens.
     pub dedup: Vec<DedupWindow>,
     /// The fault kinds in the schedule, one bit each ([`FaultKind::bit`]).
@@ -174,6 +181,9 @@ impl World {
             group_events: VecDeque::new(),
             reassign_on_release: BTreeSet::new(),
             evicted: false,
+            replica_rows: vec![vec![0; cfg.replicas]; cfg.shards],
+            shard_rows: vec![0; cfg.shards],
+            fetches: Vec::new(),
             dedup: vec![DedupWindow::default(); cfg.shards],
             scheduled: cfg.faults.iter().fold(0, |m, f| m | f.kind.bit()),
             landed: vec![Vec::new(); cfg.partitions],
@@ -222,21 +232,77 @@ impl World {
 
     /// Whether a fault of `kind` matching `hits` is active now; records the hit.
     pub fn fault_active(&mut self, kind: FaultKind, hits: impl Fn(usize, usize) -> bool) -> bool {
+        let active = self.fault_on(kind, hits);
+        if active {
+            self.hit.insert(kind);
+        }
+        active
+    }
+
+    /// Whether a fault of `kind` matching `hits` is active now.
+    fn fault_on(&self, kind: FaultKind, hits: impl Fn(usize, usize) -> bool) -> bool {
         if self.scheduled & kind.bit() == 0 {
             // Most runs schedule few kinds: skip the clock read (a mutex in
             // tokio's paused clock) for the rest.
             return false;
         }
         let now = self.now();
-        let active = self
-            .cfg
+        self.cfg
             .faults
             .iter()
-            .any(|f| f.kind == kind && f.active(now) && hits(f.target, f.target2));
-        if active {
-            self.hit.insert(kind);
+            .any(|f| f.kind == kind && f.active(now) && hits(f.target, f.target2))
+    }
+
+    /// Whether replica `r` of shard `s` is down now.
+    pub fn replica_down(&self, s: usize, r: usize) -> bool {
+        let (shards, replicas) = (self.cfg.shards, self.cfg.replicas);
+        self.fault_on(FaultKind::ShardDown, |t, _| t % shards == s)
+            || self.fault_on(FaultKind::ReplicaDown, |t, t2| {
+                t % shards == s && t2 % replicas == r
+            })
+    }
+
+    /// Records a part of `rows` rows inserted on replica `r` of shard `s`,
+    /// and queues its fetch by every other replica after the replication lag.
+    pub fn insert_part(&mut self, s: usize, r: usize, rows: u64) {
+        self.shard_rows[s] += rows;
+        self.replica_rows[s][r] += rows;
+        let now = self.now();
+        for to in (0..self.cfg.replicas).filter(|&to| to != r) {
+            let (lo, hi) = self.cfg.replication_lag_ms;
+            let lag = Duration::from_millis(self.rng.random_range(lo..=hi));
+            self.fetches.push(Fetch {
+                shard: s,
+                replica: to,
+                rows,
+                due: now + lag,
+            });
         }
-        active
+    }
+
+    /// Delivers the fetches that are due to replicas that are up (every
+    /// fetch when `all`: the end of a run, once every fault has healed).
+    pub fn replicate(&mut self, all: bool) {
+        // At the end of a run no incarnation's clock runs: the run ended at
+        // `base`.
+        let now = if all { self.base } else { self.now() };
+        let mut i = 0;
+        while i < self.fetches.len() {
+            let f = &self.fetches[i];
+            if all || (f.due <= now && !self.replica_down(f.shard, f.replica)) {
+                let f = self.fetches.remove(i);
+                self.replica_rows[f.shard][f.replica] += f.rows;
+                self.trace.push(TraceLine {
+                    at_ms: now.as_millis() as u64,
+                    what: format!(
+                        "s{}r{} fetched a part of {} rows",
+                        f.shard, f.replica, f.rows
+                    ),
+                });
+            } else {
+                i += 1;
+            }
+        }
     }
 
     /// A coin flip with probability `p` from the world's seeded RNG.
@@ -318,6 +384,20 @@ impl World {
                 && self.committed[p] == Some(self.logs[p].len() as Offset)
         })
     }
+}
+
+/// A part on its way from the replica that took the insert to another
+/// replica of the shard.
+#[derive(Clone, Debug)]
+pub struct Fetch {
+    /// The shard.
+    pub shard: usize,
+    /// The replica that will fetch it.
+    pub replica: usize,
+    /// Rows in the part.
+    pub rows: u64,
+    /// Simulated time from which the fetch can happen.
+    pub due: Duration,
 }
 
 /// A shard's window of the most recent insert tokens (ReplicatedMergeTree

@@ -15,7 +15,9 @@
 //!   `drain_timeout + DRAIN_GRACE` (plus [`DRAIN_SLACK`]) of simulated time;
 //! - **liveness**: once faults heal, every produced record is committed within
 //!   the liveness bound, and the final shutdown is clean (nothing vanishes: a
-//!   record ends delivered, or the run says it did not, D6).
+//!   record ends delivered, or the run says it did not, D6);
+//! - **replication** (a check of the simulator itself): once healed, every
+//!   replica holds every part its shard accepted.
 //!
 //! Duplicates are counted, not failed (at-least-once allows them).
 
@@ -24,8 +26,10 @@ use std::time::Duration;
 
 use spate_core::pipeline::ExitStatus;
 use spate_core::sink::DRAIN_GRACE;
-use spate_sim::config::FaultKind;
-use spate_sim::harness::{CHUNK_BYTES, SimOutcome, run_seed};
+use spate_sim::config::{FaultKind, SimConfig};
+use spate_sim::harness::{CHUNK_BYTES, SimOutcome, run_config};
+
+pub mod shrink;
 
 /// Allowance past `deadline + grace` for the controller's last loop turn
 /// (idle poll 5 ms) and the report; far below what a missed deadline costs.
@@ -34,8 +38,9 @@ pub const DRAIN_SLACK: Duration = Duration::from_millis(50);
 /// One broken promise.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Violation {
-    /// Which oracle: `D1 commit safety`, `D1 at-least-once`, `D4 token`,
-    /// `D5 drain`, `liveness`.
+    /// Which oracle: `D1 commit safety`, `D1 at-least-once`,
+    /// `D1 stale commit`, `D4 token`, `D5 drain`, `D6 drain`, `D8 budget`,
+    /// `liveness`, `replication`.
     pub oracle: &'static str,
     /// What exactly.
     pub detail: String,
@@ -66,6 +71,21 @@ pub fn check(o: &SimOutcome) -> Vec<Violation> {
                     w.durable_prefix[p]
                 ),
             });
+        }
+    }
+    // Replication (a check of the simulated cluster itself): once every
+    // fault has healed, each replica holds every part its shard accepted.
+    for (s, rows) in w.replica_rows.iter().enumerate() {
+        for (r, n) in rows.iter().enumerate() {
+            if *n != w.shard_rows[s] {
+                v.push(Violation {
+                    oracle: "replication",
+                    detail: format!(
+                        "s{s}r{r} holds {n} rows after healing, its shard accepted {}",
+                        w.shard_rows[s]
+                    ),
+                });
+            }
         }
     }
     for t in &w.token_conflicts {
@@ -189,7 +209,13 @@ pub struct SeedResult {
 
 /// Runs and judges `seed`.
 pub fn run_and_check(seed: u64) -> (SimOutcome, SeedResult) {
-    let o = run_seed(seed);
+    run_and_check_config(SimConfig::from_seed(seed))
+}
+
+/// Runs and judges `cfg` (a seed's run, possibly with another schedule).
+pub fn run_and_check_config(cfg: SimConfig) -> (SimOutcome, SeedResult) {
+    let seed = cfg.seed;
+    let o = run_config(cfg);
     let violations = check(&o);
     let w = &o.world;
     let mut combos = Vec::new();

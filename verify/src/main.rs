@@ -1,21 +1,33 @@
 //! `spate-verify`: run fault campaigns over the simulator and replay seeds.
 //!
 //! ```text
-//! spate-verify campaign --seeds 2000 [--first 0]   # exit 1 if any seed fails
-//! spate-verify replay 1234                          # trace + verdict of one seed
+//! spate-verify campaign --seeds 2000 [--first 0] [--min-coverage 1]
+//!                                      # exit 1 if any seed fails
+//! spate-verify replay 1234 [--faults SPEC]   # trace + verdict of one run
+//! spate-verify shrink 1234             # minimal fault schedule of a failing seed
+//! spate-verify search --cases 200      # proptest schedules, shrink the first failure
 //! ```
+//!
+//! Built with `--features planted-bugs`, `--plant BUG` runs with one of
+//! spate-core's planted bugs (e.g. `TimeoutIsSuccess`).
 
 use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::{Parser, Subcommand};
-use spate_verify::{Campaign, replay_line, run_and_check};
+use spate_sim::config::{SimConfig, parse_schedule, schedule_spec};
+use spate_verify::shrink::{Shrunk, minimize, search_and_shrink};
+use spate_verify::{Campaign, replay_line, run_and_check_config};
 
 #[derive(Parser)]
 #[command(about = "Fault campaigns and replays for spate's deterministic simulator")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Plant one of spate-core's bugs for this run (needs the `planted-bugs`
+    /// feature).
+    #[arg(long, global = true)]
+    plant: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -37,11 +49,73 @@ enum Command {
     Replay {
         /// The seed to replay.
         seed: u64,
+        /// Replace the seed's fault schedule with this one (as `shrink`
+        /// prints it: `Kind@START+DURATION/TARGET.TARGET2`, comma-separated,
+        /// ms).
+        #[arg(long)]
+        faults: Option<String>,
+    },
+    /// Shrinks a failing seed to a minimal fault schedule (removing any one
+    /// fault makes it pass) and prints its replay line.
+    Shrink {
+        /// The failing seed.
+        seed: u64,
+    },
+    /// Generates fault schedules with proptest's state machine, and shrinks
+    /// the first one that breaks an oracle.
+    Search {
+        /// Schedules to try.
+        #[arg(long, default_value_t = 256)]
+        cases: u32,
+        /// Most faults per schedule.
+        #[arg(long, default_value_t = 6)]
+        max_faults: usize,
     },
 }
 
+fn print_shrunk(s: &Shrunk) {
+    println!(
+        "shrunk to {} fault(s) in {} runs, {:.2} s: seed {} faults `{}`",
+        s.faults.len(),
+        s.runs,
+        s.elapsed.as_secs_f64(),
+        s.seed,
+        schedule_spec(&s.faults)
+    );
+    for v in &s.violations {
+        println!("VIOLATION {}: {}", v.oracle, v.detail);
+    }
+    println!("replay: {}", s.replay_line());
+}
+
+#[cfg(feature = "planted-bugs")]
+fn plant(name: Option<&str>) -> Result<(), String> {
+    use spate_core::planted::{Bug, plant};
+    let Some(name) = name else { return Ok(()) };
+    let bug = Bug::ALL
+        .into_iter()
+        .find(|b| format!("{b:?}") == name)
+        .ok_or_else(|| format!("--plant: unknown bug `{name}`; one of {:?}", Bug::ALL))?;
+    plant(Some(bug));
+    eprintln!("planted bug {bug:?}");
+    Ok(())
+}
+
+#[cfg(not(feature = "planted-bugs"))]
+fn plant(name: Option<&str>) -> Result<(), String> {
+    match name {
+        None => Ok(()),
+        Some(_) => Err("--plant needs a build with `--features planted-bugs`".into()),
+    }
+}
+
 fn main() -> ExitCode {
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    if let Err(e) = plant(cli.plant.as_deref()) {
+        eprintln!("{e}");
+        return ExitCode::from(2);
+    }
+    match cli.command {
         Command::Campaign {
             seeds,
             first,
@@ -76,8 +150,36 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         }
-        Command::Replay { seed } => {
-            let (o, r) = run_and_check(seed);
+        Command::Shrink { seed } => match minimize(SimConfig::from_seed(seed)) {
+            None => {
+                println!("seed {seed}: every oracle holds; nothing to shrink");
+                ExitCode::SUCCESS
+            }
+            Some(s) => {
+                print_shrunk(&s);
+                ExitCode::FAILURE
+            }
+        },
+        Command::Search { cases, max_faults } => match search_and_shrink(cases, max_faults) {
+            None => {
+                println!("{cases} generated schedules: every oracle holds");
+                ExitCode::SUCCESS
+            }
+            Some(s) => {
+                print_shrunk(&s);
+                ExitCode::FAILURE
+            }
+        },
+        Command::Replay { seed, faults } => {
+            let cfg = match faults.as_deref().map(parse_schedule) {
+                None => SimConfig::from_seed(seed),
+                Some(Ok(f)) => SimConfig::with_faults(seed, f),
+                Some(Err(e)) => {
+                    eprintln!("--faults: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let (o, r) = run_and_check_config(cfg);
             for l in &o.world.trace {
                 println!("{:>7} ms  {}", l.at_ms, l.what);
             }
@@ -96,7 +198,12 @@ fn main() -> ExitCode {
                 for v in &r.violations {
                     println!("VIOLATION {}: {}", v.oracle, v.detail);
                 }
-                println!("replay: {}", replay_line(seed));
+                match faults {
+                    None => println!("replay: {}", replay_line(seed)),
+                    Some(f) => println!(
+                        "replay: cargo run -p spate-verify --release -- replay {seed} --faults '{f}'"
+                    ),
+                }
                 ExitCode::FAILURE
             }
         }

@@ -31,6 +31,19 @@ pub enum Bug {
     BudgetIgnored = 7,
 }
 
+impl Bug {
+    /// Every bug, in declaration order.
+    pub const ALL: [Bug; 7] = [
+        Bug::CommitBeforeAck,
+        Bug::TokenReusedAfterRestart,
+        Bug::TokenWithoutNonce,
+        Bug::DrainDropsPartialBatch,
+        Bug::CommitReleasedEpoch,
+        Bug::TimeoutIsSuccess,
+        Bug::BudgetIgnored,
+    ];
+}
+
 #[cfg(feature = "planted-bugs")]
 static ACTIVE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
 
