@@ -110,8 +110,11 @@ fn skipped_by_reason(metrics: &str) -> std::collections::BTreeMap<String, u64> {
         .collect()
 }
 
-/// Every message of `topic` partition 0: (payload, headers).
-fn consume_all(brokers: &str, topic: &str, n: usize) -> Vec<(Vec<u8>, Vec<(String, String)>)> {
+/// A consumed message: (payload, headers as (key, value text)).
+type Consumed = (Vec<u8>, Vec<(String, String)>);
+
+/// The first `n` messages of `topic` partition 0 (fewer after [`DELIVERY`]).
+fn consume_all(brokers: &str, topic: &str, n: usize) -> Vec<Consumed> {
     use rdkafka::Message;
     use rdkafka::consumer::{BaseConsumer, Consumer};
     use rdkafka::message::Headers;
