@@ -156,6 +156,14 @@ pub trait Source: Send {
     /// [`SourceError`] when the client rejects the call.
     fn release(&mut self, partition: &TopicPartition, epoch: Epoch) -> Result<(), SourceError>;
 
+    /// Whether the consumer holds an assignment, or is waiting for one,
+    /// without an error standing: readiness (`/readyz`) requires this as well
+    /// as a reachable replica per shard. Read by the controller once per loop,
+    /// never on the record path. A source that cannot tell answers `true`.
+    fn consumer_ready(&self) -> bool {
+        true
+    }
+
     /// Commits `offsets` synchronously.
     ///
     /// # Errors

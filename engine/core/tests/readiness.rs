@@ -1,6 +1,7 @@
 //! Readiness (what `/readyz` reports): ready after the start-up probe, not
 //! ready while every replica of a shard has its circuit breaker open, ready
-//! again once one cools down and answers.
+//! again once one cools down and answers; not ready while the consumer
+//! reports an error, ready while it holds or waits for an assignment.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -73,4 +74,51 @@ async fn not_ready_while_every_replica_of_a_shard_is_down() {
     let report = run.await.expect("pipeline task");
     assert_eq!(report.status, ExitStatus::Clean, "{}", report.summary());
     assert!(!ready.load(Ordering::Acquire), "not ready after shutdown");
+}
+
+#[tokio::test(start_paused = true)]
+async fn not_ready_while_the_consumer_reports_an_error() {
+    let (source, script) = ScriptedSource::new(10);
+    let writer = CaptureWriter::new();
+    let tp = TopicPartition::new("t", 0);
+    let mut sink = SinkConfig::new("ready", vec![vec!["a".into()]]);
+    sink.batch.linger = Duration::from_millis(10);
+    let mut config = PipelineConfig::new(sink);
+    config.checkpoint_interval = Duration::from_millis(50);
+    let pipeline = Pipeline::builder(config, source, writer.clone(), |buffers: ChunkBuffers| {
+        ChainProcessor::new(
+            PayloadDecoder,
+            Terminal::new(LineEncoder, RoundRobin::default(), buffers),
+        )
+    })
+    .nonce(RunNonce::from_u64(4))
+    .build()
+    .expect("valid config");
+    let ready = pipeline.ready_flag();
+    let shutdown = Shutdown::new();
+    let run = tokio::spawn(pipeline.run_inline(shutdown.clone()));
+    // Waiting for an assignment without an error: ready.
+    eventually("ready while waiting for an assignment", || {
+        ready.load(Ordering::Acquire)
+    })
+    .await;
+
+    script.set_consumer_error(true);
+    eventually("not ready while the consumer reports an error", || {
+        !ready.load(Ordering::Acquire)
+    })
+    .await;
+
+    // The error is over and the group hands out a partition: ready, and the
+    // data flows.
+    script.set_consumer_error(false);
+    script.assign(&tp);
+    script.append(&tp, "r0");
+    eventually("ready and committed once the consumer recovers", || {
+        ready.load(Ordering::Acquire) && script.committed(&tp) == Some(1)
+    })
+    .await;
+    shutdown.trigger();
+    let report = run.await.expect("pipeline task");
+    assert_eq!(report.status, ExitStatus::Clean, "{}", report.summary());
 }

@@ -38,7 +38,7 @@ mod source;
 pub use config::{ConfigError, DEFAULT_MAX_BATCH, KafkaSourceConfig, OWNED_PROPERTIES};
 pub use context::SpateContext;
 pub use lane::{KafkaBatch, KafkaLane};
-pub use source::{CLOSE_TIMEOUT, KafkaSource};
+pub use source::{CLOSE_TIMEOUT, CONSUMER_ERROR_HOLD, KafkaSource};
 
 /// Gauge: consumer lag per `topic` and `partition`, in messages: the
 /// partition's high watermark minus this group's committed offset, as

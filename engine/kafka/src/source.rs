@@ -75,6 +75,13 @@ const MAX_EVENTS_PER_POLL: usize = 64;
 /// leaving the rest to librdkafka's own destructor.
 pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a transient consumer error keeps [`Source::consumer_ready`]
+/// false unless an assignment arrives first: librdkafka's default
+/// `reconnect.backoff.max.ms` (10 s), so a broker that stays away keeps
+/// reporting within the window and readiness stays off, while one error
+/// that librdkafka recovered from clears by itself.
+pub const CONSUMER_ERROR_HOLD: Duration = Duration::from_secs(10);
+
 /// A revoke waiting for the controller to release its partitions.
 #[derive(Debug)]
 struct Revoking {
@@ -108,6 +115,9 @@ pub struct KafkaSource {
     /// that reached the shared queue instead of its lane, never delivered).
     ceilings: BTreeMap<TopicPartition, Offset>,
     transient_errors: Counter,
+    /// When the consumer last reported a transient error; cleared by an
+    /// assignment. Read by [`Source::consumer_ready`].
+    last_error: Option<std::time::Instant>,
     /// A fatal error met outside `poll_event` (in `release`, whose errors the
     /// controller only logs), reported by the next `poll_event`.
     deferred: Option<SourceError>,
@@ -157,6 +167,7 @@ impl KafkaSource {
             revoking: None,
             ceilings: BTreeMap::new(),
             transient_errors: metrics::counter!(SOURCE_ERRORS, "kind" => "transient"),
+            last_error: None,
             deferred: None,
             closed: false,
         })
@@ -197,6 +208,8 @@ impl KafkaSource {
         partitions: &TopicPartitionList,
         cooperative: bool,
     ) -> Result<(), SourceError> {
+        // The group handed out partitions: whatever failed before is over.
+        self.last_error = None;
         for elem in partitions.elements() {
             let tp = TopicPartition::new(elem.topic(), elem.partition());
             debug_assert!(!self.owned.contains_key(&tp), "{tp} assigned twice");
@@ -345,6 +358,7 @@ impl KafkaSource {
                     SourceError::Fatal { .. } => return Err(error),
                     _ => {
                         self.transient_errors.increment(1);
+                        self.last_error = Some(std::time::Instant::now());
                         tracing::warn!(%error, "transient consumer error; librdkafka retries");
                         true
                     }
@@ -400,6 +414,15 @@ impl Drop for KafkaSource {
 
 impl Source for KafkaSource {
     type Lane = KafkaLane;
+
+    /// True unless a transient consumer error (a broker unreachable, the
+    /// coordinator away) was reported within [`CONSUMER_ERROR_HOLD`] and no
+    /// assignment has arrived since. Fatal errors stop the pipeline instead
+    /// (and with it readiness).
+    fn consumer_ready(&self) -> bool {
+        self.last_error
+            .is_none_or(|at| at.elapsed() >= CONSUMER_ERROR_HOLD)
+    }
 
     /// Serves the consumer queue (group membership, rebalances, statistics,
     /// errors) for at most `timeout` and returns the next assignment change.

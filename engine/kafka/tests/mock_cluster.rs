@@ -593,3 +593,53 @@ fn revoke_holds_the_rebalance_until_release_eager() {
 fn revoke_holds_the_rebalance_until_release_cooperative() {
     revoke_holds_the_rebalance_until_release("cooperative-sticky", "g-hold-coop");
 }
+
+/// The consumer half of readiness (`Source::consumer_ready`, what `/readyz`
+/// adds to the shards' state): ready while waiting for an assignment and
+/// while holding one; not ready once the broker is down and the consumer
+/// reports errors; ready again after the broker is back (at the latest
+/// `CONSUMER_ERROR_HOLD` after the last error, or at a new assignment).
+#[test]
+fn consumer_is_not_ready_while_the_broker_is_down() {
+    let topic = "down";
+    let (mock, bootstrap) = mock(topic, 2);
+    let mut source = KafkaSource::new(source_config(&bootstrap, topic, "down", "range")).unwrap();
+    assert!(
+        source.consumer_ready(),
+        "waiting for an assignment, no error"
+    );
+    let deadline = Instant::now() + DELIVERY;
+    let mut lanes = Vec::new();
+    while lanes.len() < 2 {
+        assert!(Instant::now() < deadline, "never assigned");
+        for ev in events_for(&mut source, Duration::from_millis(100)) {
+            if let AssignmentEvent::Assigned { lane, .. } = ev {
+                lanes.push(lane);
+            }
+        }
+    }
+    assert!(source.consumer_ready(), "holding an assignment");
+
+    mock.broker_down(1).unwrap();
+    while source.consumer_ready() {
+        assert!(
+            Instant::now() < deadline,
+            "still ready with the broker down"
+        );
+        let _ = events_for(&mut source, Duration::from_millis(100));
+    }
+    let down = Instant::now();
+    mock.broker_up(1).unwrap();
+    while !source.consumer_ready() {
+        assert!(
+            down.elapsed() < spate_kafka::CONSUMER_ERROR_HOLD + Duration::from_secs(15),
+            "not ready again after the broker came back"
+        );
+        let _ = events_for(&mut source, Duration::from_millis(100));
+    }
+    println!(
+        "consumer ready again {:?} after the broker came back",
+        down.elapsed()
+    );
+    drop(lanes);
+}

@@ -1,7 +1,10 @@
 //! The admin HTTP server: `/metrics` (Prometheus text from the installed
 //! `metrics` recorder), `/healthz` (200 while the process serves) and
 //! `/readyz` (200 only while the pipeline's ready flag is set: after the
-//! start-up probe of every replica and until shutdown begins).
+//! start-up probe of every replica and until shutdown begins, while every
+//! shard has a replica whose breaker is closed and the consumer holds an
+//! assignment or waits for one without an error; see
+//! `spate_core::pipeline::Pipeline::ready_flag`).
 //!
 //! It runs on its own thread with a current-thread tokio runtime, so it
 //! never competes with the pipeline threads or the sink's I/O runtime, and

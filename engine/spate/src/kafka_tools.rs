@@ -93,6 +93,9 @@ pub fn partition_count(
     Ok(t.partitions().len() as i32)
 }
 
+/// The largest message [`produce_lines`] sends, in bytes (16 MiB).
+pub const MAX_MESSAGE_BYTES: &str = "16777216";
+
 /// Produces `lines` to `topic`: line `i` gets key `{key_prefix}{i}` and
 /// partition `i % partitions` (explicit: the default partitioner is sticky
 /// and would fill a few partitions). `progress` is called with the count of
@@ -115,6 +118,9 @@ pub fn produce_lines<'a>(
         .set("bootstrap.servers", brokers)
         .set("linger.ms", "5")
         .set("queue.buffering.max.messages", "1000000")
+        // Lines up to 16 MiB (librdkafka's default refuses more than 1 MB
+        // before the broker sees it; the broker may still refuse).
+        .set("message.max.bytes", MAX_MESSAGE_BYTES)
         .create()
         .map_err(client_err(format!("producer for {brokers}")))?;
     let mut n: u64 = 0;

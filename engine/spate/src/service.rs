@@ -212,6 +212,11 @@ impl KafkaDeadLetter {
         let producer = ClientConfig::new()
             .set("bootstrap.servers", config.source.kafka.brokers.joined())
             .set("linger.ms", "20")
+            // A dead letter is the original message, which may exceed
+            // librdkafka's 1 MB default; allow what the consumer may receive
+            // (its receive.message.max.bytes default, 100 MB). A broker that
+            // refuses it counts it in DEAD_LETTER_DROPPED.
+            .set("message.max.bytes", "100000000")
             .create()
             .map_err(|source| ServiceError::DeadLetter {
                 topic: topic.to_owned(),

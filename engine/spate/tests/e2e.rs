@@ -2,252 +2,28 @@
 //! (`spate run -c FILE`), an embedded Kafka broker (librdkafka's mock
 //! cluster) in this test process, and the real ClickHouse at
 //! `SPATE_CLICKHOUSE_URL` (ci/test.sh starts one; without it each test prints
-//! `skipped: SPATE_CLICKHOUSE_URL not set` and passes).
+//! `skipped: SPATE_CLICKHOUSE_URL not set` and passes). The replicated
+//! cluster's tests are in `e2e_cluster.rs`; shared helpers in `common/`.
 //!
 //! Each test owns its table (named by process id and test), its topic and
 //! its consumer group, so the tests run in parallel and leave nothing behind.
 //! Properties checked: every produced row lands at least once (D1: count of
 //! distinct ids equals produced), committed offsets reach the end offsets,
-//! SIGTERM drains and exits 0, poison records are skipped by policy, counted
-//! and dead-lettered (D6), and the admin endpoints answer during the run.
+//! SIGTERM drains and exits 0; a kill -9 after commits resumes from them;
+//! a hung shard at SIGTERM exits in time with code 2 (D5); a second signal
+//! exits at once with 130; poison records are skipped by policy, counted by
+//! reason and dead-lettered with their bytes (D6), or, under `fail`, stop the
+//! pipeline without a commit past them; the admin endpoints answer.
+
+mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::*;
 use spate::kafka_tools;
-use spate_clickhouse::writer::{HttpWriter, HttpWriterConfig};
-
-const FIXTURE: &str = include_str!("../fixtures/flights-20k.ndjson");
-const RPC: Duration = Duration::from_secs(10);
-/// Bound on delivery (includes the mock broker's ~3 s group join).
-const DELIVERY: Duration = Duration::from_secs(90);
-/// Bound on the drain after SIGTERM (the config's drain_timeout is 10 s).
-const EXIT: Duration = Duration::from_secs(30);
-
-fn clickhouse_url() -> Option<String> {
-    match std::env::var("SPATE_CLICKHOUSE_URL") {
-        Ok(u) if !u.trim().is_empty() => Some(u),
-        _ => {
-            println!("skipped: SPATE_CLICKHOUSE_URL not set");
-            None
-        }
-    }
-}
-
-fn flight_row(id: u64) -> String {
-    let lines: Vec<&str> = FIXTURE.lines().take(1000).collect();
-    let line = lines[(id % lines.len() as u64) as usize];
-    format!("{{\"id\":{id},{}", &line[1..])
-}
-
-struct Table {
-    url: String,
-    name: String,
-    rt: tokio::runtime::Runtime,
-    ch: HttpWriter,
-}
-
-impl Table {
-    fn create(url: &str, test: &str) -> Table {
-        let name = format!("spate_e2e_{test}_{}", std::process::id());
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let ch = HttpWriter::new(HttpWriterConfig::new("default", &name, Vec::new()));
-        let t = Table {
-            url: url.to_owned(),
-            name,
-            rt,
-            ch,
-        };
-        t.query(&format!("DROP TABLE IF EXISTS default.{}", t.name));
-        t.query(&format!(
-            "CREATE TABLE default.{} (id UInt64, date DateTime, delay Int32, distance UInt32, \
-             origin String, destination String) ENGINE = MergeTree ORDER BY id",
-            t.name
-        ));
-        t
-    }
-
-    fn query(&self, sql: &str) -> String {
-        self.rt
-            .block_on(self.ch.query(&self.url, sql))
-            .unwrap_or_else(|e| panic!("{sql}: {e}"))
-            .trim()
-            .to_owned()
-    }
-
-    fn number(&self, sql: &str) -> u64 {
-        self.query(sql).parse().unwrap()
-    }
-}
-
-impl Drop for Table {
-    fn drop(&mut self) {
-        let _ = self.rt.block_on(self.ch.query(
-            &self.url,
-            &format!("DROP TABLE IF EXISTS default.{}", self.name),
-        ));
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A plain HTTP/1.0 GET (test-side only): (status, body).
-fn get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(RPC)).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    let status = text.split_whitespace().nth(1)?.parse().ok()?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map_or("", |(_, b)| b)
-        .to_owned();
-    Some((status, body))
-}
-
-struct Spate {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Spate {
-    fn start(test: &str, yaml: &str) -> Spate {
-        let dir = std::env::temp_dir();
-        let config = dir.join(format!("spate-e2e-{test}-{}.yaml", std::process::id()));
-        let log = dir.join(format!("spate-e2e-{test}-{}.log", std::process::id()));
-        std::fs::write(&config, yaml).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_spate"))
-            .args(["run", "-c"])
-            .arg(&config)
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("spawn spate");
-        Spate { child, log }
-    }
-
-    fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// SIGTERM, then waits: (exit code, stdout).
-    fn terminate(mut self) -> (Option<i32>, String) {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success(), "kill -TERM");
-        let deadline = Instant::now() + EXIT;
-        let code = loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                break s.code();
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                panic!("spate did not exit within {EXIT:?}\n{}", self.logs());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        let mut out = String::new();
-        if let Some(mut o) = self.child.stdout.take() {
-            o.read_to_string(&mut out).unwrap();
-        }
-        (code, out)
-    }
-}
-
-impl Drop for Spate {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn config(
-    name: &str,
-    brokers: &str,
-    topic: &str,
-    url: &str,
-    table: &str,
-    port: u16,
-    on_error: &str,
-) -> String {
-    format!(
-        r#"
-pipeline: {{ name: {name}, threads: 2 }}
-checkpoint: {{ interval: 200ms }}
-source:
-  kafka:
-    brokers: "{brokers}"
-    topics: [{topic}]
-    group_id: "{name}"
-    properties: {{ session.timeout.ms: "6000", heartbeat.interval.ms: "500" }}
-format: {{ json: {{ time_formats: ["%Y/%m/%d %H:%M"] }} }}
-on_error: {on_error}
-sink:
-  clickhouse:
-    shards: [["${{SPATE_CLICKHOUSE_URL:-{url}}}"]]
-    table: {table}
-    batch: {{ max_rows: 100000, max_bytes: 8MiB, linger: 100ms }}
-shutdown: {{ drain_timeout: 10s }}
-admin: {{ listen: "127.0.0.1:{port}" }}
-"#
-    )
-}
-
-/// Waits until `group` has committed every partition's end offset, checking
-/// the admin endpoints on the way; panics with spate's log otherwise.
-fn await_commits(
-    spate: &Spate,
-    brokers: &str,
-    group: &str,
-    topic: &str,
-    partitions: i32,
-    port: u16,
-) {
-    let ends = kafka_tools::end_offsets(brokers, topic, partitions, RPC).unwrap();
-    let deadline = Instant::now() + DELIVERY;
-    let mut admin_ok = false;
-    loop {
-        assert!(
-            Instant::now() < deadline,
-            "not committed within {DELIVERY:?}: ends {ends:?}\n{}",
-            spate.logs()
-        );
-        if !admin_ok {
-            let health = get(port, "/healthz");
-            let ready = get(port, "/readyz");
-            let metrics = get(port, "/metrics");
-            if let (Some((200, _)), Some((200, _)), Some((200, m))) = (health, ready, metrics) {
-                assert!(m.contains("spate_"), "metrics text: {m}");
-                admin_ok = true;
-            }
-        }
-        let committed =
-            kafka_tools::committed_offsets(brokers, group, topic, partitions, RPC).unwrap();
-        if admin_ok
-            && ends
-                .iter()
-                .all(|(p, e)| committed.get(p) == Some(&Some(*e)))
-        {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
 
 #[test]
 fn flights_land_at_least_once_and_sigterm_exits_clean() {
@@ -259,17 +35,7 @@ fn flights_land_at_least_once_and_sigterm_exits_clean() {
     let mock = kafka_tools::start_broker(topic, partitions).unwrap();
     let brokers = mock.bootstrap_servers();
     let lines: Vec<String> = (0..rows).map(flight_row).collect();
-    let produced = kafka_tools::produce_lines(
-        &brokers,
-        topic,
-        partitions,
-        lines.iter().map(String::as_bytes),
-        "k",
-        RPC,
-        |_| {},
-    )
-    .unwrap();
-    assert_eq!(produced, rows);
+    produce(&brokers, topic, partitions, &lines);
     let port = free_port();
     let group = format!("e2e-clean-{}", std::process::id());
     let spate = Spate::start(
@@ -298,8 +64,98 @@ fn flights_land_at_least_once_and_sigterm_exits_clean() {
     assert_eq!(distinct, rows);
 }
 
+/// The poison records of the issue, each with the reason label spate
+/// counts it under: invalid JSON, wrong types ("abc" into a UInt32, a string
+/// id, an unreadable date), not an object, an empty message, and a 2 MiB
+/// message (a 2 MiB string into the UInt64 id).
+fn poison() -> Vec<(Vec<u8>, &'static str)> {
+    let row = |id: &str, distance: &str| {
+        format!(
+            r#"{{"id":{id},"date":"2001/01/01 00:47","delay":1,"distance":{distance},"origin":"A","destination":"B"}}"#
+        )
+        .into_bytes()
+    };
+    let big = format!("\"{}\"", "7".repeat(2 << 20));
+    vec![
+        (b"{not json".to_vec(), "decode"),
+        (Vec::new(), "decode"),
+        (row("5001", "\"abc\""), "encode"),
+        (row("\"seven\"", "2"), "encode"),
+        (
+            r#"{"id":5002,"date":"yesterday","delay":1,"distance":2,"origin":"A","destination":"B"}"#
+                .as_bytes()
+                .to_vec(),
+            "encode",
+        ),
+        (b"[1, 2]".to_vec(), "decode"),
+        (row(&big, "2"), "encode"),
+    ]
+}
+
+/// `spate_records_skipped_total{reason="..."}` per reason that counted
+/// anything, from the Prometheus text.
+fn skipped_by_reason(metrics: &str) -> std::collections::BTreeMap<String, u64> {
+    metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("spate_records_skipped_total{"))
+        .filter_map(|l| {
+            let (labels, value) = l.rsplit_once("} ")?;
+            let reason = labels
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("reason=\""))?
+                .trim_end_matches('"');
+            Some((reason.to_owned(), value.trim().parse().ok()?))
+        })
+        .filter(|(_, n)| *n > 0)
+        .collect()
+}
+
+/// A consumed message: (payload, headers as (key, value text)).
+type Consumed = (Vec<u8>, Vec<(String, String)>);
+
+/// The first `n` messages of `topic` partition 0 (fewer after [`DELIVERY`]).
+fn consume_all(brokers: &str, topic: &str, n: usize) -> Vec<Consumed> {
+    use rdkafka::Message;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::Headers;
+    let c: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", "e2e-dead-letter-reader")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, rdkafka::Offset::Beginning)
+        .unwrap();
+    c.assign(&tpl).unwrap();
+    let deadline = Instant::now() + DELIVERY;
+    let mut out = Vec::new();
+    while out.len() < n && Instant::now() < deadline {
+        let Some(m) = c.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let m = m.unwrap();
+        let headers = m
+            .headers()
+            .map(|h| {
+                h.iter()
+                    .map(|h| {
+                        let v = h.value.map(String::from_utf8_lossy).unwrap_or_default();
+                        (h.key.to_owned(), v.into_owned())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.push((m.payload().unwrap_or_default().to_vec(), headers));
+    }
+    out
+}
+
+/// D6 under `on_error: skip`: every poison record is skipped, counted by
+/// reason on /metrics and dead-lettered with its original bytes and the
+/// reason; every good row lands and everything is committed.
 #[test]
-fn poison_messages_are_skipped_counted_and_dead_lettered() {
+fn poison_messages_are_skipped_counted_by_reason_and_dead_lettered() {
     let Some(url) = clickhouse_url() else {
         return;
     };
@@ -309,22 +165,16 @@ fn poison_messages_are_skipped_counted_and_dead_lettered() {
     mock.create_topic(dlq, 1, 1).unwrap();
     let brokers = mock.bootstrap_servers();
     let good = 1_000u64;
-    let mut lines: Vec<String> = (0..good).map(flight_row).collect();
-    let poison = [
-        "{not json".to_owned(),
-        String::new(),
-        r#"{"id":"seven","date":"2001/01/01 00:47","delay":1,"distance":2,"origin":"A","destination":"B"}"#.to_owned(),
-        r#"{"id":5000,"date":"yesterday","delay":1,"distance":2,"origin":"A","destination":"B"}"#.to_owned(),
-        "[1, 2]".to_owned(),
-    ];
-    for (i, p) in poison.iter().enumerate() {
-        lines.insert(100 + i * 150, p.clone());
+    let poison = poison();
+    let mut lines: Vec<Vec<u8>> = (0..good).map(|i| flight_row(i).into_bytes()).collect();
+    for (i, (p, _)) in poison.iter().enumerate() {
+        lines.insert(100 + i * 130, p.clone());
     }
     kafka_tools::produce_lines(
         &brokers,
         topic,
         partitions,
-        lines.iter().map(String::as_bytes),
+        lines.iter().map(Vec::as_slice),
         "k",
         RPC,
         |_| {},
@@ -352,11 +202,85 @@ fn poison_messages_are_skipped_counted_and_dead_lettered() {
         out.contains(&format!("skipped={}", poison.len())),
         "summary: {out}"
     );
-    assert!(metrics.contains("spate_records_skipped_total"), "{metrics}");
-    let distinct = table.number(&format!("SELECT uniqExact(id) FROM default.{}", table.name));
+    let mut expected = std::collections::BTreeMap::new();
+    for (_, reason) in &poison {
+        *expected.entry((*reason).to_owned()).or_insert(0u64) += 1;
+    }
+    let counted = skipped_by_reason(&metrics);
+    println!("skipped by reason: {counted:?}");
+    assert_eq!(counted, expected, "{metrics}");
+    let (_, distinct) = table.landed();
     assert_eq!(distinct, good);
-    let dead = kafka_tools::end_offsets(&brokers, dlq, 1, RPC).unwrap();
-    assert_eq!(dead[&0], poison.len() as i64, "dead-letter topic");
+    let dead = consume_all(&brokers, dlq, poison.len());
+    assert_eq!(dead.len(), poison.len(), "dead-letter topic");
+    for (payload, headers) in &dead {
+        let (_, reason) = poison
+            .iter()
+            .find(|(p, _)| p == payload)
+            .unwrap_or_else(|| {
+                panic!("dead letter of {} bytes is no poison record", payload.len())
+            });
+        let why = headers
+            .iter()
+            .find(|(k, _)| k == "spate.reason")
+            .map(|(_, v)| v.as_str())
+            .unwrap_or_else(|| panic!("no spate.reason header: {headers:?}"));
+        assert!(!why.is_empty(), "empty reason for a {reason} record");
+        assert!(
+            headers.iter().any(|(k, _)| k == "spate.offset"),
+            "{headers:?}"
+        );
+    }
+}
+
+/// `on_error: fail`: the first poison record stops the pipeline with an
+/// error naming its partition and offset, and no commit passes it (D1).
+#[test]
+fn a_poison_record_under_fail_stops_without_committing_past_it() {
+    let Some(url) = clickhouse_url() else {
+        return;
+    };
+    let table = Table::create(&url, "poisonfail");
+    let (topic, partitions) = ("flights", 2);
+    let mock = kafka_tools::start_broker(topic, partitions).unwrap();
+    let brokers = mock.bootstrap_servers();
+    let mut lines: Vec<String> = (0..400).map(flight_row).collect();
+    // Line i goes to partition i % 2 at offset i / 2: this is flights/1 offset 50.
+    let (bad_partition, bad_offset) = (1, 50i64);
+    lines.insert(
+        (bad_offset * 2 + 1) as usize,
+        String::from_utf8(poison()[2].0.clone()).unwrap(),
+    );
+    produce(&brokers, topic, partitions, &lines);
+    let group = format!("e2e-poisonfail-{}", std::process::id());
+    let mut spate = Spate::start(
+        "poisonfail",
+        &config(
+            &group,
+            &brokers,
+            topic,
+            &url,
+            &table.name,
+            free_port(),
+            "{ policy: fail }",
+        ),
+    );
+    let (code, out) = spate.wait_exit(DELIVERY);
+    let logs = spate.logs();
+    println!("on_error fail: exit {code:?}: {}", out.trim());
+    assert_eq!(code, Some(3), "stdout: {out}\n{logs}");
+    assert!(
+        out.contains(&format!(
+            "record {topic}/{bad_partition} offset {bad_offset} refused"
+        )),
+        "stdout: {out}"
+    );
+    let committed = committed(&brokers, &group, topic, partitions);
+    let at = committed[&bad_partition];
+    assert!(
+        at.is_none_or(|o| o <= bad_offset),
+        "committed {at:?} past the refused record at offset {bad_offset} (D1)"
+    );
 }
 
 #[test]
@@ -494,16 +418,7 @@ fn sigterm_with_a_hung_shard_exits_in_time_with_abandoned_then_restart_loses_not
     let mock = kafka_tools::start_broker(topic, partitions).unwrap();
     let brokers = mock.bootstrap_servers();
     let lines: Vec<String> = (0..rows).map(flight_row).collect();
-    kafka_tools::produce_lines(
-        &brokers,
-        topic,
-        partitions,
-        lines.iter().map(String::as_bytes),
-        "k",
-        RPC,
-        |_| {},
-    )
-    .unwrap();
+    produce(&brokers, topic, partitions, &lines);
     // Shard 0 writes straight to the server, shard 1 through the gate (the
     // same server and table: distinct ids still tell what landed).
     let gate = Gate::start(&url);
@@ -558,32 +473,26 @@ fn sigterm_with_a_hung_shard_exits_in_time_with_abandoned_then_restart_loses_not
     assert_eq!(distinct, rows);
 }
 
+/// D1 across a crash after commits: spate is killed with SIGKILL while
+/// rows beyond its committed offsets are being written; the restart in the
+/// same group resumes from those commits (so the replay, and with it the
+/// duplicates, is bounded by the rows after them), and nothing is lost.
 #[test]
-fn kill_9_mid_stream_then_restart_loses_nothing() {
+fn kill_9_after_a_commit_then_restart_resumes_from_the_commits() {
     let Some(url) = clickhouse_url() else {
         return;
     };
     let table = Table::create(&url, "kill9");
-    let (topic, partitions, rows) = ("flights", 8, 20_000u64);
+    let (topic, partitions) = ("flights", 8);
+    let (first, rows) = (2_000u64, 12_000u64);
     let mock = kafka_tools::start_broker(topic, partitions).unwrap();
     let brokers = mock.bootstrap_servers();
     let lines: Vec<String> = (0..rows).map(flight_row).collect();
-    let produced = kafka_tools::produce_lines(
-        &brokers,
-        topic,
-        partitions,
-        lines.iter().map(String::as_bytes),
-        "k",
-        RPC,
-        |_| {},
-    )
-    .unwrap();
-    assert_eq!(produced, rows);
+    produce(&brokers, topic, partitions, &lines[..first as usize]);
     let group = format!("e2e-kill9-{}", std::process::id());
     let port = free_port();
-    // Small batches, one insert at a time, commits every 100 ms, so rows
-    // show up in ClickHouse before spate has caught up. (In practice the kill
-    // comes before the first commit, and the restart replays from the start.)
+    // Small batches, one insert at a time, commits every 100 ms: the second
+    // part of the stream takes a while to write, so the kill lands in it.
     let yaml = config(
         &group,
         &brokers,
@@ -602,47 +511,124 @@ fn kill_9_mid_stream_then_restart_loses_nothing() {
     .replace("group_id:", "max_batch: 100\n    group_id:");
     assert!(yaml.contains("max_inflight: 1"), "{yaml}");
     let count_sql = format!("SELECT count() FROM default.{}", table.name);
-    let committed_sum = || {
-        kafka_tools::committed_offsets(&brokers, &group, topic, partitions, RPC)
-            .unwrap()
-            .values()
-            .map(|o| o.unwrap_or(0).max(0))
-            .sum::<i64>()
-    };
 
-    // First run: SIGKILL as soon as the first rows are in ClickHouse.
+    // First run: wait for a commit, then add the rest of the stream and
+    // SIGKILL as soon as rows of it are in ClickHouse.
     let mut spate = Spate::start("kill9", &yaml);
     let deadline = Instant::now() + DELIVERY;
-    while table.number(&count_sql) == 0 {
+    while committed_sum(&brokers, &group, topic, partitions) == 0 {
         assert!(
             Instant::now() < deadline,
-            "nothing written within {DELIVERY:?}\n{}",
+            "nothing committed within {DELIVERY:?}\n{}",
             spate.logs()
         );
         std::thread::sleep(Duration::from_millis(20));
+    }
+    produce(&brokers, topic, partitions, &lines[first as usize..]);
+    let second_sql = format!("{count_sql} WHERE id >= {first}");
+    while table.number(&second_sql) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "nothing of the second part written within {DELIVERY:?}\n{}",
+            spate.logs()
+        );
+        std::thread::sleep(Duration::from_millis(10));
     }
     spate.child.kill().expect("SIGKILL spate");
     let status = spate.child.wait().unwrap();
     assert_eq!(status.code(), None, "killed by a signal: {status:?}");
     let at_kill = table.number(&count_sql);
-    let committed = committed_sum();
-    println!("kill -9: {at_kill} of {rows} rows in ClickHouse, {committed} offsets committed");
+    let committed_at_kill = committed_sum(&brokers, &group, topic, partitions) as u64;
+    println!(
+        "kill -9: {at_kill} of {rows} rows in ClickHouse, {committed_at_kill} records behind \
+         committed offsets"
+    );
+    assert!(committed_at_kill > 0, "the kill came after a commit");
     drop(spate);
 
-    // Second run, same config and group: resumes from whatever was committed.
+    // Second run, same config and group: resumes from the committed offsets.
     let spate = Spate::start("kill9", &yaml);
     await_commits(&spate, &brokers, &group, topic, partitions, port);
     let logs = spate.logs();
     let (code, out) = spate.terminate();
     assert_eq!(code, Some(0), "stdout: {out}\nlog: {logs}");
-    let distinct = table.number(&format!(
-        "SELECT count(DISTINCT id) FROM default.{}",
-        table.name
-    ));
-    let count = table.number(&count_sql);
-    println!(
-        "rows {rows}, in ClickHouse {count}, duplicates from the replay {}",
-        count - distinct
-    );
+    let (count, distinct) = table.landed();
+    let duplicates = count - distinct;
+    println!("rows {rows}, in ClickHouse {count}, duplicates from the replay {duplicates}");
     assert_eq!(distinct, rows, "rows lost across kill -9 (D1)");
+    // Only records at or after a committed offset are read again; a restart
+    // from zero would duplicate the committed ones too.
+    assert!(
+        duplicates <= rows - committed_at_kill,
+        "{duplicates} duplicates, but only {} records were not committed: the restart \
+         did not resume from the committed offsets",
+        rows - committed_at_kill
+    );
+}
+
+/// README "Exit codes": a second SIGTERM/SIGINT during the drain exits at
+/// once with 130 instead of waiting for `drain_timeout` (what it leaves
+/// unwritten was not committed and replays, D1).
+#[test]
+fn a_second_signal_during_the_drain_exits_at_once() {
+    let Some(url) = clickhouse_url() else {
+        return;
+    };
+    let table = Table::create(&url, "second");
+    let (topic, partitions) = ("flights", 2);
+    let mock = kafka_tools::start_broker(topic, partitions).unwrap();
+    let brokers = mock.bootstrap_servers();
+    let gate = Gate::start(&url);
+    let port = free_port();
+    let group = format!("e2e-second-{}", std::process::id());
+    let yaml = config(
+        &group,
+        &brokers,
+        topic,
+        &url,
+        &table.name,
+        port,
+        "{ policy: fail }",
+    )
+    .replace(
+        &format!("[[\"${{SPATE_CLICKHOUSE_URL:-{url}}}\"]]"),
+        &format!("[[\"{}\"]]", gate.url()),
+    )
+    .replace("drain_timeout: 10s", "drain_timeout: 60s")
+    .replace("linger: 100ms }", "linger: 100ms }\n    write_timeout: 60s");
+    assert!(yaml.contains(&gate.url()), "{yaml}");
+    let mut spate = Spate::start("second", &yaml);
+    await_readyz(&spate, port, 200, DELIVERY);
+    // The start-up probe passed; from now on inserts hang in the gate.
+    gate.set_open(false);
+    let lines: Vec<String> = (0..200).map(flight_row).collect();
+    produce(&brokers, topic, partitions, &lines);
+    let deadline = Instant::now() + DELIVERY;
+    while metric(port, "spate_sink_inflight_writes") < 1.0 {
+        assert!(
+            Instant::now() < deadline,
+            "no insert in flight\n{}",
+            spate.logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    spate.signal("-TERM");
+    // The drain is under way (it would wait up to 60 s for the hung insert).
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(spate.child.try_wait().unwrap().is_none(), "still draining");
+    let second = Instant::now();
+    spate.signal("-INT");
+    let (code, out) = spate.wait_exit(Duration::from_secs(10));
+    let took = second.elapsed();
+    let logs = spate.logs();
+    println!("second signal: exit {code:?} after {took:?}");
+    assert_eq!(code, Some(130), "stdout: {out}\n{logs}");
+    assert!(logs.contains("second signal"), "{logs}");
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    gate.set_open(true);
+    assert_eq!(
+        committed_sum(&brokers, &group, topic, partitions),
+        0,
+        "nothing was written, so nothing may be committed (D1)"
+    );
 }

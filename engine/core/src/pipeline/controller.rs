@@ -60,10 +60,13 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
         let pool = self.pool.as_ref().map(SinkPool::handle);
         let started = self.error.is_none();
         while self.error.is_none() && !shutdown.is_triggered() {
-            // Ready: started, and every shard has a replica whose breaker is
-            // closed (what /readyz reports).
+            // Ready (what /readyz reports): started, every shard has a replica
+            // whose breaker is closed, and the consumer holds an assignment
+            // or waits for one without an error standing.
             let reachable = pool.as_ref().is_some_and(|p| p.reachable(Instant::now()));
-            self.ready.store(started && reachable, Ordering::Release);
+            let consumer = self.source.consumer_ready();
+            self.ready
+                .store(started && reachable && consumer, Ordering::Release);
             let busy = self.host.step(Instant::now());
             self.take_events();
             self.checkpointer.apply_ready();

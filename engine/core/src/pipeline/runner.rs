@@ -121,8 +121,10 @@ where
     }
 
     /// True between a successful start-up probe and the start of shutdown,
-    /// while every shard has a replica whose circuit breaker is closed: what
-    /// `/readyz` reports.
+    /// while every shard has a replica whose circuit breaker is closed and
+    /// the source's consumer holds an assignment or waits for one without an
+    /// error ([`crate::source::Source::consumer_ready`]): what `/readyz`
+    /// reports.
     pub fn ready_flag(&self) -> Arc<AtomicBool> {
         Arc::clone(&self.ready)
     }

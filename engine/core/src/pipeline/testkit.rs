@@ -39,6 +39,7 @@ struct ScriptState {
     commits: Vec<CommitOffset>,
     released: Vec<(TopicPartition, Epoch)>,
     fail_commits: u32,
+    consumer_error: bool,
 }
 
 /// A test handle on a [`ScriptedSource`]: append records, script assignment
@@ -104,6 +105,12 @@ impl ScriptHandle {
     /// Makes the next `n` commits fail with a transient error.
     pub fn fail_commits(&self, n: u32) {
         self.lock().fail_commits = n;
+    }
+
+    /// Makes [`Source::consumer_ready`] report an error standing (`true`)
+    /// or a healthy consumer (`false`, the start state).
+    pub fn set_consumer_error(&self, error: bool) {
+        self.lock().consumer_error = error;
     }
 
     /// Lane polls served so far (also paused and empty ones).
@@ -181,6 +188,10 @@ impl Source for ScriptedSource {
     fn release(&mut self, partition: &TopicPartition, epoch: Epoch) -> Result<(), SourceError> {
         self.handle.lock().released.push((partition.clone(), epoch));
         Ok(())
+    }
+
+    fn consumer_ready(&self) -> bool {
+        !self.handle.lock().consumer_error
     }
 
     fn commit(&mut self, offsets: &[CommitOffset]) -> Result<(), SourceError> {
