@@ -10,9 +10,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdkafka::ClientConfig;
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::{ClientConfig, ClientContext};
 use spate_clickhouse::mapping::{ColumnSpec, JsonRowEncoder, MappingOptions, TimeRules};
 use spate_clickhouse::router::ShardRouter;
 use spate_clickhouse::schema::{InsertOptions, TableSchema, plan_insert};
@@ -194,13 +194,56 @@ pub async fn plan(config: &Config) -> Result<Plan, ServiceError> {
 
 /// Produces skipped records to the dead-letter topic with their original
 /// key and bytes and headers `spate.reason`, `spate.source` (topic/partition)
-/// and `spate.offset`. Never blocks the pipeline thread (D2): a full
-/// producer queue drops the record from the dead-letter topic and counts it
-/// ([`DEAD_LETTER_DROPPED`]); the skip itself is counted by the engine (D6).
+/// and `spate.offset`. Never blocks the pipeline thread (D2). A dead letter
+/// that does not reach the topic is never lost silently (D6): a full
+/// producer queue at send time, a delivery report with an error (the broker
+/// refused it, or `message.timeout.ms` passed), and a dead letter still
+/// queued when the final flush times out are each logged with the record's
+/// partition and offset and counted in [`DEAD_LETTER_DROPPED`]; the skip
+/// itself is counted by the engine.
 pub struct KafkaDeadLetter {
-    producer: ThreadedProducer<DefaultProducerContext>,
+    producer: ThreadedProducer<DeadLetterContext>,
+    topic: String,
+}
+
+/// Reads the dead-letter producer's delivery reports.
+pub struct DeadLetterContext {
     topic: String,
     dropped: metrics::Counter,
+    dropped_total: std::sync::atomic::AtomicU64,
+}
+
+impl DeadLetterContext {
+    fn drop_one(&self, what: std::fmt::Arguments<'_>) {
+        self.dropped.increment(1);
+        self.dropped_total
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tracing::error!("dead-letter topic {}: lost {what}", self.topic);
+    }
+}
+
+impl ClientContext for DeadLetterContext {}
+
+impl ProducerContext for DeadLetterContext {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((e, msg)) = result {
+            // The headers we wrote name the record.
+            let header = |key: &str| {
+                msg.headers()
+                    .and_then(|h| h.iter().find(|x| x.key == key))
+                    .and_then(|x| x.value)
+                    .map(|v| String::from_utf8_lossy(v).into_owned())
+                    .unwrap_or_else(|| "?".into())
+            };
+            self.drop_one(format_args!(
+                "{}@{}: delivery failed: {e}",
+                header("spate.source"),
+                header("spate.offset")
+            ));
+        }
+    }
 }
 
 impl KafkaDeadLetter {
@@ -209,30 +252,57 @@ impl KafkaDeadLetter {
     /// # Errors
     /// [`ServiceError::DeadLetter`] when librdkafka refuses the config.
     pub fn new(config: &Config, topic: &str) -> Result<Self, ServiceError> {
-        let producer = ClientConfig::new()
-            .set("bootstrap.servers", config.source.kafka.brokers.joined())
-            .set("linger.ms", "20")
-            // A dead letter is the original message, which may exceed
-            // librdkafka's 1 MB default; allow what the consumer may receive
-            // (its receive.message.max.bytes default, 100 MB). A broker that
-            // refuses it counts it in DEAD_LETTER_DROPPED.
-            .set("message.max.bytes", "100000000")
-            .create()
-            .map_err(|source| ServiceError::DeadLetter {
-                topic: topic.to_owned(),
-                source,
-            })?;
+        let mut client = ClientConfig::new();
+        client.set("bootstrap.servers", config.source.kafka.brokers.joined());
+        Self::with_client(client, topic)
+    }
+
+    /// A producer to `topic` with `client`'s settings (brokers and any
+    /// passthrough), plus the dead-letter defaults below.
+    fn with_client(mut client: ClientConfig, topic: &str) -> Result<Self, ServiceError> {
+        client.set("linger.ms", "20");
+        // A dead letter is the original message, which may exceed librdkafka's
+        // 1 MB default; allow what the consumer may receive (its
+        // receive.message.max.bytes default, 100 MB).
+        if client.get("message.max.bytes").is_none() {
+            client.set("message.max.bytes", "100000000");
+        }
+        let context = DeadLetterContext {
+            topic: topic.to_owned(),
+            dropped: metrics::counter!(DEAD_LETTER_DROPPED),
+            dropped_total: std::sync::atomic::AtomicU64::new(0),
+        };
+        let producer =
+            client
+                .create_with_context(context)
+                .map_err(|source| ServiceError::DeadLetter {
+                    topic: topic.to_owned(),
+                    source,
+                })?;
         Ok(Self {
             producer,
             topic: topic.to_owned(),
-            dropped: metrics::counter!(DEAD_LETTER_DROPPED),
         })
     }
 
-    /// Waits up to `timeout` for queued dead letters to reach the broker.
+    /// Dead letters lost so far (also in [`DEAD_LETTER_DROPPED`]).
+    pub fn dropped(&self) -> u64 {
+        self.producer
+            .context()
+            .dropped_total
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Waits up to `timeout` for queued dead letters to reach the broker;
+    /// those still queued after it are counted as lost.
     pub fn flush(&self, timeout: Duration) {
         if let Err(e) = self.producer.flush(timeout) {
-            tracing::warn!("dead-letter topic {}: flush: {e}", self.topic);
+            let left = self.producer.in_flight_count().max(0);
+            for _ in 0..left {
+                self.producer
+                    .context()
+                    .drop_one(format_args!("a queued dead letter: flush: {e}"));
+            }
         }
     }
 }
@@ -262,11 +332,9 @@ impl DeadLetter for KafkaDeadLetter {
             record = record.key(k);
         }
         if let Err((e, _)) = self.producer.send(record) {
-            self.dropped.increment(1);
-            tracing::warn!(
-                "dead-letter topic {}: dropped {source}@{offset}: {e}",
-                self.topic
-            );
+            self.producer
+                .context()
+                .drop_one(format_args!("{source}@{offset}: send: {e}"));
         }
     }
 }
@@ -312,4 +380,34 @@ pub fn build(
         dead_letter = Some(hook);
     }
     Ok((builder.build()?, dead_letter))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spate_core::record::TopicPartition;
+
+    /// D6: a dead letter the broker never takes is counted, not lost
+    /// silently. Nothing listens on port 1; the message times out.
+    #[test]
+    fn undeliverable_dead_letters_are_counted() {
+        let mut client = ClientConfig::new();
+        client
+            .set("bootstrap.servers", "127.0.0.1:1")
+            .set("message.timeout.ms", "300");
+        let dl = KafkaDeadLetter::with_client(client, "dead").expect("producer");
+        let tp = TopicPartition::new("events", 3);
+        for offset in [7, 8] {
+            let payload = Payload {
+                value: Some(b"not json"),
+                key: None,
+                partition: &tp,
+                offset,
+                timestamp_ms: None,
+            };
+            dl.dead_letter(&payload, &RecordError::decode("expected a JSON object"));
+        }
+        dl.flush(Duration::from_secs(5));
+        assert_eq!(dl.dropped(), 2);
+    }
 }
