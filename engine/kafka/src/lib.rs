@@ -19,8 +19,11 @@
 //!   one in this process, so acks of an earlier assignment cannot move a later
 //!   one's watermark.
 //!
-//! What it does not do (yet): TLS/SASL cargo features, loud handling of a
-//! committed offset out of range, a commit in a revoke when the controller is
+//! - A committed offset outside the partition's valid range is logged at
+//!   error level naming topic, partition, offset and range, and counted
+//!   ([`COMMITTED_OUT_OF_RANGE`]); see `offsets.rs`.
+//!
+//! What it does not do (yet): a commit in a revoke when the controller is
 //! gone (a revoke pending at shutdown is completed without a commit: the
 //! controller's final commit precedes it).
 //!
@@ -33,6 +36,7 @@ mod config;
 mod context;
 mod errors;
 mod lane;
+mod offsets;
 mod source;
 
 pub use config::{ConfigError, DEFAULT_MAX_BATCH, KafkaSourceConfig, OWNED_PROPERTIES};
@@ -50,3 +54,10 @@ pub const CONSUMER_LAG: &str = "spate_consumer_lag";
 /// Counter: consumer errors by `kind` (`transient`: logged and retried by
 /// librdkafka; fatal errors stop the pipeline instead of being counted here).
 pub const SOURCE_ERRORS: &str = "spate_source_errors_total";
+
+/// Counter: committed offsets found outside their partition's valid range
+/// `[low watermark, high watermark]` when the partition was assigned, per
+/// `topic` and `partition`. librdkafka then resets the partition per
+/// `auto.offset.reset` (re-reading or skipping data), so any increase wants an
+/// operator's look; each one is also logged at error level with the offsets.
+pub const COMMITTED_OUT_OF_RANGE: &str = "spate_committed_offset_out_of_range_total";
