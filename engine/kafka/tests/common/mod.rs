@@ -24,7 +24,7 @@ use spate_core::pipeline::driver::ChainProcessor;
 use spate_core::pipeline::terminal::{ChunkBuffers, Terminal};
 use spate_core::pipeline::testkit::{CaptureWriter, LineEncoder};
 use spate_core::pipeline::{Pipeline, PipelineConfig, RunReport, Shutdown};
-use spate_core::sink::SinkConfig;
+use spate_core::sink::{SinkConfig, Writer};
 use spate_kafka::{KafkaSource, KafkaSourceConfig};
 
 /// Bound on every broker round trip the tests make themselves.
@@ -220,13 +220,27 @@ pub fn run_with(
     threads: usize,
     drain: Duration,
 ) -> Running {
+    run_custom(source, writer, threads, |c| {
+        c.rebalance_drain_timeout = drain
+    })
+}
+
+/// [`run`] after `tune` adjusted the pipeline config (the defaults: commits
+/// every 100 ms, 10 s revoke drain, 5 s shutdown drain, 10 ms sink linger).
+pub fn run_custom<W: Writer>(
+    source: KafkaSource,
+    writer: W,
+    threads: usize,
+    tune: impl FnOnce(&mut PipelineConfig),
+) -> Running {
     let mut sink = SinkConfig::new("kafka-test", vec![vec!["a".into()]]);
     sink.batch.linger = Duration::from_millis(10);
     let mut config = PipelineConfig::new(sink);
     config.threads = threads;
     config.checkpoint_interval = Duration::from_millis(100);
-    config.rebalance_drain_timeout = drain;
+    config.rebalance_drain_timeout = Duration::from_secs(10);
     config.shutdown_drain_timeout = Duration::from_secs(5);
+    tune(&mut config);
     let pipeline = Pipeline::builder(config, source, writer, |buffers: ChunkBuffers| {
         ChainProcessor::new(
             PayloadDecoder,
@@ -242,6 +256,41 @@ pub fn run_with(
         .spawn(move || pipeline.run_threaded(trigger, 1))
         .expect("spawn");
     Running { shutdown, handle }
+}
+
+/// Waits until `group` has committed `ends` on every partition of `topic`,
+/// asserting on every sample that no commit passes an end offset.
+pub fn await_committed(bootstrap: &str, group: &str, topic: &str, ends: &BTreeMap<i32, i64>) {
+    let partitions = ends.len() as i32;
+    let deadline = Instant::now() + DELIVERY;
+    loop {
+        let c = committed(bootstrap, group, topic, partitions);
+        for (p, &end) in ends {
+            let at = c.get(p).copied().flatten().unwrap_or(0);
+            assert!(at <= end, "{topic}/{p}: committed {at} past the end {end}");
+        }
+        if all_committed(&c, ends) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{topic}: not all committed: {c:?} vs {ends:?}"
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Waits until `writer` holds at least `n` lines.
+pub fn await_lines(writer: &CaptureWriter, n: usize) {
+    let deadline = Instant::now() + DELIVERY;
+    while lines(writer).len() < n {
+        assert!(
+            Instant::now() < deadline,
+            "only {} of {n} lines written",
+            lines(writer).len()
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
 }
 
 pub fn lines(writer: &CaptureWriter) -> Vec<String> {
