@@ -18,18 +18,25 @@
 //! - Epochs: each assignment of a partition gets a larger epoch than the last
 //!   one in this process, so acks of an earlier assignment cannot move a later
 //!   one's watermark.
-//!
 //! - A committed offset outside the partition's valid range is logged at
 //!   error level naming topic, partition, offset and range, and counted
 //!   ([`COMMITTED_OUT_OF_RANGE`]); see `offsets.rs`.
+//!
+//! Cargo features `ssl` (TLS; SASL PLAIN, SCRAM, OAUTHBEARER), `ssl-vendored`
+//! and `sasl` (GSSAPI) build librdkafka with OpenSSL or Cyrus SASL; the
+//! settings themselves are plain librdkafka properties (the workspace README,
+//! "Kafka security", has a config example).
 //!
 //! What it does not do (yet): a commit in a revoke when the controller is
 //! gone (a revoke pending at shutdown is completed without a commit: the
 //! controller's final commit precedes it).
 //!
-//! Tests: `tests/mock_cluster.rs` runs whole pipelines (and the source alone,
-//! for the rebalance hand-over) against librdkafka's in-process mock cluster;
-//! `tests/throughput.rs` (ignored) measures lane throughput.
+//! Tests, all against librdkafka's in-process mock cluster:
+//! `tests/mock_cluster.rs` runs whole pipelines (volume, rebalances) and the
+//! source alone (the rebalance hand-over); `tests/mock_faults.rs` a broker
+//! down, a stalled sink, eviction, regex subscription, an out-of-range
+//! committed offset; `tests/mock_metrics.rs` the lag gauge and the first
+//! commit; `tests/throughput.rs` (ignored) measures lane throughput.
 #![forbid(unsafe_code)]
 
 mod config;
