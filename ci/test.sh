@@ -38,6 +38,15 @@ fi
 step "cargo test (unit, integration, proptest, real ClickHouse)"
 cargo test --workspace --locked
 
+step "spate-kafka with TLS and SASL PLAIN/SCRAM (cargo check --features ssl)"
+# The ssl feature builds librdkafka against the system OpenSSL (README "Kafka
+# security"); GSSAPI (feature sasl, libsasl2-dev) is documented, not built.
+if ! pkg-config --exists openssl; then
+  echo "libssl-dev missing; installing it for the ssl feature check"
+  apt-get install -y --no-install-recommends libssl-dev pkg-config
+fi
+cargo check -p spate-kafka --features ssl --locked
+
 step "types 18.16 lacks, decoded by a current ClickHouse (chdb-core)"
 python3 ci/chdb_check.py target/chdb
 

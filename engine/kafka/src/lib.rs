@@ -18,21 +18,32 @@
 //! - Epochs: each assignment of a partition gets a larger epoch than the last
 //!   one in this process, so acks of an earlier assignment cannot move a later
 //!   one's watermark.
+//! - A committed offset outside the partition's valid range is logged at
+//!   error level naming topic, partition, offset and range, and counted
+//!   ([`COMMITTED_OUT_OF_RANGE`]); see `offsets.rs`.
 //!
-//! What it does not do (yet): TLS/SASL cargo features, loud handling of a
-//! committed offset out of range, a commit in a revoke when the controller is
+//! Cargo features `ssl` (TLS; SASL PLAIN, SCRAM, OAUTHBEARER), `ssl-vendored`
+//! and `sasl` (GSSAPI) build librdkafka with OpenSSL or Cyrus SASL; the
+//! settings themselves are plain librdkafka properties (the workspace README,
+//! "Kafka security", has a config example).
+//!
+//! What it does not do (yet): a commit in a revoke when the controller is
 //! gone (a revoke pending at shutdown is completed without a commit: the
 //! controller's final commit precedes it).
 //!
-//! Tests: `tests/mock_cluster.rs` runs whole pipelines (and the source alone,
-//! for the rebalance hand-over) against librdkafka's in-process mock cluster;
-//! `tests/throughput.rs` (ignored) measures lane throughput.
+//! Tests, all against librdkafka's in-process mock cluster:
+//! `tests/mock_cluster.rs` runs whole pipelines (volume, rebalances) and the
+//! source alone (the rebalance hand-over); `tests/mock_faults.rs` a broker
+//! down, a stalled sink, eviction, regex subscription, an out-of-range
+//! committed offset; `tests/mock_metrics.rs` the lag gauge and the first
+//! commit; `tests/throughput.rs` (ignored) measures lane throughput.
 #![forbid(unsafe_code)]
 
 mod config;
 mod context;
 mod errors;
 mod lane;
+mod offsets;
 mod source;
 
 pub use config::{ConfigError, DEFAULT_MAX_BATCH, KafkaSourceConfig, OWNED_PROPERTIES};
@@ -50,3 +61,10 @@ pub const CONSUMER_LAG: &str = "spate_consumer_lag";
 /// Counter: consumer errors by `kind` (`transient`: logged and retried by
 /// librdkafka; fatal errors stop the pipeline instead of being counted here).
 pub const SOURCE_ERRORS: &str = "spate_source_errors_total";
+
+/// Counter: committed offsets found outside their partition's valid range
+/// `[low watermark, high watermark]` when the partition was assigned, per
+/// `topic` and `partition`. librdkafka then resets the partition per
+/// `auto.offset.reset` (re-reading or skipping data), so any increase wants an
+/// operator's look; each one is also logged at error level with the offsets.
+pub const COMMITTED_OUT_OF_RANGE: &str = "spate_committed_offset_out_of_range_total";

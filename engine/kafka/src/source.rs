@@ -13,7 +13,10 @@
 //!   queue first ([`BaseConsumer::split_partition_queue`], so not one message
 //!   reaches the shared consumer queue), then call `assign` (eager) or
 //!   `incremental_assign` (cooperative). Fetching starts at the committed
-//!   offset, or at `auto.offset.reset` when there is none.
+//!   offset, or at `auto.offset.reset` when there is none. Then the committed
+//!   offsets are checked against the partitions' watermarks: one out of range
+//!   is logged at error level and counted (`offsets.rs`), never reset
+//!   silently.
 //! - **Revoke**: emit [`AssignmentEvent::Revoked`] for every revoked partition
 //!   and do *not* unassign. The controller stops the lanes, waits (bounded by
 //!   `rebalance.drain_timeout`) for their acks, commits what is committable
@@ -64,6 +67,7 @@ use crate::config::{ConfigError, KafkaSourceConfig};
 use crate::context::{Rebalance, Shared, SpateContext};
 use crate::errors;
 use crate::lane::KafkaLane;
+use crate::offsets;
 
 /// Bound on the consumer-queue events one [`KafkaSource::poll_event`] serves
 /// before returning, so the controller's loop keeps turning even when
@@ -250,7 +254,11 @@ impl KafkaSource {
         result.map_err(|e| SourceError::Fatal {
             context: format!("assign in group {}", self.group),
             message: e.to_string(),
-        })
+        })?;
+        // After the assign, so the rebalance is not held for it; librdkafka's
+        // reset of an out-of-range offset needs a fetch round trip first.
+        offsets::check_committed(&self.consumer, &self.group, partitions);
+        Ok(())
     }
 
     fn revoke(

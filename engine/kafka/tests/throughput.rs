@@ -4,7 +4,7 @@
 //! it does not check); run it optimised:
 //!
 //! ```text
-//! cargo test -p spate-kafka --release --test throughput -- --ignored --nocapture
+//! cargo test -p spate-kafka --profile ci --test throughput -- --ignored --nocapture
 //! ```
 //!
 //! The clock starts at the first message polled, so the ~3 s group join of
