@@ -41,9 +41,11 @@ cargo test --workspace --locked
 step "spate-kafka with TLS and SASL PLAIN/SCRAM (cargo check --features ssl)"
 # The ssl feature builds librdkafka against the system OpenSSL (README "Kafka
 # security"); GSSAPI (feature sasl, libsasl2-dev) is documented, not built.
-if ! pkg-config --exists openssl; then
+if ! pkg-config --exists openssl 2>/dev/null; then
   echo "libssl-dev missing; installing it for the ssl feature check"
-  apt-get install -y --no-install-recommends libssl-dev pkg-config
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends libssl-dev pkg-config
 fi
 cargo check -p spate-kafka --features ssl --locked
 
