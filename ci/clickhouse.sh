@@ -42,12 +42,18 @@
 # Tables there use
 #   ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/<db>_<table>', '{replica}')
 # The ZooKeeper (about 85 MB resident) keeps its data under $SPATE_CH_DIR/zk.
+#
+# $SPATE_CH_EXTRA_CONFIG (optional): an XML file (root element <yandex>) copied
+# into every instance's config.d/, which the server merges over config.xml;
+# e.g. ci/peer-bench.sh passes <kafka><auto_offset_reset>smallest</...> so the
+# Kafka table engine reads a backlog. Unset: nothing is added.
 set -euo pipefail
 
 ROOT="${SPATE_CH_DIR:-/tmp/spate-clickhouse}"
 BASE="${SPATE_CH_BASE_PORT:-18123}"
 WAIT_SECS="${SPATE_CH_WAIT_SECS:-60}"
 ZK_PORT="${SPATE_ZK_PORT:-2181}"
+EXTRA_CONFIG="${SPATE_CH_EXTRA_CONFIG:-}"
 
 log() { printf 'clickhouse.sh: %s\n' "$*" >&2; }
 
@@ -182,6 +188,11 @@ start_one() {
     grep -q '<macros><shard>' "$dir/config.xml" || { log "instance $i: could not add the replica settings"; exit 1; }
   fi
   cp /etc/clickhouse-server/users.xml "$dir/users.xml"
+  if [[ -n "$EXTRA_CONFIG" ]]; then
+    [[ -f "$EXTRA_CONFIG" ]] || { log "SPATE_CH_EXTRA_CONFIG=$EXTRA_CONFIG: no such file"; exit 1; }
+    mkdir -p "$dir/config.d"
+    cp "$EXTRA_CONFIG" "$dir/config.d/"
+  fi
   # `&` on the simple command alone, so $! is nohup, which execs the server
   # (backgrounding `cd && nohup ...` would record a subshell's pid instead).
   (

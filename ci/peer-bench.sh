@@ -1,0 +1,422 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark: spate, ClickHouse's own Kafka table engine, and a
+# plain Python consumer loop, each moving the same ROWS flight rows from one
+# embedded Kafka broker into the same ClickHouse, one after another.
+#
+#   bash ci/peer-bench.sh [ROWS]      ROWS defaults to 1,000,000
+#
+# What it does (everything it needs is installed here; it is a benchmark, not
+# part of ci/test.sh):
+#   1. cargo build --release -p spate; a venv under $CARGO_TARGET_DIR with
+#      confluent-kafka from PyPI (ci/peer_bench.py runs in it).
+#   2. ROWS flight rows: engine/spate/fixtures/flights-20k.ndjson repeated
+#      with distinct ids 0..ROWS-1 (as `spate demo` does).
+#   3. `spate broker` (librdkafka's mock cluster) with enough partitions that
+#      each stays well under its 5 MiB retention, loaded ONCE by `spate
+#      produce` (keys spread evenly over the partitions).
+#   4. ClickHouse 18.16 via ci/clickhouse.sh with an extra config.d file
+#      setting <kafka><auto_offset_reset>smallest</auto_offset_reset></kafka>
+#      (the Kafka engine otherwise starts at the end of a backlog), plus
+#      <logger><level>trace</level></logger> and <kafka><debug>cgrp</debug>
+#      for the engine's timing (see "4." below).
+#   5. For each system, in its own consumer group and into a fresh MergeTree
+#      table: check every partition's low watermark is still 0 (fail
+#      otherwise), start it, poll count() until ROWS landed (or it times out
+#      or stalls: the row then shows what landed), read CPU and peak RSS from
+#      /proc, stop it, count rows and duplicates (count() - uniqExact(id)).
+#
+# Measures, per system:
+#   rows/s             rows landed / (all landed - first row consumed), wall
+#                      clock. First row consumed: spate's
+#                      spate_records_polled_total turning non-zero on /metrics;
+#                      the Python loop's own timestamp; for the Kafka engine
+#                      the later of its first partition assignment
+#                      (librdkafka's debug log) and the start of its first
+#                      background stream that committed rows (server log),
+#                      else the first count() > 0 (noted). The group join
+#                      (~3 s on the mock) is excluded for all.
+#   consumer CPU       user+system CPU of the consumer process from its start
+#                      to "all landed" (/proc/PID/stat), per million rows. The
+#                      Kafka engine runs inside the server: see ClickHouse CPU.
+#   ClickHouse CPU     the server's CPU delta over the same interval, per
+#                      million rows (parsing the inserts, merges, and for the
+#                      Kafka engine all of its consuming).
+#   peak RSS           VmHWM of the consumer; the server's VmHWM after it was
+#                      reset (/proc/PID/clear_refs) at the start of each run.
+#   rows landed, dups  count() and count() - uniqExact(id) after the stop.
+#
+# Environment (defaults keep clear of ci/test.sh's ClickHouse ports):
+#   SPATE_CH_DIR=/tmp/spate-ch-peer-bench  SPATE_CH_BASE_PORT=17123
+#   PEER_BENCH_ADMIN_PORT=17190   spate's /metrics during its run
+#   PEER_BENCH_TIMEOUT=300        seconds each system gets
+#   PEER_BENCH_STALL=60           seconds without a new row = stalled
+#   PEER_BENCH_KAFKA_CONSUMERS=2  kafka_num_consumers of the Kafka engine
+#   PEER_BENCH_KAFKA_BLOCK=1048576 kafka_max_block_size of the Kafka engine
+#   PEER_BENCH_PY_BATCH=100000    rows per Python insert
+#
+# Output: a Markdown table on stdout and in $CARGO_TARGET_DIR/peer-bench.md;
+# logs of every process under $CARGO_TARGET_DIR/peer-bench/.
+set -euo pipefail
+
+ROWS="${1:-1000000}"
+[[ "$ROWS" =~ ^[1-9][0-9]*$ ]] || { echo "usage: $0 [ROWS]" >&2; exit 2; }
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$REPO/target}"
+export SPATE_CH_DIR="${SPATE_CH_DIR:-/tmp/spate-ch-peer-bench}"
+export SPATE_CH_BASE_PORT="${SPATE_CH_BASE_PORT:-17123}"
+ADMIN_PORT="${PEER_BENCH_ADMIN_PORT:-17190}"
+TIMEOUT="${PEER_BENCH_TIMEOUT:-300}"
+STALL="${PEER_BENCH_STALL:-60}"
+KAFKA_CONSUMERS="${PEER_BENCH_KAFKA_CONSUMERS:-2}"
+KAFKA_BLOCK="${PEER_BENCH_KAFKA_BLOCK:-1048576}"
+PY_BATCH="${PEER_BENCH_PY_BATCH:-100000}"
+CONFLUENT_KAFKA="confluent-kafka==2.16.1"
+
+WORK="$CARGO_TARGET_DIR/peer-bench"
+VENV="$CARGO_TARGET_DIR/peer-bench-venv"
+OUT="$CARGO_TARGET_DIR/peer-bench.md"
+SPATE="$CARGO_TARGET_DIR/release/spate"
+TOPIC=flights
+RUN_ID="$(date +%s)"
+TICKS="$(getconf CLK_TCK)"
+
+log() { printf 'peer-bench: %s\n' "$*" >&2; }
+die() { log "FAILED: $*"; exit 1; }
+
+BROKER_PID=""
+CONSUMER_PID=""
+CH_STARTED=""
+cleanup() {
+  local rc=$?
+  if [[ -n "$CONSUMER_PID" ]] && kill -0 "$CONSUMER_PID" 2>/dev/null; then
+    kill "$CONSUMER_PID" 2>/dev/null || true
+    wait "$CONSUMER_PID" 2>/dev/null || true
+  fi
+  if [[ -n "$BROKER_PID" ]] && kill -0 "$BROKER_PID" 2>/dev/null; then
+    kill "$BROKER_PID" 2>/dev/null || true
+    wait "$BROKER_PID" 2>/dev/null || true
+  fi
+  if [[ -n "$CH_STARTED" ]]; then
+    # Keep the server's log (the Kafka engine's only account of itself).
+    cp "$SPATE_CH_DIR/ch0/log/clickhouse-server.log" "$WORK/clickhouse-server.log" 2>/dev/null || true
+    cp "$SPATE_CH_DIR/ch0/log/clickhouse-server.err.log" "$WORK/clickhouse-server.err.log" 2>/dev/null || true
+    cp "$SPATE_CH_DIR/ch0/log/stdout.log" "$WORK/clickhouse-server.stdout.log" 2>/dev/null || true
+    bash ci/clickhouse.sh stop >/dev/null 2>&1 || true
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Wall clock in seconds with microseconds, without a fork (bash 5).
+now() { echo "$EPOCHREALTIME"; }
+# calc EXPR: floating-point arithmetic.
+calc() { awk "BEGIN { printf \"%s\", ($1) }"; }
+# CPU seconds (user + system) of PID so far.
+cpu_of() {
+  local rest
+  rest="$(sed 's/^.*) //' "/proc/$1/stat")"
+  # After "pid (comm) ": state is field 1, utime 12, stime 13.
+  awk -v t="$TICKS" '{ printf "%.3f", ($12 + $13) / t }' <<<"$rest"
+}
+# Peak resident set size of PID in MiB (VmHWM).
+hwm_of() { awk '/^VmHWM:/ { printf "%.0f", $2 / 1024 }' "/proc/$1/status"; }
+
+ch() { curl -sS --fail-with-body "$CH_URL/" --data-binary "$1"; }
+count_of() { curl -sf "$CH_URL/" --data-binary "SELECT count() FROM $1" || echo 0; }
+
+# --- 1. build and tools -------------------------------------------------------
+apt_install() {
+  log "installing $* (Debian packages)"
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+command -v curl >/dev/null || apt_install curl
+log "building spate (release)"
+cargo build --release -p spate >&2
+if [[ ! -x "$VENV/bin/python" ]]; then
+  log "creating $VENV with $CONFLUENT_KAFKA"
+  python3 -m venv "$VENV" 2>/dev/null || { rm -rf "$VENV"; apt_install python3-venv; python3 -m venv "$VENV"; }
+fi
+"$VENV/bin/python" -c 'import confluent_kafka' 2>/dev/null ||
+  "$VENV/bin/pip" install -q "$CONFLUENT_KAFKA" >&2
+PY="$VENV/bin/python"
+
+rm -rf "$WORK"
+mkdir -p "$WORK"
+
+# --- 2. rows ------------------------------------------------------------------
+DATA="$WORK/flights.ndjson"
+awk -v n="$ROWS" '
+  /^\{/ { line[m++] = substr($0, 2) }
+  END { for (i = 0; i < n; i++) printf "{\"id\":%d,%s\n", i, line[i % m] }
+' engine/spate/fixtures/flights-20k.ndjson >"$DATA"
+BYTES="$(stat -c %s "$DATA")"
+# The mock cluster stores each message with its key and ~20 bytes of record
+# overhead; keep every partition under 3 MiB of its 5 MiB retention.
+PARTITIONS="$(calc "int(($BYTES + $ROWS * 32) / (3 * 1048576)) + 1")"
+if ((PARTITIONS < 8)); then PARTITIONS=8; fi
+log "$ROWS rows, $BYTES bytes of NDJSON, $PARTITIONS partitions"
+
+# --- 3. broker, loaded once ---------------------------------------------------
+"$SPATE" broker --topic "$TOPIC" --partitions "$PARTITIONS" >"$WORK/broker.out" 2>"$WORK/broker.log" &
+BROKER_PID=$!
+for _ in $(seq 1 100); do
+  [[ -s "$WORK/broker.out" ]] && break
+  kill -0 "$BROKER_PID" 2>/dev/null || die "spate broker exited: $(cat "$WORK/broker.log")"
+  sleep 0.1
+done
+BROKERS="$(head -n1 "$WORK/broker.out")"
+[[ -n "$BROKERS" ]] || die "spate broker printed no address"
+log "broker $BROKERS; producing"
+"$SPATE" produce --brokers "$BROKERS" --topic "$TOPIC" "$DATA" >"$WORK/produce.out" 2>"$WORK/produce.log"
+IN_TOPIC="$("$PY" ci/peer_bench.py watermarks "$BROKERS" "$TOPIC")"
+[[ "$IN_TOPIC" == "$ROWS" ]] || die "the topic holds $IN_TOPIC messages, not $ROWS"
+log "$IN_TOPIC messages in $TOPIC, every low watermark 0"
+
+# --- 4. ClickHouse --------------------------------------------------------------
+# Trace logging and librdkafka's consumer-group debug log: the Kafka engine's
+# only account of when it was assigned partitions, streamed and committed (and
+# of why, when it does not) is the server's logs; Debian's config.xml logs
+# warnings only. It costs the server a few lines per insert in every run
+# alike, and a few per rebalance and heartbeat in the Kafka engine's run.
+cat >"$WORK/kafka.xml" <<'EOF'
+<yandex>
+    <logger>
+        <level>trace</level>
+    </logger>
+    <kafka>
+        <auto_offset_reset>smallest</auto_offset_reset>
+        <debug>cgrp</debug>
+    </kafka>
+</yandex>
+EOF
+CH_STARTED=1
+CH_URL="$(SPATE_CH_EXTRA_CONFIG="$WORK/kafka.xml" bash ci/clickhouse.sh start 1 | head -n1)"
+CH_PID="$(cat "$SPATE_CH_DIR/ch0/pid")"
+CH_LOG="$SPATE_CH_DIR/ch0/log/clickhouse-server.log"
+CH_STDOUT="$SPATE_CH_DIR/ch0/log/stdout.log"
+CH_VERSION="$(ch 'SELECT version()')"
+log "ClickHouse $CH_VERSION at $CH_URL (pid $CH_PID)"
+
+COLUMNS_DDL="id UInt64, date DateTime, delay Int32, distance UInt32, origin String, destination String"
+fresh_table() {
+  ch "DROP TABLE IF EXISTS $1" >/dev/null
+  ch "CREATE TABLE $1 ($COLUMNS_DDL) ENGINE = MergeTree ORDER BY id" >/dev/null
+}
+
+# --- 5. measurements ------------------------------------------------------------
+ROWS_MD=()
+
+# measure NAME TABLE CONSUMER_PID FIRST_ROW_CMD: poll until ROWS landed, the
+# timeout, or a stall; sets M_* for report().
+measure() {
+  local name=$1 table=$2 pid=$3 first_cmd=$4
+  local t n last_n=-1
+  M_FIRST=""
+  M_FIRST_LANDED=""
+  M_DONE=""
+  M_STATUS="complete"
+  M_LANDED=0
+  local deadline=$((SECONDS + TIMEOUT)) stall_at=$((SECONDS + STALL))
+  while :; do
+    t="$EPOCHREALTIME"
+    if [[ -z "$M_FIRST" ]]; then
+      M_FIRST="$(eval "$first_cmd" || true)"
+    fi
+    n="$(count_of "$table")"
+    if [[ -z "$M_FIRST_LANDED" ]] && ((n > 0)); then M_FIRST_LANDED="$t"; fi
+    M_LANDED=$n
+    if ((n >= ROWS)); then M_DONE="$t"; break; fi
+    if ((n != last_n)); then last_n=$n; stall_at=$((SECONDS + STALL)); fi
+    if [[ -n "$pid" ]] && ! kill -0 "$pid" 2>/dev/null; then
+      M_STATUS="consumer exited after $n rows"; M_DONE="$t"; break
+    fi
+    if ((SECONDS > deadline)); then
+      M_STATUS="timed out after ${TIMEOUT}s with $n rows"; M_DONE="$t"; break
+    fi
+    if ((SECONDS > stall_at)); then
+      M_STATUS="stalled at $n rows (no new row for ${STALL}s)"; M_DONE="$t"; break
+    fi
+    # 100 ms: fine enough for runs of seconds, light on a 2-core machine.
+    sleep 0.1
+  done
+  log "$name: $M_STATUS"
+}
+
+# report NAME TABLE CPU_CONSUMER RSS_CONSUMER CPU_SERVER RSS_SERVER FIRST_NOTE
+report() {
+  local name=$1 table=$2 cpu_c=$3 rss_c=$4 cpu_s=$5 rss_s=$6 first_note=$7
+  local landed distinct dups wall rate first per_m_c per_m_s
+  landed="$(count_of "$table")"
+  distinct="$(ch "SELECT uniqExact(id) FROM $table")"
+  dups=$((landed - distinct))
+  first="${M_FIRST:-$M_FIRST_LANDED}"
+  # The rate counts the rows landed when the watch ended (ROWS, or fewer
+  # after a stall or timeout); "rows landed" is the count after the stop.
+  if [[ -z "$first" ]] || (($(calc "$M_DONE <= $first"))) || ((M_LANDED == 0)); then
+    wall="-"; rate="-"
+  else
+    wall="$(printf '%.2f' "$(calc "$M_DONE - $first")")"
+    rate="$(calc "int($M_LANDED / ($M_DONE - $first))")"
+  fi
+  per_m() { if [[ "$1" == "-" ]] || ((distinct == 0)); then echo "-"; else printf '%.2f' "$(calc "$1 * 1000000 / $distinct")"; fi; }
+  per_m_c="$(per_m "$cpu_c")"
+  per_m_s="$(per_m "$cpu_s")"
+  local status=""
+  [[ "$M_STATUS" == complete ]] || status="**$M_STATUS**; "
+  ROWS_MD+=("| $name | $landed | $dups | $wall | $rate | $per_m_c | $rss_c | $per_m_s | $rss_s | $status$first_note |")
+}
+
+check_retention() {
+  local n
+  n="$("$PY" ci/peer_bench.py watermarks "$BROKERS" "$TOPIC")" || die "broker retention deleted data before $1"
+  [[ "$n" == "$ROWS" ]] || die "the topic holds $n messages before $1, not $ROWS"
+}
+
+server_cpu() { cpu_of "$CH_PID"; }
+reset_server_hwm() { echo 5 >"/proc/$CH_PID/clear_refs" 2>/dev/null || log "cannot reset the server's VmHWM; its peak RSS includes earlier runs"; }
+
+# 5.1 spate -----------------------------------------------------------------------
+check_retention spate
+fresh_table peer_spate
+cat >"$WORK/spate.yaml" <<EOF
+pipeline: { name: "peer-bench-$RUN_ID", threads: 2, io_threads: 2 }
+checkpoint: { interval: 200ms }
+source:
+  kafka:
+    brokers: "$BROKERS"
+    topics: [$TOPIC]
+    group_id: "peer-spate-$RUN_ID"
+    properties: { session.timeout.ms: "6000", heartbeat.interval.ms: "500" }
+format: { json: { time_formats: ["%Y/%m/%d %H:%M"] } }
+on_error: { policy: fail }
+sink:
+  clickhouse:
+    shards: [["$CH_URL"]]
+    table: peer_spate
+    batch: { max_rows: 1000000, max_bytes: 64MiB, linger: 200ms }
+    inflight: { max_inflight: 2, max_bytes: 256MiB }
+shutdown: { drain_timeout: 30s }
+admin: { listen: "127.0.0.1:$ADMIN_PORT" }
+EOF
+log "spate: running"
+reset_server_hwm
+s_cpu0="$(server_cpu)"
+"$SPATE" run -c "$WORK/spate.yaml" >"$WORK/spate.out" 2>"$WORK/spate.log" &
+CONSUMER_PID=$!
+spate_first() {
+  local polled
+  polled="$(curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" 2>/dev/null |
+    awk '/^spate_records_polled_total/ { s += $NF } END { print s + 0 }')"
+  ((polled > 0)) && now
+}
+measure spate peer_spate "$CONSUMER_PID" spate_first
+c_cpu="$(cpu_of "$CONSUMER_PID")"; c_rss="$(hwm_of "$CONSUMER_PID")"
+s_cpu="$(calc "$(server_cpu) - $s_cpu0")"; s_rss="$(hwm_of "$CH_PID")"
+kill -TERM "$CONSUMER_PID"
+spate_rc=0; wait "$CONSUMER_PID" || spate_rc=$?
+CONSUMER_PID=""
+note="threads 2, io_threads 2, batch max_rows 1M / 64 MiB / linger 200ms, max_inflight 2; exit $spate_rc after SIGTERM"
+report spate peer_spate "$c_cpu" "$c_rss" "$s_cpu" "$s_rss" "$note"
+
+# 5.2 ClickHouse Kafka engine ----------------------------------------------------
+check_retention "the Kafka engine"
+fresh_table peer_kafka
+ch "DROP TABLE IF EXISTS peer_kafka_mv" >/dev/null
+ch "DROP TABLE IF EXISTS peer_kafka_queue" >/dev/null
+# The queue reads the date as String (JSONEachRow in 18.16 parses DateTime
+# only as YYYY-MM-DD hh:mm:ss); the view converts it.
+KAFKA_SETTINGS="kafka_broker_list = '$BROKERS', kafka_topic_list = '$TOPIC', kafka_group_name = 'peer-ch-kafka-$RUN_ID', kafka_format = 'JSONEachRow', kafka_num_consumers = $KAFKA_CONSUMERS, kafka_max_block_size = $KAFKA_BLOCK"
+ch "CREATE TABLE peer_kafka_queue (id UInt64, date String, delay Int32, distance UInt32, origin String, destination String) ENGINE = Kafka SETTINGS $KAFKA_SETTINGS" >/dev/null
+log_lines_before="$(wc -l <"$CH_LOG")"
+log "Kafka engine: running ($KAFKA_SETTINGS)"
+reset_server_hwm
+s_cpu0="$(server_cpu)"
+ch "CREATE MATERIALIZED VIEW peer_kafka_mv TO peer_kafka AS SELECT id, parseDateTimeBestEffort(date) AS date, delay, distance, origin, destination FROM peer_kafka_queue" >/dev/null
+measure "ClickHouse Kafka engine" peer_kafka "" false
+s_cpu="$(calc "$(server_cpu) - $s_cpu0")"; s_rss="$(hwm_of "$CH_PID")"
+# The engine logs no line per poll. Two lower bounds on its first consumed
+# row, the later of which is taken (it errs early, against the engine):
+# - the start of its first background stream that committed rows: each
+#   stream logs "Started streaming" when it starts and "Committing N
+#   messages" when it ends (server log; the commit comes at the end of the
+#   stream, so wait for it before dropping the view);
+# - its consumers' first partition assignment, from librdkafka's own
+#   debug=cgrp log on the server's stderr (epoch seconds in the second
+#   |-field): a stream that starts before the group join blocks through it.
+# (awk reads the file itself: `tail | awk '...exit'` would end in SIGPIPE,
+# which pipefail and errexit turn into the end of this script.)
+kafka_stream_start() {
+  awk -v skip="$log_lines_before" '
+    NR <= skip || !/StorageKafka \(peer_kafka_queue\)/ { next }
+    /Started streaming/ { last = $1 " " $2 }
+    /Committing [1-9][0-9]* messages/ { print last; exit }' "$CH_LOG"
+}
+for _ in $(seq 1 150); do
+  [[ -n "$(kafka_stream_start)" ]] && break
+  sleep 0.1
+done
+stream_start="$(kafka_stream_start)"
+assigned="$(grep -m1 -a "assigned topic $TOPIC partitions" "$CH_STDOUT" | cut -d'|' -f2 || true)"
+if [[ -n "$stream_start" ]]; then
+  # "2026.11.29 18:40:01.123456": the server's local time, as date(1)'s.
+  d="${stream_start%% *}"
+  M_FIRST="$(date -d "${d//./-} ${stream_start#* }" +%s.%N)"
+  if [[ -n "$assigned" ]] && (($(calc "$assigned > $M_FIRST"))); then
+    M_FIRST="$assigned"
+  fi
+fi
+ch "DROP TABLE peer_kafka_mv" >/dev/null
+ch "DROP TABLE peer_kafka_queue" >/dev/null
+KAFKA_REASON=""
+if [[ "$M_STATUS" != complete ]]; then
+  KAFKA_REASON="$(awk -v skip="$log_lines_before" 'NR > skip' "$CH_LOG" | grep -E '<(Error|Warning)>|Exception' | grep -iE 'kafka|rdk' | tail -n 3 | cut -c1-300 || true)"
+  printf '%s\n' "$KAFKA_REASON" >"$WORK/kafka-engine-errors.log"
+fi
+# Rebalances of the engine's group (librdkafka's cgrp log): a partition
+# left unassigned after one is a way for the engine to stall short of ROWS.
+rebalances="$(grep -a -c 'initiating rebalance' "$CH_STDOUT" || true)"
+if [[ -n "$M_FIRST" ]]; then
+  first_note="first row: the later of its first partition assignment (librdkafka debug log) and the start of its first stream that committed rows (server log)"
+else
+  first_note="first row: first count() > 0 (no committed stream in the server log)"
+fi
+note="kafka_num_consumers $KAFKA_CONSUMERS, kafka_max_block_size $KAFKA_BLOCK, stream_flush_interval_ms 7500 (default); server librdkafka $(dpkg-query -W -f '${Version}' librdkafka1 2>/dev/null || echo unknown); $first_note; CPU and RSS are the server's"
+note="$note; librdkafka log: ${rebalances:-0} rebalance starts over its $KAFKA_CONSUMERS consumer(s) (the first join counts one each)"
+[[ -n "$KAFKA_REASON" ]] && note="$note; server log: $(tr '\n|' '  ' <<<"$KAFKA_REASON")"
+report "ClickHouse Kafka engine + MV" peer_kafka "-" "(in server)" "$s_cpu" "$s_rss" "$note"
+
+# 5.3 Python consumer loop -------------------------------------------------------
+check_retention "the Python loop"
+fresh_table peer_python
+log "Python loop: running"
+reset_server_hwm
+s_cpu0="$(server_cpu)"
+"$PY" ci/peer_bench.py consume "$BROKERS" "$TOPIC" "peer-python-$RUN_ID" "$CH_URL" peer_python "$PY_BATCH" "$WORK/python.first" \
+  >"$WORK/python.out" 2>"$WORK/python.log" &
+CONSUMER_PID=$!
+python_first() { [[ -s "$WORK/python.first" ]] && cat "$WORK/python.first"; }
+measure "Python loop" peer_python "$CONSUMER_PID" python_first
+c_cpu="$(cpu_of "$CONSUMER_PID" 2>/dev/null || echo -)"; c_rss="$(hwm_of "$CONSUMER_PID" 2>/dev/null || echo -)"
+s_cpu="$(calc "$(server_cpu) - $s_cpu0")"; s_rss="$(hwm_of "$CH_PID")"
+kill -TERM "$CONSUMER_PID" 2>/dev/null || true
+py_rc=0; wait "$CONSUMER_PID" || py_rc=$?
+CONSUMER_PID=""
+note="confluent-kafka $("$PY" -c 'import importlib.metadata as m, confluent_kafka as c; print(m.version("confluent-kafka"), "(librdkafka", c.libversion()[0] + ")")'), $PY_BATCH-row JSONEachRow HTTP inserts, sync commit after each; exit $py_rc"
+report "Python loop (confluent-kafka)" peer_python "$c_cpu" "$c_rss" "$s_cpu" "$s_rss" "$note"
+
+# Retention must still be intact: otherwise a short count could be the broker's.
+check_retention "the end"
+
+# --- 6. table -------------------------------------------------------------------
+{
+  echo "$ROWS flight rows ($BYTES bytes NDJSON) pre-loaded once into the embedded broker (librdkafka mock cluster, $PARTITIONS partitions, every low watermark checked 0 before each run), then moved into ClickHouse $CH_VERSION on the same machine ($(nproc) cores, $(awk '/^model name/ { $1=$2=$3=""; print; exit }' /proc/cpuinfo | sed 's/^ *//')), one system after another, each in its own consumer group and into a fresh MergeTree table. Command: \`bash ci/peer-bench.sh $ROWS\`."
+  echo
+  echo "| system | rows landed | duplicates | wall s (first row consumed -> all landed) | rows/s | consumer CPU s / M rows | consumer peak RSS MiB | ClickHouse CPU s / M rows | ClickHouse peak RSS MiB | notes |"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
+  printf '%s\n' "${ROWS_MD[@]}"
+} | tee "$OUT"
+log "table written to $OUT"

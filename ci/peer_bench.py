@@ -1,0 +1,139 @@
+"""Kafka helpers for ci/peer-bench.sh, run in the venv that script makes.
+
+  peer_bench.py watermarks BROKERS TOPIC
+      Prints the sum of the partitions' high watermarks. Exits 1 naming the
+      partition when any low watermark is not 0: the embedded broker (the
+      librdkafka mock cluster) deleted data past its 5 MiB-per-partition
+      retention, and a count in ClickHouse would then be short for a reason
+      that is not the consumer's.
+
+  peer_bench.py consume BROKERS TOPIC GROUP CLICKHOUSE_URL TABLE BATCH_ROWS FIRST_ROW_FILE
+      The do-it-yourself baseline: a plain confluent-kafka consumer loop that
+      joins message values into JSONEachRow batches of BATCH_ROWS rows (or
+      whatever arrived within LINGER_S of a batch's first row), POSTs each
+      to ClickHouse's HTTP interface, and commits the offsets synchronously
+      only after ClickHouse answered 200 (at least once). The wall-clock time
+      of the first message goes to FIRST_ROW_FILE (seconds since the epoch).
+      SIGTERM: flush what is buffered, commit, exit.
+"""
+
+import http.client
+import signal
+import sys
+import time
+import urllib.parse
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+LINGER_S = 1.0
+POLL_MESSAGES = 10_000
+
+
+def watermarks(brokers: str, topic: str) -> int:
+    c = Consumer({"bootstrap.servers": brokers, "group.id": "peer-bench-watermarks"})
+    try:
+        md = c.list_topics(topic, timeout=10)
+        t = md.topics.get(topic)
+        if t is None or t.error is not None or not t.partitions:
+            sys.exit(f"peer_bench.py: topic {topic} missing on {brokers}")
+        total = 0
+        for p in sorted(t.partitions):
+            low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            if low != 0:
+                sys.exit(
+                    f"peer_bench.py: {topic}/{p}: low watermark {low}, not 0: the broker "
+                    "deleted data (mock cluster retention); use more partitions"
+                )
+            total += high
+        return total
+    finally:
+        c.close()
+
+
+def consume(brokers, topic, group, url, table, batch_rows, first_file):
+    parsed = urllib.parse.urlparse(url)
+    conn = http.client.HTTPConnection(parsed.hostname, parsed.port or 8123, timeout=60)
+    query = urllib.parse.urlencode(
+        {
+            "query": f"INSERT INTO {table} FORMAT JSONEachRow",
+            # The flight rows carry "2001/01/01 00:47" dates.
+            "date_time_input_format": "best_effort",
+        }
+    )
+    path = f"/?{query}"
+    c = Consumer(
+        {
+            "bootstrap.servers": brokers,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500,
+        }
+    )
+    stop = False
+
+    def on_term(_sig, _frame):
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    c.subscribe([topic])
+    buf = []
+    rows = 0
+    batch_started = None
+    first_seen = False
+
+    def flush():
+        nonlocal buf, rows, batch_started
+        if not buf:
+            return
+        body = b"\n".join(buf)
+        conn.request("POST", path, body=body)
+        resp = conn.getresponse()
+        text = resp.read()
+        if resp.status != 200:
+            raise RuntimeError(f"ClickHouse {resp.status}: {text[:500]!r}")
+        # Commit only behind rows ClickHouse acknowledged.
+        c.commit(asynchronous=False)
+        buf = []
+        rows = 0
+        batch_started = None
+
+    try:
+        while not stop:
+            msgs = c.consume(num_messages=POLL_MESSAGES, timeout=0.2)
+            for m in msgs:
+                if m.error():
+                    raise KafkaException(m.error())
+                buf.append(m.value())
+            if msgs:
+                if not first_seen:
+                    first_seen = True
+                    with open(first_file, "w") as f:
+                        f.write(f"{time.time():.6f}\n")
+                rows += len(msgs)
+                if batch_started is None:
+                    batch_started = time.monotonic()
+            if rows >= batch_rows or (
+                batch_started is not None and time.monotonic() - batch_started >= LINGER_S
+            ):
+                flush()
+        flush()
+    finally:
+        c.close()
+
+
+def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "watermarks":
+        print(watermarks(sys.argv[2], sys.argv[3]))
+    elif len(sys.argv) == 9 and sys.argv[1] == "consume":
+        a = sys.argv
+        consume(a[2], a[3], a[4], a[5], a[6], int(a[7]), a[8])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
