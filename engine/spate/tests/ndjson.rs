@@ -24,7 +24,7 @@ fn flight_row(id: u64) -> String {
     format!("{{\"id\":{id},{}", &line[1..])
 }
 
-struct Running(Child, std::path::PathBuf);
+struct Running(Child);
 
 impl Drop for Running {
     fn drop(&mut self) {
@@ -119,7 +119,6 @@ admin: {{ listen: "off" }}
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .expect("spawn spate"),
-        log.clone(),
     );
     let logs = || std::fs::read_to_string(&log).unwrap_or_default();
     let ends = kafka_tools::end_offsets(&brokers, topic, partitions, RPC).unwrap();
