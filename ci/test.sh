@@ -3,8 +3,24 @@
 # Runs: format check, clippy, unit + integration + proptest suites, the loom
 # models (RUSTFLAGS="--cfg loom", separate target dir), and the benches in
 # test mode so they cannot rot.
+#
+#   bash ci/test.sh                 everything above; the container tests
+#                                   (engine/spate/tests/containers.rs) are
+#                                   built, not run
+#   bash ci/test.sh --containers    also runs them: needs a Docker engine
+#                                   (current ClickHouse and Redpanda images)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# The container tests are compiled with everything else (one feature set,
+# so nothing is built twice) and skip unless SPATE_CONTAINERS=1.
+export SPATE_CONTAINERS="${SPATE_CONTAINERS:-0}"
+for arg in "$@"; do
+  case "$arg" in
+    --containers) SPATE_CONTAINERS=1 ;;
+    *) echo "ci/test.sh: unknown argument $arg (known: --containers)" >&2; exit 2 ;;
+  esac
+done
 
 step() { printf '\n== %s ==\n' "$*"; }
 
@@ -16,7 +32,7 @@ step "cargo fmt --check"
 cargo fmt --all -- --check
 
 step "cargo clippy (all targets, -D warnings)"
-cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy --workspace --all-targets --features spate/containers --locked -- -D warnings
 
 step "ClickHouse for the real-server tests (ci/clickhouse.sh)"
 # One plain instance, and 2 shards x 2 ReplicatedMergeTree replicas with a
@@ -36,7 +52,12 @@ if [ "$(clickhouse-client --port $((ch_http + 1)) -q "SELECT count() FROM system
 fi
 
 step "cargo test (unit, integration, proptest, real ClickHouse)"
-cargo test --workspace --locked
+cargo test --workspace --features spate/containers --locked
+if [ "$SPATE_CONTAINERS" = 1 ]; then
+  echo "container tests ran (engine/spate/tests/containers.rs)"
+else
+  echo "container tests built, not run (bash ci/test.sh --containers runs them; needs Docker)"
+fi
 
 step "spate-kafka with TLS and SASL PLAIN/SCRAM (cargo check --features ssl)"
 # The ssl feature builds librdkafka against the system OpenSSL (README "Kafka

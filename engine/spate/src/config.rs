@@ -265,14 +265,30 @@ pub struct FormatSection {
     pub json: JsonFormat,
 }
 
-/// `format.json`: one JSON object per message.
+/// `format.json`: JSON objects, one per message or one per line.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JsonFormat {
+    /// `object` (default): each message is one JSON object, one row.
+    /// `ndjson`: each non-blank line of a message is one object, one row; a
+    /// message's offset is committed once all its rows are durable.
+    #[serde(default)]
+    pub mode: JsonMode,
     /// Time formats (strftime-like, e.g. `%Y/%m/%d %H:%M`) tried after RFC
     /// 3339 and `YYYY-MM-DD HH:MM:SS` for DateTime columns.
     #[serde(default)]
     pub time_formats: Vec<String>,
+}
+
+/// `format.json.mode`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JsonMode {
+    /// One JSON object per message.
+    #[default]
+    Object,
+    /// Newline-delimited JSON: one object per line of a message.
+    Ndjson,
 }
 
 /// `mapping`: how JSON fields reach columns. Columns not named here read
@@ -375,6 +391,43 @@ pub struct ClickHouseSection {
     /// How a row picks its shard (default: round robin, row by row).
     #[serde(default)]
     pub shard_key: Option<ShardKeySection>,
+    /// Insert body compression: `none` (default), `gzip` or `deflate`, the
+    /// encodings ClickHouse 18.16 and later decode.
+    #[serde(default)]
+    pub compression: CompressionName,
+    /// zlib level for `gzip` and `deflate`: 1 (fastest, default) to 9.
+    #[serde(default)]
+    pub compression_level: Option<u32>,
+    /// TLS for `https://` replica URLs.
+    #[serde(default)]
+    pub tls: TlsSection,
+}
+
+/// `sink.clickhouse.compression`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CompressionName {
+    /// Bodies sent as they are.
+    #[default]
+    None,
+    /// `Content-Encoding: gzip`.
+    Gzip,
+    /// `Content-Encoding: deflate` (a zlib stream).
+    Deflate,
+}
+
+/// `sink.clickhouse.tls`: trust for `https://` replica URLs. Without it
+/// the system's root certificates are trusted.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSection {
+    /// A PEM file of CA certificates to trust instead of the system's.
+    #[serde(default)]
+    pub ca_file: Option<std::path::PathBuf>,
+    /// Skip certificate verification entirely (tests only: anyone on the
+    /// path can read and change the data). Default false.
+    #[serde(default)]
+    pub insecure: bool,
 }
 
 /// `sink.clickhouse.shard_key`: exactly one of `{field: name}`,
@@ -396,6 +449,29 @@ pub struct ShardKeySection {
 }
 
 impl ClickHouseSection {
+    /// The writer's body compression.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming `sink.clickhouse.compression_level`
+    /// for a level outside 1..=9 or a level without compression.
+    pub fn compression(&self) -> Result<spate_clickhouse::writer::Compression, ConfigError> {
+        let name = match self.compression {
+            CompressionName::None => {
+                if self.compression_level.is_some() {
+                    return Err(invalid(
+                        "sink.clickhouse.compression_level",
+                        "set without `compression: gzip` or `deflate`",
+                    ));
+                }
+                "none"
+            }
+            CompressionName::Gzip => "gzip",
+            CompressionName::Deflate => "deflate",
+        };
+        spate_clickhouse::writer::Compression::parse(name, self.compression_level)
+            .map_err(|e| invalid("sink.clickhouse.compression_level", e))
+    }
+
     /// The router key this section asks for.
     ///
     /// # Errors
@@ -576,13 +652,20 @@ impl Config {
         }
         for (s, shard) in ch.shards.iter().enumerate() {
             for (r, url) in shard.iter().enumerate() {
-                if !url.starts_with("http://") {
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
                     return Err(invalid(
                         format!("sink.clickhouse.shards[{s}][{r}]"),
-                        format!("`{url}`: expected an http:// URL (https is not supported yet)"),
+                        format!("`{url}`: expected an http:// or https:// URL"),
                     ));
                 }
             }
+        }
+        ch.compression()?;
+        if ch.tls.insecure && ch.tls.ca_file.is_some() {
+            return Err(invalid(
+                "sink.clickhouse.tls.insecure",
+                "verification is skipped, so `ca_file` would be ignored; set one of them",
+            ));
         }
         if ch.password.is_some() && ch.user.is_none() {
             return Err(invalid("sink.clickhouse.password", "set without `user`"));

@@ -297,7 +297,14 @@ fn check(path: &std::path::Path) -> ExitCode {
         );
     }
     println!();
-    let writer = HttpWriter::new(service::writer_config(&config, plan.typed_columns()));
+    let writer = match service::writer_config(&config, plan.typed_columns()) {
+        Ok(w) => HttpWriter::new(w),
+        Err(e) => {
+            println!("clickhouse: PROBLEM: {}", chain(&e));
+            println!("check: failed");
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
     for (s, shard) in ch.shards.iter().enumerate() {
         for (r, url) in shard.iter().enumerate() {
             let endpoint = Endpoint {

@@ -17,15 +17,16 @@ use spate_clickhouse::mapping::{ColumnSpec, JsonRowEncoder, MappingOptions, Time
 use spate_clickhouse::router::ShardRouter;
 use spate_clickhouse::schema::{InsertOptions, TableSchema, plan_insert};
 use spate_clickhouse::time::TimeFormat;
-use spate_clickhouse::writer::{Credentials, HttpWriter, HttpWriterConfig};
-use spate_core::pipeline::chain::{PayloadDecoder, RecordError};
+use spate_clickhouse::writer::{Credentials, HttpWriter, HttpWriterConfig, TlsOptions, tls};
+use spate_core::pipeline::chain::{Decoder, PayloadDecoder, RecordCx, RecordError, Stage};
 use spate_core::pipeline::driver::ChainProcessor;
+use spate_core::pipeline::lines::LinesDecoder;
 use spate_core::pipeline::terminal::{ChunkBuffers, Terminal};
 use spate_core::pipeline::{DeadLetter, Pipeline, PipelineError};
 use spate_core::record::Payload;
 use spate_kafka::KafkaSource;
 
-use crate::config::Config;
+use crate::config::{Config, ConfigError, JsonMode, TlsSection};
 
 /// Name of the counter of skipped records that could not be handed to the
 /// dead-letter producer (its queue was full or it refused them).
@@ -117,15 +118,40 @@ impl Plan {
 
 /// The writer's config for `config`, with `columns` (empty for the schema
 /// probe itself).
-pub fn writer_config(config: &Config, columns: Vec<(String, String)>) -> HttpWriterConfig {
+///
+/// # Errors
+/// [`ConfigError::Invalid`](crate::config::ConfigError::Invalid) naming
+/// `sink.clickhouse.tls.ca_file` when the CA file cannot be used, or the
+/// compression key when it is invalid.
+pub fn writer_config(
+    config: &Config,
+    columns: Vec<(String, String)>,
+) -> Result<HttpWriterConfig, ServiceError> {
     let ch = &config.sink.clickhouse;
     let mut w = HttpWriterConfig::new(&ch.database, &ch.table, columns);
+    w.compression = ch.compression()?;
+    if ch.tls != TlsSection::default() {
+        let options = TlsOptions {
+            ca_file: ch.tls.ca_file.clone(),
+            insecure: ch.tls.insecure,
+        };
+        let tls = tls::client_config(&options).map_err(|e| ConfigError::Invalid {
+            key: "sink.clickhouse.tls.ca_file".into(),
+            reason: e.to_string(),
+        })?;
+        if ch.tls.insecure {
+            tracing::warn!(
+                "sink.clickhouse.tls.insecure is set: https:// replicas are not verified"
+            );
+        }
+        w.tls = Some(tls);
+    }
     w.credentials = ch.user.as_ref().map(|user| Credentials {
         user: user.clone(),
         password: ch.password.clone().unwrap_or_default(),
     });
     w.query_timeout = config.pipeline_config().sink.write_timeout;
-    w
+    Ok(w)
 }
 
 /// The mapper's options from `mapping` and `format.json`.
@@ -153,7 +179,7 @@ pub fn mapping_options(config: &Config) -> MappingOptions {
 /// when the columns cannot be mapped.
 pub async fn plan(config: &Config) -> Result<Plan, ServiceError> {
     let ch = &config.sink.clickhouse;
-    let probe = HttpWriter::new(writer_config(config, Vec::new()));
+    let probe = HttpWriter::new(writer_config(config, Vec::new())?);
     let mut errors = Vec::new();
     let mut schema = None;
     for url in ch.shards.iter().flatten() {
@@ -339,9 +365,33 @@ impl DeadLetter for KafkaDeadLetter {
     }
 }
 
+/// How a message becomes JSON records, per `format.json.mode`: the whole
+/// message (`object`) or each line ([`LinesDecoder`], `ndjson`).
+#[derive(Clone, Copy, Debug)]
+pub enum MessageDecoder {
+    /// One object per message.
+    Object,
+    /// One object per line.
+    Ndjson,
+}
+
+impl Decoder for MessageDecoder {
+    type Record<'a> = Payload<'a>;
+
+    fn decode<'a, S>(&mut self, cx: &RecordCx<'a>, next: &mut S) -> Result<(), RecordError>
+    where
+        S: Stage<Payload<'a>>,
+    {
+        match self {
+            MessageDecoder::Object => PayloadDecoder.decode(cx, next),
+            MessageDecoder::Ndjson => LinesDecoder.decode(cx, next),
+        }
+    }
+}
+
 /// The chain of one pipeline thread: JSON payloads mapped to RowBinary rows,
 /// routed by `sink.clickhouse.shard_key` (round robin without one).
-pub type Chain = ChainProcessor<PayloadDecoder, Terminal<JsonRowEncoder, ShardRouter>>;
+pub type Chain = ChainProcessor<MessageDecoder, Terminal<JsonRowEncoder, ShardRouter>>;
 
 /// A pipeline assembled from a config, ready to run.
 pub type SpatePipeline =
@@ -357,18 +407,22 @@ pub fn build(
     config: &Config,
     plan: &Plan,
 ) -> Result<(SpatePipeline, Option<Arc<KafkaDeadLetter>>), ServiceError> {
-    let writer = HttpWriter::new(writer_config(config, plan.typed_columns()));
+    let writer = HttpWriter::new(writer_config(config, plan.typed_columns())?);
     let source = KafkaSource::new(config.kafka_config())?;
     let columns = plan.columns.clone();
     let options = plan.options.clone();
     let shard_key = config.sink.clickhouse.shard_key()?;
+    let decoder = match config.format.json.mode {
+        JsonMode::Object => MessageDecoder::Object,
+        JsonMode::Ndjson => MessageDecoder::Ndjson,
+    };
     let factory: Box<dyn Fn(ChunkBuffers) -> Chain + Send + Sync> =
         Box::new(move |buffers: ChunkBuffers| {
             // plan() built the same encoder once, so this cannot fail.
             let encoder = JsonRowEncoder::new(columns.clone(), options.clone())
                 .expect("the encoder was checked by plan()");
             ChainProcessor::new(
-                PayloadDecoder,
+                decoder,
                 Terminal::new(encoder, ShardRouter::new(shard_key.clone()), buffers),
             )
         });

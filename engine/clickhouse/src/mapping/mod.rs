@@ -35,6 +35,7 @@
 
 pub mod coerce;
 mod scan;
+mod tuple;
 #[cfg(test)]
 mod visit;
 

@@ -22,6 +22,7 @@
 use spate_core::pipeline::chain::RecordError;
 
 use super::coerce::{Put, TimeRules, Tok, put_scalar};
+use super::tuple::Arrivals;
 use super::{ColumnSpec, Node, UNSET};
 use crate::rowbinary::put_leb128;
 use crate::types::ChType;
@@ -613,6 +614,10 @@ impl<'a> Scanner<'a> {
                 insert_leb128(t.buf, start, n);
                 Ok(true)
             }
+            (Some(b'{'), ChType::Tuple(elements)) => {
+                self.named_tuple(ty, elements, nullable, col, t)?;
+                Ok(true)
+            }
             (found, _) => {
                 // Check the grammar first: bad JSON is a decode error.
                 let mut scratch = Vec::new();
@@ -623,6 +628,74 @@ impl<'a> Scanner<'a> {
                 ))
             }
         }
+    }
+}
+
+impl Scanner<'_> {
+    /// A named tuple from an object, fields in any order (see
+    /// [`super::tuple`]).
+    fn named_tuple(
+        &mut self,
+        ty: &ChType,
+        elements: &[crate::types::TupleElement],
+        nullable: bool,
+        col: usize,
+        t: &mut RowTarget<'_, '_>,
+    ) -> Result<(), Stop> {
+        let mut arrivals = match Arrivals::new(ty, elements) {
+            Ok(a) => a,
+            Err(reason) => {
+                self.skip_value(t.text)?;
+                return Err(Stop::Refused(col, reason));
+            }
+        };
+        if nullable {
+            t.buf.push(0);
+        }
+        self.enter()?;
+        self.i += 1;
+        let start = t.buf.len();
+        self.ws();
+        if !self.eat(b'}') {
+            loop {
+                self.ws();
+                if self.peek() != Some(b'"') {
+                    return Err(self.bad("expected a key"));
+                }
+                let key = self.string(t.key)?;
+                let key_bytes = match key {
+                    Str::Input(s, e) => &self.s[s..e],
+                    Str::Scratch => t.key.as_slice(),
+                };
+                let k = arrivals
+                    .element(elements, key_bytes)
+                    .map_err(|reason| Stop::Refused(col, reason))?;
+                self.ws();
+                if !self.eat(b':') {
+                    return Err(self.bad("expected `:`"));
+                }
+                self.ws();
+                match k {
+                    Some(k) => {
+                        let at = t.buf.len();
+                        self.element(&elements[k].ty, col, t)?;
+                        arrivals.arrived(k, t.buf.len() - at);
+                    }
+                    None => self.skip_value(t.text)?,
+                }
+                self.ws();
+                if self.eat(b'}') {
+                    break;
+                }
+                if !self.eat(b',') {
+                    return Err(self.bad("expected `,` or `}`"));
+                }
+            }
+        }
+        self.depth -= 1;
+        arrivals
+            .finish(elements, t.buf, start)
+            .map_err(|reason| Stop::Refused(col, reason))
     }
 }
 

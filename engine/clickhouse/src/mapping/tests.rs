@@ -773,3 +773,58 @@ mod differential {
         }
     }
 }
+
+#[test]
+fn named_tuples_from_objects_by_field_name() {
+    let ty = "Tuple(a UInt8, b String, c Nullable(Int16))";
+    let want = Value::Tuple(vec![int(1), s("x"), int(-2)]);
+    // Any field order; the bytes come out in declared order.
+    assert_eq!(ok(ty, r#"{"a": 1, "b": "x", "c": -2}"#), want);
+    assert_eq!(
+        ok(ty, r#"{"c": "-2", "zz": [1, {}], "b": "x", "a": 1}"#),
+        want
+    );
+    // An array still maps by position.
+    assert_eq!(ok(ty, r#"[1, "x", -2]"#), want);
+    // A missing Nullable element is NULL, a missing other one is refused.
+    assert_eq!(
+        ok(ty, r#"{"b": "x", "a": 1}"#),
+        Value::Tuple(vec![int(1), s("x"), Value::Null])
+    );
+    let e = err(ty, r#"{"a": 1}"#);
+    assert!(e.reason.contains("`b`"), "{e}");
+    assert!(
+        err(ty, r#"{"a": 1, "a": 2, "b": ""}"#)
+            .reason
+            .contains("twice")
+    );
+    assert!(
+        err(ty, r#"{"a": 300, "b": ""}"#)
+            .reason
+            .contains("out of range")
+    );
+    // Nested: arrays of named tuples, a Nullable named tuple.
+    assert_eq!(
+        ok(
+            "Array(Tuple(k String, v UInt8))",
+            r#"[{"v": 1, "k": "p"}, {"k": "q", "v": 2}]"#
+        ),
+        Value::Array(vec![
+            Value::Tuple(vec![s("p"), int(1)]),
+            Value::Tuple(vec![s("q"), int(2)]),
+        ])
+    );
+    assert_eq!(
+        ok(
+            "Nullable(Tuple(k String, v UInt8))",
+            r#"{"v": 3, "k": "r"}"#
+        ),
+        Value::Tuple(vec![s("r"), int(3)])
+    );
+    // Unnamed tuples take arrays only; the JSON is still checked.
+    let e = err("Tuple(UInt8, String)", r#"{"a": 1}"#);
+    assert!(e.reason.contains("send an array"), "{e}");
+    let mut enc = encoder(&[("c", "Tuple(UInt8, String)")], MappingOptions::default());
+    let e = row(&mut enc, r#"{"c": {"a": 1,}}"#).unwrap_err();
+    assert_eq!(e.kind, RecordErrorKind::Decode, "{e}");
+}

@@ -6,6 +6,7 @@
 //!   traits.
 //! - [`terminal`]: the terminal stage and its per-thread chunk buffers.
 //! - [`driver`]: what a pipeline thread does with its lanes (D2, D6).
+//! - [`lines`]: the NDJSON decoder, one record per line of a message (D1).
 //! - `controller`: assignment, revoke drain, commits, shutdown (D1, D5).
 //! - [`Pipeline`]: the builder-made runnable, in thread mode (service) or in
 //!   one-thread mode (simulator, tests; D7).
@@ -14,6 +15,7 @@
 pub mod chain;
 mod controller;
 pub mod driver;
+pub mod lines;
 mod runner;
 pub mod terminal;
 pub mod testkit;

@@ -146,3 +146,56 @@ fn shard_key_parses_each_form_and_names_a_bad_pointer() {
         .to_string();
     assert!(e.contains("sink.clickhouse.shard_key.pointer"), "{e}");
 }
+
+#[test]
+fn compression_tls_and_json_mode_parse_and_name_bad_keys() {
+    use spate_clickhouse::writer::Compression;
+    let c = Config::from_yaml(MINIMAL, no_env).unwrap();
+    assert_eq!(c.sink.clickhouse.compression().unwrap(), Compression::None);
+    assert_eq!(c.format.json.mode, JsonMode::Object);
+    assert_eq!(c.sink.clickhouse.tls, TlsSection::default());
+
+    let text = MINIMAL
+        .replace(
+            "table: t}",
+            "table: t, compression: gzip, tls: {ca_file: /etc/ca.pem}}",
+        )
+        .replace("http://c:8123", "https://c:8443");
+    let c = Config::from_yaml(
+        &format!("{text}\nformat: {{json: {{mode: ndjson}}}}"),
+        no_env,
+    )
+    .unwrap();
+    assert_eq!(
+        c.sink.clickhouse.compression().unwrap(),
+        Compression::Gzip { level: 1 }
+    );
+    assert_eq!(
+        c.sink.clickhouse.tls.ca_file.as_deref(),
+        Some(std::path::Path::new("/etc/ca.pem"))
+    );
+    assert!(!c.sink.clickhouse.tls.insecure);
+    assert_eq!(c.format.json.mode, JsonMode::Ndjson);
+
+    let e = err(&MINIMAL.replace("table: t}", "table: t, compression: zstd}"));
+    assert!(e.contains("sink.clickhouse.compression"), "{e}");
+    assert!(e.contains("gzip"), "{e}");
+    let e = err(&MINIMAL.replace("table: t}", "table: t, compression: gzp}"));
+    assert!(e.contains("did you mean `gzip`"), "{e}");
+    let e = err(&MINIMAL.replace(
+        "table: t}",
+        "table: t, compression: deflate, compression_level: 12}",
+    ));
+    assert!(e.contains("sink.clickhouse.compression_level"), "{e}");
+    let e = err(&MINIMAL.replace("table: t}", "table: t, compression_level: 3}"));
+    assert!(e.contains("sink.clickhouse.compression_level"), "{e}");
+    let e = err(&MINIMAL.replace(
+        "table: t}",
+        "table: t, tls: {ca_file: a.pem, insecure: true}}",
+    ));
+    assert!(e.contains("sink.clickhouse.tls.insecure"), "{e}");
+    let e = err(&MINIMAL.replace("table: t}", "table: t, tls: {insecur: true}}"));
+    assert!(e.contains("did you mean `insecure`"), "{e}");
+    let e = err(&format!("{MINIMAL}\nformat: {{json: {{mode: lines}}}}"));
+    assert!(e.contains("format.json.mode"), "{e}");
+}
