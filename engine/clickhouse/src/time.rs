@@ -113,21 +113,30 @@ struct Cursor<'a> {
 }
 
 impl Cursor<'_> {
+    /// `min..=max` ASCII digits as a number (one pass: read and summed
+    /// together; this runs several times per time value).
+    #[inline]
     fn digits(&mut self, min: usize, max: usize, what: &'static str) -> Result<i64, TimeError> {
         let start = self.i;
-        while self.i < self.s.len() && self.i - start < max && self.s[self.i].is_ascii_digit() {
+        let mut v = 0i64;
+        while self.i - start < max {
+            let d = match self.s.get(self.i) {
+                Some(c) => c.wrapping_sub(b'0'),
+                None => break,
+            };
+            if d > 9 {
+                break;
+            }
+            v = v * 10 + i64::from(d);
             self.i += 1;
         }
         if self.i - start < min {
             return Err(TimeError::at(what));
         }
-        let mut v = 0i64;
-        for &c in &self.s[start..self.i] {
-            v = v * 10 + i64::from(c - b'0');
-        }
         Ok(v)
     }
 
+    #[inline]
     fn eat(&mut self, c: u8) -> bool {
         if self.s.get(self.i) == Some(&c) {
             self.i += 1;

@@ -509,10 +509,13 @@ fn time_ticks(
                     ));
                 }
             };
+            // precision is 0..=9 (the type parser's bound): the scale and
+            // the divisor fit i64 and u32, so no 128-bit division per row.
+            debug_assert!((0..=9).contains(&precision), "DateTime64 precision");
             let secs = i128::from(t.epoch_secs(offset));
-            let scale = 10i128.pow(precision as u32);
-            let sub = i128::from(t.nanos) / 10i128.pow(9 - precision as u32);
-            return Ok(secs * scale + sub);
+            let scale = 10i64.pow(precision as u32);
+            let sub = t.nanos / 10u32.pow(9 - precision as u32);
+            return Ok(secs * i128::from(scale) + i128::from(sub));
         }
         _ => return Err(format!("cannot put {} into a time column", tok.describe())),
     };
