@@ -22,8 +22,9 @@
 use spate_core::pipeline::chain::RecordError;
 
 use super::coerce::{Put, TimeRules, Tok, put_scalar};
+use super::fast::{Fast, plain_int};
 use super::{ColumnSpec, Node, UNSET};
-use crate::rowbinary::put_leb128;
+use crate::rowbinary::{put_leb128, put_string};
 use crate::types::ChType;
 
 /// Nesting bound (objects and arrays), as serde_json's default recursion
@@ -42,6 +43,8 @@ enum Stop {
 pub(super) struct RowTarget<'p, 'b> {
     pub root: &'p Node,
     pub columns: &'p [ColumnSpec],
+    /// Each column's fast path (same order as `columns`).
+    pub fast: &'p [Fast],
     pub rules: &'p TimeRules,
     pub base: usize,
     pub buf: &'b mut Vec<u8>,
@@ -390,10 +393,15 @@ impl<'a> Scanner<'a> {
             if self.peek() != Some(b'"') {
                 return Err(self.bad("expected a key"));
             }
-            let key = self.string(t.key)?;
-            let slot = match key {
-                Str::Input(s, e) => node.find(&self.s[s..e], &mut hint),
-                Str::Scratch => node.find(t.key, &mut hint),
+            let slot = if let Some((slot, after)) = node.expect(hint, self.s, self.i + 1) {
+                self.i = after;
+                hint += 1;
+                Some(slot)
+            } else {
+                match self.string(t.key)? {
+                    Str::Input(s, e) => node.find(&self.s[s..e], &mut hint),
+                    Str::Scratch => node.find(t.key, &mut hint),
+                }
             };
             self.ws();
             if !self.eat(b':') {
@@ -448,13 +456,55 @@ impl<'a> Scanner<'a> {
     fn column(&mut self, col: usize, t: &mut RowTarget<'_, '_>) -> Result<(), Stop> {
         let start = t.buf.len();
         let columns = t.columns;
-        if self.value(&columns[col].ty, col, t)? {
+        if self.fast_value(t.fast[col], t)? || self.value(&columns[col].ty, col, t)? {
             t.spans[col] = ((start - t.base) as u32, (t.buf.len() - t.base) as u32);
         } else {
             t.buf.truncate(start);
             t.spans[col] = UNSET;
         }
         Ok(())
+    }
+
+    /// The column's fast path: `Ok(true)` when it wrote the value, `Ok(false)`
+    /// (nothing consumed, nothing written) when the general path must run.
+    #[inline]
+    fn fast_value(&mut self, fast: Fast, t: &mut RowTarget<'_, '_>) -> Result<bool, Stop> {
+        match fast {
+            Fast::General => Ok(false),
+            Fast::Int {
+                bytes,
+                min,
+                max,
+                nullable,
+            } => {
+                let Some((v, len)) = plain_int(&self.s[self.i..]) else {
+                    return Ok(false);
+                };
+                if v < min || v > max {
+                    return Ok(false);
+                }
+                self.i += len;
+                if nullable {
+                    t.buf.push(0);
+                }
+                t.buf
+                    .extend_from_slice(&v.to_le_bytes()[..usize::from(bytes)]);
+                Ok(true)
+            }
+            Fast::Str { nullable } => {
+                if self.peek() != Some(b'"') {
+                    return Ok(false);
+                }
+                if nullable {
+                    t.buf.push(0);
+                }
+                match self.string(t.text)? {
+                    Str::Input(s, e) => put_string(t.buf, &self.s[s..e]),
+                    Str::Scratch => put_string(t.buf, t.text),
+                }
+                Ok(true)
+            }
+        }
     }
 
     /// One value of `ty`; `Ok(false)` for null into a non-Nullable type.
