@@ -186,6 +186,7 @@ impl Cursor<'_> {
     }
 }
 
+#[inline]
 fn assemble(
     year: i64,
     month: i64,
@@ -281,6 +282,136 @@ enum Item {
 pub struct TimeFormat {
     text: String,
     items: Vec<Item>,
+    /// The fixed-width layout, when the format has one (see [`Layout`]).
+    layout: Option<Layout>,
+}
+
+/// A byte of a fixed-width layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cell {
+    /// This byte, exactly.
+    Literal(u8),
+    /// An ASCII digit.
+    Digit,
+}
+
+/// The fixed-width reading of a format made only of literals and numeric
+/// fields (`%Y` as 4 digits, `%m %d %H %M %S` as 2): text that matches it
+/// cell by cell is read by position, without the general walk. Only used
+/// where the result is the same as the general parse: the greedy 1-2 digit
+/// fields then take exactly these 2 digits, and [`parse_datetime`], which
+/// the mapper tries first, cannot accept such text (the layout's byte 4 is
+/// not `-` or one of bytes 0..4 is a non-digit literal).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Layout {
+    cells: Vec<Cell>,
+    /// Each numeric field and the offset of its first digit.
+    fields: Vec<(Item, usize)>,
+    /// The cells as little-endian words of 8 bytes (the last zero-padded):
+    /// literal bytes, ones over literal bytes, and high bits of digit
+    /// bytes, so a match is checked a word at a time (SWAR).
+    words: Vec<(u64, u64, u64)>,
+}
+
+/// Text as little-endian words of 8 bytes, the last zero-padded.
+#[inline]
+fn word_at(text: &[u8], at: usize) -> u64 {
+    let mut b = [0u8; 8];
+    let part = &text[at..text.len().min(at + 8)];
+    b[..part.len()].copy_from_slice(part);
+    u64::from_le_bytes(b)
+}
+
+impl Layout {
+    fn of(items: &[Item]) -> Option<Layout> {
+        let mut cells = Vec::new();
+        let mut fields = Vec::new();
+        for item in items {
+            let width = match item {
+                Item::Literal(b) => {
+                    cells.push(Cell::Literal(*b));
+                    continue;
+                }
+                Item::Year => 4,
+                Item::Month | Item::Day | Item::Hour | Item::Minute | Item::Second => 2,
+                Item::MonthName | Item::Fraction | Item::Offset => return None,
+            };
+            fields.push((item.clone(), cells.len()));
+            cells.extend(std::iter::repeat_n(Cell::Digit, width));
+        }
+        let iso_excluded = cells.get(4) != Some(&Cell::Literal(b'-'))
+            || cells[..4.min(cells.len())]
+                .iter()
+                .any(|c| matches!(c, Cell::Literal(b) if !b.is_ascii_digit()));
+        if !iso_excluded || cells.len() > 32 {
+            return None;
+        }
+        let words = cells
+            .chunks(8)
+            .map(|chunk| {
+                let (mut lit, mut lit_mask, mut digit_high) = (0u64, 0u64, 0u64);
+                for (k, cell) in chunk.iter().enumerate() {
+                    match cell {
+                        Cell::Literal(b) => {
+                            lit |= u64::from(*b) << (8 * k);
+                            lit_mask |= 0xff << (8 * k);
+                        }
+                        Cell::Digit => digit_high |= 0x80 << (8 * k),
+                    }
+                }
+                (lit, lit_mask, digit_high)
+            })
+            .collect();
+        Some(Layout {
+            cells,
+            fields,
+            words,
+        })
+    }
+
+    /// The time when `text` matches cell by cell and is a real date and
+    /// time; `None` otherwise (the general parse then decides and explains).
+    #[inline]
+    fn parse(&self, text: &[u8]) -> Option<ParsedTime> {
+        if text.len() != self.cells.len() {
+            return None;
+        }
+        const ZEROS: u64 = 0x3030_3030_3030_3030;
+        const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+        const NINE_UP: u64 = 0x7676_7676_7676_7676;
+        for (w, &(lit, lit_mask, digit_high)) in self.words.iter().enumerate() {
+            let v = word_at(text, 8 * w);
+            if v & lit_mask != lit {
+                return None;
+            }
+            // A digit byte minus '0' is 0..=9: adding 0x76 to its low 7
+            // bits leaves the high bit clear, and its own high bit is clear
+            // (no carries cross bytes: each sum stays below 0x100).
+            let x = v ^ ZEROS;
+            if ((x & LOW7).wrapping_add(NINE_UP) | x) & digit_high != 0 {
+                return None;
+            }
+        }
+        let two = |at: usize| i64::from(text[at] - b'0') * 10 + i64::from(text[at + 1] - b'0');
+        let (mut year, mut month, mut day) = (1970, 1, 1);
+        let mut time = (0, 0, 0);
+        for (item, at) in &self.fields {
+            match item {
+                Item::Year => year = two(*at) * 100 + two(at + 2),
+                Item::Month => month = two(*at),
+                Item::Day => day = two(*at),
+                Item::Hour => time.0 = two(*at),
+                Item::Minute => time.1 = two(*at),
+                Item::Second => time.2 = two(*at),
+                _ => return None,
+            }
+        }
+        Some(ParsedTime {
+            wall_secs: assemble(year, month, day, time).ok()?,
+            nanos: 0,
+            offset_secs: None,
+        })
+    }
 }
 
 impl TimeFormat {
@@ -327,8 +458,19 @@ impl TimeFormat {
         }
         Ok(TimeFormat {
             text: format.to_owned(),
+            layout: Layout::of(&items),
             items,
         })
+    }
+
+    /// Parses `text` by this format's fixed-width layout, when it has one
+    /// and `text` fits it. `Some` only where [`TimeFormat::parse`] gives the
+    /// same time and [`parse_datetime`] fails (so a caller that tries
+    /// [`parse_datetime`] first and then this format may skip both); `None`
+    /// says nothing (use the general parsers).
+    #[inline]
+    pub fn parse_fixed(&self, text: &[u8]) -> Option<ParsedTime> {
+        self.layout.as_ref()?.parse(text)
     }
 
     /// The format as given.
@@ -457,5 +599,76 @@ mod tests {
         assert!(f.parse(b"Foo 12 1998").is_err());
         assert!(TimeFormat::compile("%Q").is_err());
         assert!(TimeFormat::compile("%H:%M").is_err());
+    }
+
+    #[test]
+    fn fixed_layouts_agree_with_the_general_parse() {
+        let cases: &[(&str, &[&str])] = &[
+            (
+                "%Y/%m/%d %H:%M",
+                &[
+                    "2001/01/01 00:47",
+                    "2001/1/01 00:47",
+                    "2001/02/30 00:47",
+                    "2001/01/01 24:00",
+                    "2001/01/01 00:4x",
+                    "2001/01/01 00:470",
+                    "1999/12/31 23:59",
+                ],
+            ),
+            (
+                "%Y%m%d%H%M%S",
+                &[
+                    "20010101004712",
+                    "20011301004712",
+                    "2001010100471",
+                    "x0010101004712",
+                ],
+            ),
+            ("%d.%m.%Y", &["31.12.1999", "1.12.1999", "32.12.1999"]),
+        ];
+        for (format, texts) in cases {
+            let f = TimeFormat::compile(format).unwrap();
+            assert!(f.layout.is_some(), "{format} has a fixed layout");
+            for text in *texts {
+                let general = f.parse(text.as_bytes());
+                match f.parse_fixed(text.as_bytes()) {
+                    Some(t) => {
+                        assert_eq!(Ok(t), general, "{format} on {text}");
+                        assert!(parse_datetime(text.as_bytes()).is_err(), "{text}");
+                    }
+                    None => assert!(
+                        general.is_err() || text.len() != f.layout.as_ref().unwrap().cells.len(),
+                        "{format} on {text}: the general parse is the only reader"
+                    ),
+                }
+            }
+        }
+        // Every byte value in every position of a layout's words.
+        let f = TimeFormat::compile("%Y/%m/%d %H:%M").unwrap();
+        for at in 0..16 {
+            for b in 0..=255u8 {
+                let mut text = *b"2001/01/01 00:47";
+                text[at] = b;
+                let general = f.parse(&text);
+                assert_eq!(
+                    f.parse_fixed(&text).ok_or(()),
+                    general.map_err(drop),
+                    "{text:?}"
+                );
+            }
+        }
+        // No layout where ISO text could match, or widths vary.
+        for format in [
+            "%Y-%m-%d %H:%M",
+            "%Y/%m/%d %H:%M:%S.%f",
+            "%b %d %Y",
+            "%Y/%m/%d%z",
+        ] {
+            assert!(
+                TimeFormat::compile(format).unwrap().layout.is_none(),
+                "{format}"
+            );
+        }
     }
 }

@@ -462,6 +462,12 @@ fn put_float(ty: &ChType, f: f64, out: &mut Vec<u8>) {
 }
 
 fn parse_time_text(s: &[u8], rules: &TimeRules) -> Result<ParsedTime, String> {
+    // The first format's fixed layout answers only for text RFC 3339
+    // cannot read, so the order below (RFC 3339, then the formats in turn)
+    // is kept.
+    if let Some(t) = rules.formats.first().and_then(|f| f.parse_fixed(s)) {
+        return Ok(t);
+    }
     match parse_datetime(s) {
         Ok(t) => Ok(t),
         Err(first) => {
