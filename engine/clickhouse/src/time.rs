@@ -258,6 +258,55 @@ pub fn parse_datetime(text: &[u8]) -> Result<ParsedTime, TimeError> {
     })
 }
 
+/// The common RFC 3339 shapes read by position: exactly
+/// `YYYY-MM-DD[T|t| ]HH:MM:SS`, then optionally `.` or `,` and digits, then
+/// optionally `Z` or `z`. `Some` only where [`parse_datetime`] gives the
+/// same time; `None` says nothing (other shapes, offsets, and every error
+/// are left to [`parse_datetime`]).
+#[inline]
+pub fn parse_iso_fixed(text: &[u8]) -> Option<ParsedTime> {
+    const DIGITS: [usize; 14] = [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18];
+    let head = text.get(..19)?;
+    if head[4] != b'-'
+        || head[7] != b'-'
+        || !matches!(head[10], b'T' | b't' | b' ')
+        || head[13] != b':'
+        || head[16] != b':'
+        || DIGITS.iter().any(|&i| !head[i].is_ascii_digit())
+    {
+        return None;
+    }
+    let two = |at: usize| i64::from(head[at] - b'0') * 10 + i64::from(head[at + 1] - b'0');
+    let mut c = Cursor { s: text, i: 19 };
+    let mut nanos = 0;
+    if c.eat(b'.') || c.eat(b',') {
+        if !c.s.get(c.i).is_some_and(u8::is_ascii_digit) {
+            return None;
+        }
+        nanos = c.fraction();
+    }
+    let offset_secs = if c.eat(b'Z') || c.eat(b'z') {
+        Some(0)
+    } else {
+        None
+    };
+    if c.i != text.len() {
+        return None;
+    }
+    let wall_secs = assemble(
+        two(0) * 100 + two(2),
+        two(5),
+        two(8),
+        (two(11), two(14), two(17)),
+    )
+    .ok()?;
+    Some(ParsedTime {
+        wall_secs,
+        nanos,
+        offset_secs,
+    })
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Item {
     Literal(u8),
@@ -305,27 +354,36 @@ enum Cell {
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Layout {
     cells: Vec<Cell>,
-    /// Each numeric field and the offset of its first digit.
-    fields: Vec<(Item, usize)>,
+    /// The offset of the first digit of `%Y %m %d %H %M %S`, in that order
+    /// ([`ABSENT`] for a field the format lacks; a repeated field keeps its
+    /// last place, as the general parse keeps its last value).
+    at: [usize; 6],
     /// The cells as little-endian words of 8 bytes (the last zero-padded):
     /// literal bytes, ones over literal bytes, and high bits of digit
     /// bytes, so a match is checked a word at a time (SWAR).
     words: Vec<(u64, u64, u64)>,
 }
 
+/// A field a [`Layout`] lacks.
+const ABSENT: usize = usize::MAX;
+
 /// Text as little-endian words of 8 bytes, the last zero-padded.
 #[inline]
 fn word_at(text: &[u8], at: usize) -> u64 {
-    let mut b = [0u8; 8];
-    let part = &text[at..text.len().min(at + 8)];
-    b[..part.len()].copy_from_slice(part);
-    u64::from_le_bytes(b)
+    if let Some(w) = text.get(at..at + 8) {
+        return u64::from_le_bytes(w.try_into().expect("8 bytes"));
+    }
+    let mut v = 0u64;
+    for (k, &b) in text[at..].iter().enumerate() {
+        v |= u64::from(b) << (8 * k);
+    }
+    v
 }
 
 impl Layout {
     fn of(items: &[Item]) -> Option<Layout> {
         let mut cells = Vec::new();
-        let mut fields = Vec::new();
+        let mut at = [ABSENT; 6];
         for item in items {
             let width = match item {
                 Item::Literal(b) => {
@@ -336,7 +394,15 @@ impl Layout {
                 Item::Month | Item::Day | Item::Hour | Item::Minute | Item::Second => 2,
                 Item::MonthName | Item::Fraction | Item::Offset => return None,
             };
-            fields.push((item.clone(), cells.len()));
+            let k = match item {
+                Item::Year => 0,
+                Item::Month => 1,
+                Item::Day => 2,
+                Item::Hour => 3,
+                Item::Minute => 4,
+                _ => 5,
+            };
+            at[k] = cells.len();
             cells.extend(std::iter::repeat_n(Cell::Digit, width));
         }
         let iso_excluded = cells.get(4) != Some(&Cell::Literal(b'-'))
@@ -362,11 +428,7 @@ impl Layout {
                 (lit, lit_mask, digit_high)
             })
             .collect();
-        Some(Layout {
-            cells,
-            fields,
-            words,
-        })
+        Some(Layout { cells, at, words })
     }
 
     /// The time when `text` matches cell by cell and is a real date and
@@ -392,20 +454,18 @@ impl Layout {
                 return None;
             }
         }
+        // Every offset below is inside `text` (its length is the layout's).
         let two = |at: usize| i64::from(text[at] - b'0') * 10 + i64::from(text[at + 1] - b'0');
-        let (mut year, mut month, mut day) = (1970, 1, 1);
-        let mut time = (0, 0, 0);
-        for (item, at) in &self.fields {
-            match item {
-                Item::Year => year = two(*at) * 100 + two(at + 2),
-                Item::Month => month = two(*at),
-                Item::Day => day = two(*at),
-                Item::Hour => time.0 = two(*at),
-                Item::Minute => time.1 = two(*at),
-                Item::Second => time.2 = two(*at),
-                _ => return None,
-            }
-        }
+        let field = |k: usize, absent: i64| match self.at[k] {
+            ABSENT => absent,
+            at => two(at),
+        };
+        let year = match self.at[0] {
+            ABSENT => 1970,
+            at => two(at) * 100 + two(at + 2),
+        };
+        let (month, day) = (field(1, 1), field(2, 1));
+        let time = (field(3, 0), field(4, 0), field(5, 0));
         Some(ParsedTime {
             wall_secs: assemble(year, month, day, time).ok()?,
             nanos: 0,
@@ -643,6 +703,26 @@ mod tests {
                     ),
                 }
             }
+        }
+        // The fixed RFC 3339 reader: every byte value at every position.
+        for base in [
+            &b"2018-02-07T01:26:13"[..],
+            b"2018-02-07 01:26:13.840Z",
+            b"2016-12-31t23:59:60,123456789123z",
+        ] {
+            for at in 0..base.len() {
+                for b in 0..=255u8 {
+                    let mut text = base.to_vec();
+                    text[at] = b;
+                    if let Some(t) = parse_iso_fixed(&text) {
+                        assert_eq!(Ok(t), parse_datetime(&text), "{text:?}");
+                    }
+                }
+            }
+            assert_eq!(
+                parse_iso_fixed(base).ok_or(()),
+                parse_datetime(base).map_err(drop)
+            );
         }
         // Every byte value in every position of a layout's words.
         let f = TimeFormat::compile("%Y/%m/%d %H:%M").unwrap();

@@ -117,7 +117,7 @@ pub struct TimeRules {
 }
 
 /// Whether a column time zone name means UTC.
-fn is_utc(tz: &str) -> bool {
+pub(super) fn is_utc(tz: &str) -> bool {
     matches!(
         tz,
         "UTC"
@@ -537,7 +537,7 @@ fn time_ticks(
 
 /// Whether `s` has only the bytes of a number (a cheap test before the
 /// exact parse, so date text fails fast).
-fn looks_numeric(s: &[u8]) -> bool {
+pub(super) fn looks_numeric(s: &[u8]) -> bool {
     !s.is_empty()
         && s.iter()
             .all(|c| c.is_ascii_digit() || matches!(c, b'.' | b'-' | b'+' | b'e' | b'E'))

@@ -10,7 +10,9 @@
 //! stays with `put_scalar`. `fast_paths_agree_with_put_scalar` and the
 //! differential test (`scan_agrees_with_serde`) check that equivalence.
 
+use super::coerce::{TimeRules, is_utc};
 use crate::rowbinary::int_shape;
+use crate::time::ParsedTime;
 use crate::types::ChType;
 
 /// A column's fast path.
@@ -37,17 +39,62 @@ pub(super) enum Fast {
         /// Whether a 0 null marker goes first.
         nullable: bool,
     },
+    /// A DateTime or DateTime64 column (maybe Nullable and/or
+    /// LowCardinality) taking time text of a fixed shape: RFC 3339 read by
+    /// [`crate::time::parse_iso_fixed`], or the first user format's fixed
+    /// layout ([`crate::time::TimeFormat::parse_fixed`]).
+    Time {
+        /// Digits below the second (0 for DateTime).
+        precision: u8,
+        /// DateTime64 (Int64 ticks) rather than DateTime (UInt32 seconds).
+        wide: bool,
+        /// The UTC offset naive text is read at, as `time_ticks` decides
+        /// it; `None` when naive text is refused (left to the general path).
+        naive_offset: Option<i32>,
+        /// Whether a 0 null marker goes first.
+        nullable: bool,
+    },
+}
+
+/// Ticks of `10^-precision` s for a parsed time at `offset`, within i64
+/// (`None` on overflow: the general path explains).
+#[inline]
+pub(super) fn ticks(t: &ParsedTime, offset: i32, precision: u8) -> Option<i64> {
+    let scale = 10i64.checked_pow(u32::from(precision))?;
+    let sub = i64::from(t.nanos / 10u32.checked_pow(9u32.checked_sub(u32::from(precision))?)?);
+    t.epoch_secs(offset).checked_mul(scale)?.checked_add(sub)
 }
 
 impl Fast {
-    /// The fast path for a column of type `ty`.
-    pub(super) fn for_type(ty: &ChType) -> Fast {
+    /// The fast path for a column of type `ty` under `rules`.
+    pub(super) fn for_type(ty: &ChType, rules: &TimeRules) -> Fast {
         let (inner, nullable) = match ty.without_low_cardinality() {
             ChType::Nullable(inner) => (inner.without_low_cardinality(), true),
             other => (other, false),
         };
         if matches!(inner, ChType::String) {
             return Fast::Str { nullable };
+        }
+        let time = match inner {
+            ChType::DateTime(tz) => Some((0, false, tz)),
+            ChType::DateTime64 { precision, tz } if *precision <= 9 => Some((*precision, true, tz)),
+            _ => None,
+        };
+        if let Some((precision, wide, tz)) = time {
+            // As time_ticks: the configured naive offset, else UTC for a
+            // column without a zone or with a UTC one.
+            let naive_offset = match (rules.naive_offset_secs, tz.as_deref()) {
+                (Some(o), _) => Some(o),
+                (None, None) => Some(0),
+                (None, Some(z)) if is_utc(z) => Some(0),
+                (None, Some(_)) => None,
+            };
+            return Fast::Time {
+                precision,
+                wide,
+                naive_offset,
+                nullable,
+            };
         }
         match int_shape(inner) {
             Some((bits, signed)) if bits <= 64 => {
@@ -103,7 +150,7 @@ pub(super) fn plain_int(s: &[u8]) -> Option<(i64, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mapping::coerce::{Put, TimeRules, Tok, put_scalar};
+    use crate::mapping::coerce::{Put, Tok, put_scalar};
 
     #[test]
     fn plain_ints_are_exactly_json_integers() {
@@ -168,7 +215,7 @@ mod tests {
         ];
         for ty in types {
             let ty = ChType::parse(ty).unwrap();
-            let fast = Fast::for_type(&ty);
+            let fast = Fast::for_type(&ty, &TimeRules::default());
             let Fast::Int {
                 bytes,
                 min,
@@ -209,15 +256,19 @@ mod tests {
         ] {
             let ty = ChType::parse(ty).unwrap();
             assert_eq!(
-                Fast::for_type(&ty),
+                Fast::for_type(&ty, &TimeRules::default()),
                 Fast::Str {
                     nullable: ty.is_nullable()
                 }
             );
         }
-        for ty in ["Int128", "UInt256", "Float64", "DateTime", "Array(String)"] {
+        for ty in ["Int128", "UInt256", "Float64", "Date", "Array(String)"] {
             let ty = ChType::parse(ty).unwrap();
-            assert_eq!(Fast::for_type(&ty), Fast::General, "{ty}");
+            assert_eq!(
+                Fast::for_type(&ty, &TimeRules::default()),
+                Fast::General,
+                "{ty}"
+            );
         }
     }
 }

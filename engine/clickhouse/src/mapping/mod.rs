@@ -350,7 +350,7 @@ impl JsonRowEncoder {
         let n = columns.len();
         let fast = columns
             .iter()
-            .map(|c| fast::Fast::for_type(&c.ty))
+            .map(|c| fast::Fast::for_type(&c.ty, &options.time))
             .collect();
         Ok(Self {
             columns,

@@ -21,10 +21,11 @@
 
 use spate_core::pipeline::chain::RecordError;
 
-use super::coerce::{Put, TimeRules, Tok, put_scalar};
-use super::fast::{Fast, plain_int};
+use super::coerce::{Put, TimeRules, Tok, looks_numeric, put_scalar};
+use super::fast::{Fast, plain_int, ticks};
 use super::{ColumnSpec, Node, UNSET};
 use crate::rowbinary::{put_leb128, put_string};
+use crate::time::parse_iso_fixed;
 use crate::types::ChType;
 
 /// Nesting bound (objects and arrays), as serde_json's default recursion
@@ -501,6 +502,53 @@ impl<'a> Scanner<'a> {
                 match self.string(t.text)? {
                     Str::Input(s, e) => put_string(t.buf, &self.s[s..e]),
                     Str::Scratch => put_string(t.buf, t.text),
+                }
+                Ok(true)
+            }
+            Fast::Time {
+                precision,
+                wide,
+                naive_offset,
+                nullable,
+            } => {
+                if self.peek() != Some(b'"') {
+                    return Ok(false);
+                }
+                let at = self.i;
+                let Str::Input(s, e) = self.string(t.text)? else {
+                    self.i = at;
+                    return Ok(false);
+                };
+                let text = &self.s[s..e];
+                // Numeric-looking text is an epoch (time_ticks' first rule).
+                let parsed = if looks_numeric(text) {
+                    None
+                } else {
+                    parse_iso_fixed(text)
+                        .or_else(|| t.rules.formats.first().and_then(|f| f.parse_fixed(text)))
+                };
+                let ticks = parsed.and_then(|p| {
+                    let offset = p.offset_secs.or(naive_offset)?;
+                    ticks(&p, offset, precision)
+                });
+                let Some(ticks) = ticks else {
+                    self.i = at;
+                    return Ok(false);
+                };
+                if wide {
+                    if nullable {
+                        t.buf.push(0);
+                    }
+                    t.buf.extend_from_slice(&ticks.to_le_bytes());
+                } else {
+                    let Ok(secs) = u32::try_from(ticks) else {
+                        self.i = at;
+                        return Ok(false);
+                    };
+                    if nullable {
+                        t.buf.push(0);
+                    }
+                    t.buf.extend_from_slice(&secs.to_le_bytes());
                 }
                 Ok(true)
             }
