@@ -265,14 +265,25 @@ pub fn parse_datetime(text: &[u8]) -> Result<ParsedTime, TimeError> {
 /// are left to [`parse_datetime`]).
 #[inline]
 pub fn parse_iso_fixed(text: &[u8]) -> Option<ParsedTime> {
-    const DIGITS: [usize; 14] = [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18];
-    let head = text.get(..19)?;
-    if head[4] != b'-'
-        || head[7] != b'-'
+    // `YYYY-MM-` and `DD?HH:MM` as words (SWAR, as in Layout::parse),
+    // then `:SS`.
+    const DIGITS0: u64 = 0x0080_8000_8080_8080;
+    const DIGITS1: u64 = 0x8080_0080_8000_8080;
+    const LIT0: u64 = u64::from_le_bytes(*b"\0\0\0\0-\0\0-");
+    const LIT1: u64 = u64::from_le_bytes(*b"\0\0\0\0\0:\0\0");
+    const MASK0: u64 = 0xff00_00ff_0000_0000;
+    const MASK1: u64 = 0x0000_ff00_0000_0000;
+    let head: &[u8; 19] = text.get(..19)?.try_into().ok()?;
+    let w0 = u64::from_le_bytes(head[..8].try_into().ok()?);
+    let w1 = u64::from_le_bytes(head[8..16].try_into().ok()?);
+    if w0 & MASK0 != LIT0
+        || w1 & MASK1 != LIT1
         || !matches!(head[10], b'T' | b't' | b' ')
-        || head[13] != b':'
         || head[16] != b':'
-        || DIGITS.iter().any(|&i| !head[i].is_ascii_digit())
+        || !digits_at(w0, DIGITS0)
+        || !digits_at(w1, DIGITS1)
+        || !head[17].is_ascii_digit()
+        || !head[18].is_ascii_digit()
     {
         return None;
     }
@@ -364,6 +375,19 @@ struct Layout {
     words: Vec<(u64, u64, u64)>,
 }
 
+/// Whether every byte of `v` whose high bit is set in `high` is an ASCII
+/// digit (SWAR): a digit minus `'0'` is 0..=9, so adding 0x76 to its low 7
+/// bits leaves the high bit clear, and its own high bit is clear; no carry
+/// crosses bytes (each sum stays below 0x100).
+#[inline]
+fn digits_at(v: u64, high: u64) -> bool {
+    const ZEROS: u64 = 0x3030_3030_3030_3030;
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    const NINE_UP: u64 = 0x7676_7676_7676_7676;
+    let x = v ^ ZEROS;
+    ((x & LOW7).wrapping_add(NINE_UP) | x) & high == 0
+}
+
 /// A field a [`Layout`] lacks.
 const ABSENT: usize = usize::MAX;
 
@@ -438,19 +462,9 @@ impl Layout {
         if text.len() != self.cells.len() {
             return None;
         }
-        const ZEROS: u64 = 0x3030_3030_3030_3030;
-        const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
-        const NINE_UP: u64 = 0x7676_7676_7676_7676;
         for (w, &(lit, lit_mask, digit_high)) in self.words.iter().enumerate() {
             let v = word_at(text, 8 * w);
-            if v & lit_mask != lit {
-                return None;
-            }
-            // A digit byte minus '0' is 0..=9: adding 0x76 to its low 7
-            // bits leaves the high bit clear, and its own high bit is clear
-            // (no carries cross bytes: each sum stays below 0x100).
-            let x = v ^ ZEROS;
-            if ((x & LOW7).wrapping_add(NINE_UP) | x) & digit_high != 0 {
+            if v & lit_mask != lit || !digits_at(v, digit_high) {
                 return None;
             }
         }
