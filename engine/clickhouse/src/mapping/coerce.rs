@@ -284,9 +284,11 @@ pub fn put_scalar(
         }
         ChType::Ipv4 => {
             let ip = match tok {
-                Tok::Str(s) => std::str::from_utf8(s)
-                    .ok()
-                    .and_then(|s| s.parse::<Ipv4Addr>().ok()),
+                Tok::Str(s) => plain_ipv4(s).or_else(|| {
+                    std::str::from_utf8(s)
+                        .ok()
+                        .and_then(|s| s.parse::<Ipv4Addr>().ok())
+                }),
                 Tok::Number(t) => fast_i64(t)
                     .and_then(|v| u32::try_from(v).ok())
                     .map(Ipv4Addr::from),
@@ -543,6 +545,32 @@ pub(super) fn looks_numeric(s: &[u8]) -> bool {
             .all(|c| c.is_ascii_digit() || matches!(c, b'.' | b'-' | b'+' | b'e' | b'E'))
 }
 
+/// A dotted quad of plain octets (`0` or 1-3 digits without a leading zero,
+/// at most 255): a subset of what std's `Ipv4Addr` parser takes, read
+/// without UTF-8 checks; `None` leaves the text to std.
+fn plain_ipv4(s: &[u8]) -> Option<Ipv4Addr> {
+    let mut octets = [0u8; 4];
+    let mut parts = s.split(|&c| c == b'.');
+    for octet in &mut octets {
+        let part = parts.next()?;
+        if part.is_empty() || part.len() > 3 || (part.len() > 1 && part[0] == b'0') {
+            return None;
+        }
+        let mut v = 0u32;
+        for &c in part {
+            if !c.is_ascii_digit() {
+                return None;
+            }
+            v = v * 10 + u32::from(c - b'0');
+        }
+        *octet = u8::try_from(v).ok()?;
+    }
+    if parts.next().is_some() {
+        return None;
+    }
+    Some(Ipv4Addr::from(octets))
+}
+
 /// Parses `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` or 32 bare hex digits into
 /// the UUID's 128-bit number.
 pub fn parse_uuid(s: &[u8]) -> Option<u128> {
@@ -590,5 +618,35 @@ fn enum_value<'n>(
                 .ok_or_else(|| format!("{} is not a value of {ty}", show(tok)))
         }
         _ => Err(format!("cannot put {} into {ty}", tok.describe())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_ipv4_is_a_subset_of_std() {
+        for text in [
+            "10.0.3.250",
+            "0.0.0.0",
+            "255.255.255.255",
+            "256.1.1.1",
+            "01.2.3.4",
+            "1.2.3",
+            "1.2.3.4.5",
+            "1..3.4",
+            "1.2.3.4 ",
+            "a.b.c.d",
+            "1.2.3.-4",
+            "1000.1.1.1",
+            "",
+        ] {
+            let std = text.parse::<Ipv4Addr>().ok();
+            if let Some(ip) = plain_ipv4(text.as_bytes()) {
+                assert_eq!(Some(ip), std, "{text}");
+            }
+        }
+        assert!(plain_ipv4(b"10.0.3.250").is_some());
     }
 }
