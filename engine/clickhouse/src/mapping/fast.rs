@@ -131,11 +131,12 @@ pub(super) fn plain_int(s: &[u8]) -> Option<(i64, usize)> {
         if d > 9 {
             break;
         }
-        v = v * 10 + i64::from(d);
-        i += 1;
-        if i - digits_at > 18 {
+        if i - digits_at == 18 {
+            // A 19th digit: may not fit i64; the general path decides.
             return None;
         }
+        v = v * 10 + i64::from(d);
+        i += 1;
     }
     let n = i - digits_at;
     if n == 0 || (n > 1 && s[digits_at] == b'0') {
