@@ -31,7 +31,12 @@
 //! DateTime64(9), Int256) and strings are copied once, into the row. Values
 //! are encoded in the order the fields arrive, directly into the chunk
 //! buffer; only when that order differs from the column order are the row's
-//! bytes permuted (one copy through a scratch buffer).
+//! bytes permuted (one copy through a scratch buffer). The key the field
+//! order predicts is compared with one 8-byte load, and each column has a
+//! fast path for its usual token (plain integers, strings, fixed-shape time
+//! text) that declines to the general coercions for anything else
+//! (the `fast` module). `tests/no_alloc.rs` counts allocations per row (zero).
+//! Measure with `cargo run --release -p spate-clickhouse --example throughput`.
 
 pub mod coerce;
 mod fast;
