@@ -6,7 +6,7 @@
 //! Without an argument it uses the crate's 50-row flights fixture, repeated to
 //! `ROWS` rows (default 2,000,000). For profiling (e.g. under cachegrind):
 //! `ONLY_VALUE=1` runs only the `serde_json::Value` calibration, `ONLY_FIRST=1`
-//! only the flights mapping.
+//! only the flights mapping, `ONLY_EVENT=1` only the 15-column event.
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -82,7 +82,8 @@ fn main() {
         }
         return;
     }
-    if std::env::var_os("ONLY_FIRST").is_none() {
+    let only_event = std::env::var_os("ONLY_EVENT").is_some();
+    if std::env::var_os("ONLY_FIRST").is_none() && !only_event {
         let start = Instant::now();
         for l in &lines {
             black_box(serde_json::from_str::<serde_json::Value>(l).unwrap());
@@ -110,8 +111,23 @@ fn main() {
         },
         ..MappingOptions::default()
     };
-    let mut enc = JsonRowEncoder::new(cols.clone(), options).unwrap();
-    run_json("flights: JSON parse + map + encode", &mut enc, &lines);
+    if !only_event {
+        flights(&cols, options, &lines, &base);
+        if std::env::var_os("ONLY_FIRST").is_some() {
+            return;
+        }
+    }
+    event(lines.len());
+}
+
+fn flights(
+    cols: &[spate_clickhouse::mapping::ColumnSpec],
+    options: MappingOptions,
+    lines: &[String],
+    base: &[String],
+) {
+    let mut enc = JsonRowEncoder::new(cols.to_vec(), options).unwrap();
+    run_json("flights: JSON parse + map + encode", &mut enc, lines);
     if std::env::var_os("ONLY_FIRST").is_some() {
         return;
     }
@@ -125,7 +141,7 @@ fn main() {
             l.replace(v["date"].as_str().unwrap(), &format!("{d}:00"))
         })
         .collect();
-    let mut enc = JsonRowEncoder::new(cols.clone(), MappingOptions::default()).unwrap();
+    let mut enc = JsonRowEncoder::new(cols.to_vec(), MappingOptions::default()).unwrap();
     run_json(
         "flights (ISO dates): JSON parse + map + encode",
         &mut enc,
@@ -201,8 +217,10 @@ fn main() {
         buf.len(),
         best,
     );
+}
 
-    // A 15-column event.
+/// A 15-column event, `rows` of them.
+fn event(rows: usize) {
     let event_cols = simple_columns([
         ("ts", ChType::parse("DateTime64(3, 'UTC')").unwrap()),
         ("user_id", ChType::UInt64),
@@ -220,7 +238,7 @@ fn main() {
         ("tags", ChType::parse("Array(String)").unwrap()),
         ("version", ChType::Int32),
     ]);
-    let events: Vec<String> = (0..lines.len())
+    let events: Vec<String> = (0..rows)
         .map(|i| {
             format!(
                 r#"{{"ts":"2024-05-01T12:{:02}:{:02}.{:03}Z","user_id":{},"session":"61f0c404-5cb3-11e7-907b-a6006ad3{:04x}","event":"click","page":"/p/{}","referrer":null,"country":"DE","ip":"10.0.{}.{}","duration_ms":{},"price":"{}.99","qty":{},"is_mobile":{},"score":{}.5,"tags":["a","b"],"version":3}}"#,

@@ -113,21 +113,30 @@ struct Cursor<'a> {
 }
 
 impl Cursor<'_> {
+    /// `min..=max` ASCII digits as a number (one pass: read and summed
+    /// together; this runs several times per time value).
+    #[inline]
     fn digits(&mut self, min: usize, max: usize, what: &'static str) -> Result<i64, TimeError> {
         let start = self.i;
-        while self.i < self.s.len() && self.i - start < max && self.s[self.i].is_ascii_digit() {
+        let mut v = 0i64;
+        while self.i - start < max {
+            let d = match self.s.get(self.i) {
+                Some(c) => c.wrapping_sub(b'0'),
+                None => break,
+            };
+            if d > 9 {
+                break;
+            }
+            v = v * 10 + i64::from(d);
             self.i += 1;
         }
         if self.i - start < min {
             return Err(TimeError::at(what));
         }
-        let mut v = 0i64;
-        for &c in &self.s[start..self.i] {
-            v = v * 10 + i64::from(c - b'0');
-        }
         Ok(v)
     }
 
+    #[inline]
     fn eat(&mut self, c: u8) -> bool {
         if self.s.get(self.i) == Some(&c) {
             self.i += 1;
@@ -177,6 +186,7 @@ impl Cursor<'_> {
     }
 }
 
+#[inline]
 fn assemble(
     year: i64,
     month: i64,
@@ -248,6 +258,66 @@ pub fn parse_datetime(text: &[u8]) -> Result<ParsedTime, TimeError> {
     })
 }
 
+/// The common RFC 3339 shapes read by position: exactly
+/// `YYYY-MM-DD[T|t| ]HH:MM:SS`, then optionally `.` or `,` and digits, then
+/// optionally `Z` or `z`. `Some` only where [`parse_datetime`] gives the
+/// same time; `None` says nothing (other shapes, offsets, and every error
+/// are left to [`parse_datetime`]).
+#[inline]
+pub fn parse_iso_fixed(text: &[u8]) -> Option<ParsedTime> {
+    // `YYYY-MM-` and `DD?HH:MM` as words (SWAR, as in Layout::parse),
+    // then `:SS`.
+    const DIGITS0: u64 = 0x0080_8000_8080_8080;
+    const DIGITS1: u64 = 0x8080_0080_8000_8080;
+    const LIT0: u64 = u64::from_le_bytes(*b"\0\0\0\0-\0\0-");
+    const LIT1: u64 = u64::from_le_bytes(*b"\0\0\0\0\0:\0\0");
+    const MASK0: u64 = 0xff00_00ff_0000_0000;
+    const MASK1: u64 = 0x0000_ff00_0000_0000;
+    let head: &[u8; 19] = text.get(..19)?.try_into().ok()?;
+    let w0 = u64::from_le_bytes(head[..8].try_into().ok()?);
+    let w1 = u64::from_le_bytes(head[8..16].try_into().ok()?);
+    if w0 & MASK0 != LIT0
+        || w1 & MASK1 != LIT1
+        || !matches!(head[10], b'T' | b't' | b' ')
+        || head[16] != b':'
+        || !digits_at(w0, DIGITS0)
+        || !digits_at(w1, DIGITS1)
+        || !head[17].is_ascii_digit()
+        || !head[18].is_ascii_digit()
+    {
+        return None;
+    }
+    let two = |at: usize| i64::from(head[at] - b'0') * 10 + i64::from(head[at + 1] - b'0');
+    let mut c = Cursor { s: text, i: 19 };
+    let mut nanos = 0;
+    if c.eat(b'.') || c.eat(b',') {
+        if !c.s.get(c.i).is_some_and(u8::is_ascii_digit) {
+            return None;
+        }
+        nanos = c.fraction();
+    }
+    let offset_secs = if c.eat(b'Z') || c.eat(b'z') {
+        Some(0)
+    } else {
+        None
+    };
+    if c.i != text.len() {
+        return None;
+    }
+    let wall_secs = assemble(
+        two(0) * 100 + two(2),
+        two(5),
+        two(8),
+        (two(11), two(14), two(17)),
+    )
+    .ok()?;
+    Some(ParsedTime {
+        wall_secs,
+        nanos,
+        offset_secs,
+    })
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Item {
     Literal(u8),
@@ -272,6 +342,150 @@ enum Item {
 pub struct TimeFormat {
     text: String,
     items: Vec<Item>,
+    /// The fixed-width layout, when the format has one (see [`Layout`]).
+    layout: Option<Layout>,
+}
+
+/// A byte of a fixed-width layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cell {
+    /// This byte, exactly.
+    Literal(u8),
+    /// An ASCII digit.
+    Digit,
+}
+
+/// The fixed-width reading of a format made only of literals and numeric
+/// fields (`%Y` as 4 digits, `%m %d %H %M %S` as 2): text that matches it
+/// cell by cell is read by position, without the general walk. Only used
+/// where the result is the same as the general parse: the greedy 1-2 digit
+/// fields then take exactly these 2 digits, and [`parse_datetime`], which
+/// the mapper tries first, cannot accept such text (the layout's byte 4 is
+/// not `-` or one of bytes 0..4 is a non-digit literal).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Layout {
+    cells: Vec<Cell>,
+    /// The offset of the first digit of `%Y %m %d %H %M %S`, in that order
+    /// ([`ABSENT`] for a field the format lacks; a repeated field keeps its
+    /// last place, as the general parse keeps its last value).
+    at: [usize; 6],
+    /// The cells as little-endian words of 8 bytes (the last zero-padded):
+    /// literal bytes, ones over literal bytes, and high bits of digit
+    /// bytes, so a match is checked a word at a time (SWAR).
+    words: Vec<(u64, u64, u64)>,
+}
+
+/// Whether every byte of `v` whose high bit is set in `high` is an ASCII
+/// digit (SWAR): a digit minus `'0'` is 0..=9, so adding 0x76 to its low 7
+/// bits leaves the high bit clear, and its own high bit is clear; no carry
+/// crosses bytes (each sum stays below 0x100).
+#[inline]
+fn digits_at(v: u64, high: u64) -> bool {
+    const ZEROS: u64 = 0x3030_3030_3030_3030;
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    const NINE_UP: u64 = 0x7676_7676_7676_7676;
+    let x = v ^ ZEROS;
+    ((x & LOW7).wrapping_add(NINE_UP) | x) & high == 0
+}
+
+/// A field a [`Layout`] lacks.
+const ABSENT: usize = usize::MAX;
+
+/// Text as little-endian words of 8 bytes, the last zero-padded.
+#[inline]
+fn word_at(text: &[u8], at: usize) -> u64 {
+    if let Some(w) = text.get(at..at + 8) {
+        return u64::from_le_bytes(w.try_into().expect("8 bytes"));
+    }
+    let mut v = 0u64;
+    for (k, &b) in text[at..].iter().enumerate() {
+        v |= u64::from(b) << (8 * k);
+    }
+    v
+}
+
+impl Layout {
+    fn of(items: &[Item]) -> Option<Layout> {
+        let mut cells = Vec::new();
+        let mut at = [ABSENT; 6];
+        for item in items {
+            let width = match item {
+                Item::Literal(b) => {
+                    cells.push(Cell::Literal(*b));
+                    continue;
+                }
+                Item::Year => 4,
+                Item::Month | Item::Day | Item::Hour | Item::Minute | Item::Second => 2,
+                Item::MonthName | Item::Fraction | Item::Offset => return None,
+            };
+            let k = match item {
+                Item::Year => 0,
+                Item::Month => 1,
+                Item::Day => 2,
+                Item::Hour => 3,
+                Item::Minute => 4,
+                _ => 5,
+            };
+            at[k] = cells.len();
+            cells.extend(std::iter::repeat_n(Cell::Digit, width));
+        }
+        let iso_excluded = cells.get(4) != Some(&Cell::Literal(b'-'))
+            || cells[..4.min(cells.len())]
+                .iter()
+                .any(|c| matches!(c, Cell::Literal(b) if !b.is_ascii_digit()));
+        if !iso_excluded || cells.len() > 32 {
+            return None;
+        }
+        let words = cells
+            .chunks(8)
+            .map(|chunk| {
+                let (mut lit, mut lit_mask, mut digit_high) = (0u64, 0u64, 0u64);
+                for (k, cell) in chunk.iter().enumerate() {
+                    match cell {
+                        Cell::Literal(b) => {
+                            lit |= u64::from(*b) << (8 * k);
+                            lit_mask |= 0xff << (8 * k);
+                        }
+                        Cell::Digit => digit_high |= 0x80 << (8 * k),
+                    }
+                }
+                (lit, lit_mask, digit_high)
+            })
+            .collect();
+        Some(Layout { cells, at, words })
+    }
+
+    /// The time when `text` matches cell by cell and is a real date and
+    /// time; `None` otherwise (the general parse then decides and explains).
+    #[inline]
+    fn parse(&self, text: &[u8]) -> Option<ParsedTime> {
+        if text.len() != self.cells.len() {
+            return None;
+        }
+        for (w, &(lit, lit_mask, digit_high)) in self.words.iter().enumerate() {
+            let v = word_at(text, 8 * w);
+            if v & lit_mask != lit || !digits_at(v, digit_high) {
+                return None;
+            }
+        }
+        // Every offset below is inside `text` (its length is the layout's).
+        let two = |at: usize| i64::from(text[at] - b'0') * 10 + i64::from(text[at + 1] - b'0');
+        let field = |k: usize, absent: i64| match self.at[k] {
+            ABSENT => absent,
+            at => two(at),
+        };
+        let year = match self.at[0] {
+            ABSENT => 1970,
+            at => two(at) * 100 + two(at + 2),
+        };
+        let (month, day) = (field(1, 1), field(2, 1));
+        let time = (field(3, 0), field(4, 0), field(5, 0));
+        Some(ParsedTime {
+            wall_secs: assemble(year, month, day, time).ok()?,
+            nanos: 0,
+            offset_secs: None,
+        })
+    }
 }
 
 impl TimeFormat {
@@ -318,8 +532,19 @@ impl TimeFormat {
         }
         Ok(TimeFormat {
             text: format.to_owned(),
+            layout: Layout::of(&items),
             items,
         })
+    }
+
+    /// Parses `text` by this format's fixed-width layout, when it has one
+    /// and `text` fits it. `Some` only where [`TimeFormat::parse`] gives the
+    /// same time and [`parse_datetime`] fails (so a caller that tries
+    /// [`parse_datetime`] first and then this format may skip both); `None`
+    /// says nothing (use the general parsers).
+    #[inline]
+    pub fn parse_fixed(&self, text: &[u8]) -> Option<ParsedTime> {
+        self.layout.as_ref()?.parse(text)
     }
 
     /// The format as given.
@@ -448,5 +673,96 @@ mod tests {
         assert!(f.parse(b"Foo 12 1998").is_err());
         assert!(TimeFormat::compile("%Q").is_err());
         assert!(TimeFormat::compile("%H:%M").is_err());
+    }
+
+    #[test]
+    fn fixed_layouts_agree_with_the_general_parse() {
+        let cases: &[(&str, &[&str])] = &[
+            (
+                "%Y/%m/%d %H:%M",
+                &[
+                    "2001/01/01 00:47",
+                    "2001/1/01 00:47",
+                    "2001/02/30 00:47",
+                    "2001/01/01 24:00",
+                    "2001/01/01 00:4x",
+                    "2001/01/01 00:470",
+                    "1999/12/31 23:59",
+                ],
+            ),
+            (
+                "%Y%m%d%H%M%S",
+                &[
+                    "20010101004712",
+                    "20011301004712",
+                    "2001010100471",
+                    "x0010101004712",
+                ],
+            ),
+            ("%d.%m.%Y", &["31.12.1999", "1.12.1999", "32.12.1999"]),
+        ];
+        for (format, texts) in cases {
+            let f = TimeFormat::compile(format).unwrap();
+            assert!(f.layout.is_some(), "{format} has a fixed layout");
+            for text in *texts {
+                let general = f.parse(text.as_bytes());
+                match f.parse_fixed(text.as_bytes()) {
+                    Some(t) => {
+                        assert_eq!(Ok(t), general, "{format} on {text}");
+                        assert!(parse_datetime(text.as_bytes()).is_err(), "{text}");
+                    }
+                    None => assert!(
+                        general.is_err() || text.len() != f.layout.as_ref().unwrap().cells.len(),
+                        "{format} on {text}: the general parse is the only reader"
+                    ),
+                }
+            }
+        }
+        // The fixed RFC 3339 reader: every byte value at every position.
+        for base in [
+            &b"2018-02-07T01:26:13"[..],
+            b"2018-02-07 01:26:13.840Z",
+            b"2016-12-31t23:59:60,123456789123z",
+        ] {
+            for at in 0..base.len() {
+                for b in 0..=255u8 {
+                    let mut text = base.to_vec();
+                    text[at] = b;
+                    if let Some(t) = parse_iso_fixed(&text) {
+                        assert_eq!(Ok(t), parse_datetime(&text), "{text:?}");
+                    }
+                }
+            }
+            assert_eq!(
+                parse_iso_fixed(base).ok_or(()),
+                parse_datetime(base).map_err(drop)
+            );
+        }
+        // Every byte value in every position of a layout's words.
+        let f = TimeFormat::compile("%Y/%m/%d %H:%M").unwrap();
+        for at in 0..16 {
+            for b in 0..=255u8 {
+                let mut text = *b"2001/01/01 00:47";
+                text[at] = b;
+                let general = f.parse(&text);
+                assert_eq!(
+                    f.parse_fixed(&text).ok_or(()),
+                    general.map_err(drop),
+                    "{text:?}"
+                );
+            }
+        }
+        // No layout where ISO text could match, or widths vary.
+        for format in [
+            "%Y-%m-%d %H:%M",
+            "%Y/%m/%d %H:%M:%S.%f",
+            "%b %d %Y",
+            "%Y/%m/%d%z",
+        ] {
+            assert!(
+                TimeFormat::compile(format).unwrap().layout.is_none(),
+                "{format}"
+            );
+        }
     }
 }

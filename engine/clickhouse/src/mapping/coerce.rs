@@ -117,7 +117,7 @@ pub struct TimeRules {
 }
 
 /// Whether a column time zone name means UTC.
-fn is_utc(tz: &str) -> bool {
+pub(super) fn is_utc(tz: &str) -> bool {
     matches!(
         tz,
         "UTC"
@@ -284,9 +284,11 @@ pub fn put_scalar(
         }
         ChType::Ipv4 => {
             let ip = match tok {
-                Tok::Str(s) => std::str::from_utf8(s)
-                    .ok()
-                    .and_then(|s| s.parse::<Ipv4Addr>().ok()),
+                Tok::Str(s) => plain_ipv4(s).or_else(|| {
+                    std::str::from_utf8(s)
+                        .ok()
+                        .and_then(|s| s.parse::<Ipv4Addr>().ok())
+                }),
                 Tok::Number(t) => fast_i64(t)
                     .and_then(|v| u32::try_from(v).ok())
                     .map(Ipv4Addr::from),
@@ -462,6 +464,12 @@ fn put_float(ty: &ChType, f: f64, out: &mut Vec<u8>) {
 }
 
 fn parse_time_text(s: &[u8], rules: &TimeRules) -> Result<ParsedTime, String> {
+    // The first format's fixed layout answers only for text RFC 3339
+    // cannot read, so the order below (RFC 3339, then the formats in turn)
+    // is kept.
+    if let Some(t) = rules.formats.first().and_then(|f| f.parse_fixed(s)) {
+        return Ok(t);
+    }
     match parse_datetime(s) {
         Ok(t) => Ok(t),
         Err(first) => {
@@ -509,10 +517,13 @@ fn time_ticks(
                     ));
                 }
             };
+            // precision is 0..=9 (the type parser's bound): the scale and
+            // the divisor fit i64 and u32, so no 128-bit division per row.
+            debug_assert!((0..=9).contains(&precision), "DateTime64 precision");
             let secs = i128::from(t.epoch_secs(offset));
-            let scale = 10i128.pow(precision as u32);
-            let sub = i128::from(t.nanos) / 10i128.pow(9 - precision as u32);
-            return Ok(secs * scale + sub);
+            let scale = 10i64.pow(precision as u32);
+            let sub = t.nanos / 10u32.pow(9 - precision as u32);
+            return Ok(secs * i128::from(scale) + i128::from(sub));
         }
         _ => return Err(format!("cannot put {} into a time column", tok.describe())),
     };
@@ -528,10 +539,36 @@ fn time_ticks(
 
 /// Whether `s` has only the bytes of a number (a cheap test before the
 /// exact parse, so date text fails fast).
-fn looks_numeric(s: &[u8]) -> bool {
+pub(super) fn looks_numeric(s: &[u8]) -> bool {
     !s.is_empty()
         && s.iter()
             .all(|c| c.is_ascii_digit() || matches!(c, b'.' | b'-' | b'+' | b'e' | b'E'))
+}
+
+/// A dotted quad of plain octets (`0` or 1-3 digits without a leading zero,
+/// at most 255): a subset of what std's `Ipv4Addr` parser takes, read
+/// without UTF-8 checks; `None` leaves the text to std.
+fn plain_ipv4(s: &[u8]) -> Option<Ipv4Addr> {
+    let mut octets = [0u8; 4];
+    let mut parts = s.split(|&c| c == b'.');
+    for octet in &mut octets {
+        let part = parts.next()?;
+        if part.is_empty() || part.len() > 3 || (part.len() > 1 && part[0] == b'0') {
+            return None;
+        }
+        let mut v = 0u32;
+        for &c in part {
+            if !c.is_ascii_digit() {
+                return None;
+            }
+            v = v * 10 + u32::from(c - b'0');
+        }
+        *octet = u8::try_from(v).ok()?;
+    }
+    if parts.next().is_some() {
+        return None;
+    }
+    Some(Ipv4Addr::from(octets))
 }
 
 /// Parses `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` or 32 bare hex digits into
@@ -541,7 +578,9 @@ pub fn parse_uuid(s: &[u8]) -> Option<u128> {
     if !dashed && s.len() != 32 {
         return None;
     }
-    let mut v: u128 = 0;
+    // Two 64-bit halves (16 hex digits each): cheaper than shifting a u128
+    // per digit.
+    let mut halves = [0u64; 2];
     let mut n = 0;
     for (i, &c) in s.iter().enumerate() {
         if dashed && matches!(i, 8 | 13 | 18 | 23) {
@@ -550,11 +589,17 @@ pub fn parse_uuid(s: &[u8]) -> Option<u128> {
             }
             continue;
         }
-        let d = (c as char).to_digit(16)?;
-        v = (v << 4) | u128::from(d);
+        let d = match c {
+            b'0'..=b'9' => c - b'0',
+            b'a'..=b'f' => c - b'a' + 10,
+            b'A'..=b'F' => c - b'A' + 10,
+            _ => return None,
+        };
+        let half = &mut halves[n / 16];
+        *half = (*half << 4) | u64::from(d);
         n += 1;
     }
-    (n == 32).then_some(v)
+    (n == 32).then(|| (u128::from(halves[0]) << 64) | u128::from(halves[1]))
 }
 
 fn enum_value<'n>(
@@ -573,5 +618,35 @@ fn enum_value<'n>(
                 .ok_or_else(|| format!("{} is not a value of {ty}", show(tok)))
         }
         _ => Err(format!("cannot put {} into {ty}", tok.describe())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_ipv4_is_a_subset_of_std() {
+        for text in [
+            "10.0.3.250",
+            "0.0.0.0",
+            "255.255.255.255",
+            "256.1.1.1",
+            "01.2.3.4",
+            "1.2.3",
+            "1.2.3.4.5",
+            "1..3.4",
+            "1.2.3.4 ",
+            "a.b.c.d",
+            "1.2.3.-4",
+            "1000.1.1.1",
+            "",
+        ] {
+            let std = text.parse::<Ipv4Addr>().ok();
+            if let Some(ip) = plain_ipv4(text.as_bytes()) {
+                assert_eq!(Some(ip), std, "{text}");
+            }
+        }
+        assert!(plain_ipv4(b"10.0.3.250").is_some());
     }
 }

@@ -21,10 +21,12 @@
 
 use spate_core::pipeline::chain::RecordError;
 
-use super::coerce::{Put, TimeRules, Tok, put_scalar};
+use super::coerce::{Put, TimeRules, Tok, looks_numeric, put_scalar};
+use super::fast::{Fast, plain_int, ticks};
 use super::tuple::Arrivals;
 use super::{ColumnSpec, Node, UNSET};
-use crate::rowbinary::put_leb128;
+use crate::rowbinary::{put_leb128, put_string};
+use crate::time::parse_iso_fixed;
 use crate::types::ChType;
 
 /// Nesting bound (objects and arrays), as serde_json's default recursion
@@ -43,6 +45,8 @@ enum Stop {
 pub(super) struct RowTarget<'p, 'b> {
     pub root: &'p Node,
     pub columns: &'p [ColumnSpec],
+    /// Each column's fast path (same order as `columns`).
+    pub fast: &'p [Fast],
     pub rules: &'p TimeRules,
     pub base: usize,
     pub buf: &'b mut Vec<u8>,
@@ -69,7 +73,11 @@ struct Scanner<'a> {
 
 /// Reads one JSON object from `json` into `t`.
 pub(super) fn read_row(json: &[u8], t: &mut RowTarget<'_, '_>) -> Result<(), RecordError> {
-    if let Err(e) = std::str::from_utf8(json) {
+    // ASCII (the common case) is UTF-8, and an OR over 8-byte words tests
+    // it for a fraction of full validation's instructions.
+    if !all_ascii(json)
+        && let Err(e) = std::str::from_utf8(json)
+    {
         return Err(RecordError::decode(format!(
             "not one JSON object: not UTF-8 ({e})"
         )));
@@ -112,6 +120,21 @@ pub(super) fn read_row(json: &[u8], t: &mut RowTarget<'_, '_>) -> Result<(), Rec
             Err(RecordError::encode(&t.columns[col].name, reason))
         }
     }
+}
+
+/// Whether every byte is below 0x80 (no early exit: messages are short and
+/// mostly ASCII).
+#[inline]
+fn all_ascii(bytes: &[u8]) -> bool {
+    let mut acc = 0u64;
+    let mut words = bytes.chunks_exact(8);
+    for w in &mut words {
+        acc |= u64::from_le_bytes(w.try_into().expect("8 bytes"));
+    }
+    for &b in words.remainder() {
+        acc |= u64::from(b);
+    }
+    acc & 0x8080_8080_8080_8080 == 0
 }
 
 /// Checks that `json` is exactly one JSON object (and whitespace).
@@ -391,10 +414,15 @@ impl<'a> Scanner<'a> {
             if self.peek() != Some(b'"') {
                 return Err(self.bad("expected a key"));
             }
-            let key = self.string(t.key)?;
-            let slot = match key {
-                Str::Input(s, e) => node.find(&self.s[s..e], &mut hint),
-                Str::Scratch => node.find(t.key, &mut hint),
+            let slot = if let Some((slot, after)) = node.expect(hint, self.s, self.i + 1) {
+                self.i = after;
+                hint += 1;
+                Some(slot)
+            } else {
+                match self.string(t.key)? {
+                    Str::Input(s, e) => node.find(&self.s[s..e], &mut hint),
+                    Str::Scratch => node.find(t.key, &mut hint),
+                }
             };
             self.ws();
             if !self.eat(b':') {
@@ -449,13 +477,102 @@ impl<'a> Scanner<'a> {
     fn column(&mut self, col: usize, t: &mut RowTarget<'_, '_>) -> Result<(), Stop> {
         let start = t.buf.len();
         let columns = t.columns;
-        if self.value(&columns[col].ty, col, t)? {
+        if self.fast_value(t.fast[col], t)? || self.value(&columns[col].ty, col, t)? {
             t.spans[col] = ((start - t.base) as u32, (t.buf.len() - t.base) as u32);
         } else {
             t.buf.truncate(start);
             t.spans[col] = UNSET;
         }
         Ok(())
+    }
+
+    /// The column's fast path: `Ok(true)` when it wrote the value, `Ok(false)`
+    /// (nothing consumed, nothing written) when the general path must run.
+    #[inline]
+    fn fast_value(&mut self, fast: Fast, t: &mut RowTarget<'_, '_>) -> Result<bool, Stop> {
+        match fast {
+            Fast::General => Ok(false),
+            Fast::Int {
+                bytes,
+                min,
+                max,
+                nullable,
+            } => {
+                let Some((v, len)) = plain_int(&self.s[self.i..]) else {
+                    return Ok(false);
+                };
+                if v < min || v > max {
+                    return Ok(false);
+                }
+                self.i += len;
+                if nullable {
+                    t.buf.push(0);
+                }
+                t.buf
+                    .extend_from_slice(&v.to_le_bytes()[..usize::from(bytes)]);
+                Ok(true)
+            }
+            Fast::Str { nullable } => {
+                if self.peek() != Some(b'"') {
+                    return Ok(false);
+                }
+                if nullable {
+                    t.buf.push(0);
+                }
+                match self.string(t.text)? {
+                    Str::Input(s, e) => put_string(t.buf, &self.s[s..e]),
+                    Str::Scratch => put_string(t.buf, t.text),
+                }
+                Ok(true)
+            }
+            Fast::Time {
+                precision,
+                wide,
+                naive_offset,
+                nullable,
+            } => {
+                if self.peek() != Some(b'"') {
+                    return Ok(false);
+                }
+                let at = self.i;
+                let Str::Input(s, e) = self.string(t.text)? else {
+                    self.i = at;
+                    return Ok(false);
+                };
+                let text = &self.s[s..e];
+                // Numeric-looking text is an epoch (time_ticks' first rule).
+                let parsed = if looks_numeric(text) {
+                    None
+                } else {
+                    parse_iso_fixed(text)
+                        .or_else(|| t.rules.formats.first().and_then(|f| f.parse_fixed(text)))
+                };
+                let ticks = parsed.and_then(|p| {
+                    let offset = p.offset_secs.or(naive_offset)?;
+                    ticks(&p, offset, precision)
+                });
+                let Some(ticks) = ticks else {
+                    self.i = at;
+                    return Ok(false);
+                };
+                if wide {
+                    if nullable {
+                        t.buf.push(0);
+                    }
+                    t.buf.extend_from_slice(&ticks.to_le_bytes());
+                } else {
+                    let Ok(secs) = u32::try_from(ticks) else {
+                        self.i = at;
+                        return Ok(false);
+                    };
+                    if nullable {
+                        t.buf.push(0);
+                    }
+                    t.buf.extend_from_slice(&secs.to_le_bytes());
+                }
+                Ok(true)
+            }
+        }
     }
 
     /// One value of `ty`; `Ok(false)` for null into a non-Nullable type.
@@ -823,6 +940,19 @@ mod tests {
                     0,
                     "{plain:#x} at {lane}"
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn ascii_test_sees_a_high_byte_anywhere() {
+        for len in 0..20 {
+            let mut b = vec![b'a'; len];
+            assert!(all_ascii(&b));
+            for at in 0..len {
+                b[at] = 0x80;
+                assert!(!all_ascii(&b), "{len} {at}");
+                b[at] = 0x7f;
             }
         }
     }

@@ -327,6 +327,17 @@ pub fn encode(ty: &ChType, value: &Value, out: &mut Vec<u8>) -> Result<(), Encod
     Ok(())
 }
 
+/// 10^0 ..= 10^38, every power of ten a u128 holds.
+const POW10_U128: [u128; 39] = {
+    let mut t = [1u128; 39];
+    let mut i = 1;
+    while i < 39 {
+        t[i] = t[i - 1] * 10;
+        i += 1;
+    }
+    t
+};
+
 /// Appends a Decimal(`precision`, _) whose value times 10^scale is `scaled`,
 /// checking `|scaled| < 10^precision`.
 ///
@@ -338,8 +349,20 @@ pub fn put_decimal(
     scaled: Wide,
     out: &mut Vec<u8>,
 ) -> Result<(), EncodeError> {
-    let limit = crate::num::U256::pow10(u32::from(precision)).unwrap_or(crate::num::U256::MAX);
-    if scaled.magnitude() >= limit {
+    // The common case without 256-bit arithmetic: a magnitude within u128
+    // against a precision whose 10^p fits u128 (p <= 38).
+    let too_big = match (
+        scaled.magnitude().to_u128(),
+        POW10_U128.get(usize::from(precision)),
+    ) {
+        (Some(m), Some(&limit)) => m >= limit,
+        _ => {
+            let limit =
+                crate::num::U256::pow10(u32::from(precision)).unwrap_or(crate::num::U256::MAX);
+            scaled.magnitude() >= limit
+        }
+    };
+    if too_big {
         return Err(out_of_range(ty, scaled.to_i128()));
     }
     scaled.put_le(decimal_width(precision), out);

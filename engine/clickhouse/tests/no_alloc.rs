@@ -1,0 +1,162 @@
+//! The mapper allocates nothing per row once its buffers have grown (issue
+//! 6: "no per-row allocation"; STYLE: hot paths allocate nothing per
+//! record). A counting global allocator, counting only on the test's own
+//! thread, watches `JsonRowEncoder::encode_json` over the flights fixture and
+//! a 15-column event. Its own binary, so the allocator touches no other test.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use spate_clickhouse::mapping::{JsonRowEncoder, MappingOptions, TimeRules, simple_columns};
+use spate_clickhouse::time::TimeFormat;
+use spate_clickhouse::types::ChType;
+
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+}
+
+fn note() {
+    if COUNTING.with(Cell::get) {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+// SAFETY: every call is forwarded unchanged to the system allocator; the
+// wrapper only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note();
+        // SAFETY: the caller's contract is passed through.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's contract is passed through.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note();
+        // SAFETY: the caller's contract is passed through.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Allocations made on this thread while `f` runs.
+fn allocations_in(f: impl FnOnce()) -> u64 {
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    COUNTING.with(|c| c.set(true));
+    f();
+    COUNTING.with(|c| c.set(false));
+    ALLOCATIONS.load(Ordering::Relaxed) - before
+}
+
+/// Encodes every row once to grow the buffers, then counts a second pass
+/// into a buffer that already has room.
+fn assert_no_allocation_per_row(enc: &mut JsonRowEncoder, rows: &[String]) {
+    let mut buf = Vec::new();
+    let first = allocations_in(|| {
+        for r in rows {
+            enc.encode_json(r.as_bytes(), &mut buf).unwrap();
+        }
+    });
+    // The counter sees the encoder: the first pass grows the buffers.
+    assert!(first > 0, "the counting allocator saw the first pass");
+    let grown = buf.len();
+    buf.clear();
+    buf.reserve(grown);
+    let n = allocations_in(|| {
+        for r in rows {
+            enc.encode_json(r.as_bytes(), &mut buf).unwrap();
+        }
+    });
+    assert_eq!(buf.len(), grown, "the second pass wrote the same rows");
+    assert_eq!(n, 0, "{n} allocations over {} rows", rows.len());
+}
+
+#[test]
+fn flights_rows_allocate_nothing_per_row() {
+    let rows: Vec<String> = include_str!("fixtures/flights-50.ndjson")
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let cols = simple_columns([
+        ("date", ChType::parse("DateTime").unwrap()),
+        ("delay", ChType::Int32),
+        ("distance", ChType::UInt32),
+        ("origin", ChType::parse("LowCardinality(String)").unwrap()),
+        ("destination", ChType::String),
+    ]);
+    let options = MappingOptions {
+        time: TimeRules {
+            formats: vec![TimeFormat::compile("%Y/%m/%d %H:%M").unwrap()],
+            ..TimeRules::default()
+        },
+        ..MappingOptions::default()
+    };
+    let mut enc = JsonRowEncoder::new(cols, options).unwrap();
+    assert_no_allocation_per_row(&mut enc, &rows);
+}
+
+#[test]
+fn event_rows_allocate_nothing_per_row() {
+    let cols = simple_columns([
+        ("ts", ChType::parse("DateTime64(3, 'UTC')").unwrap()),
+        ("user_id", ChType::UInt64),
+        ("session", ChType::Uuid),
+        ("event", ChType::parse("LowCardinality(String)").unwrap()),
+        ("page", ChType::String),
+        ("referrer", ChType::parse("Nullable(String)").unwrap()),
+        ("country", ChType::FixedString(2)),
+        ("ip", ChType::Ipv4),
+        ("duration_ms", ChType::UInt32),
+        ("price", ChType::parse("Decimal(18, 4)").unwrap()),
+        ("qty", ChType::UInt16),
+        ("is_mobile", ChType::Bool),
+        ("score", ChType::Float64),
+        ("tags", ChType::parse("Array(String)").unwrap()),
+        ("version", ChType::Int32),
+    ]);
+    // Fields out of column order on odd rows (the permutation path), an
+    // escaped string, and a missing Nullable field on every third row.
+    let rows: Vec<String> = (0..200)
+        .map(|i| {
+            let referrer = if i % 3 == 0 {
+                String::new()
+            } else {
+                r#""referrer":"https:\/\/example.com\/a\"b","#.to_owned()
+            };
+            let head = format!(
+                r#""ts":"2024-05-01T12:{:02}:{:02}.{:03}Z","user_id":{},"session":"61f0c404-5cb3-11e7-907b-a6006ad3{:04x}""#,
+                i % 60,
+                i % 59,
+                i % 1000,
+                1_000_000 + i,
+                i
+            );
+            let tail = format!(
+                r#""event":"click","page":"/p/{i}",{referrer}"country":"DE","ip":"10.0.{}.{}","duration_ms":{},"price":"{}.99","qty":{},"is_mobile":{},"score":{}.5,"tags":["a","b"],"version":3"#,
+                i % 256,
+                i % 250,
+                i * 7,
+                i % 500,
+                i % 20,
+                i % 2 == 0,
+                i % 100
+            );
+            if i % 2 == 0 {
+                format!("{{{head},{tail}}}")
+            } else {
+                format!("{{{tail},{head}}}")
+            }
+        })
+        .collect();
+    let mut enc = JsonRowEncoder::new(cols, MappingOptions::default()).unwrap();
+    assert_no_allocation_per_row(&mut enc, &rows);
+}
