@@ -1,24 +1,24 @@
 //! The simulator's speed: how many seeds a fault campaign gets through per
-//! wall second, and how much simulated time that is (README "Verification").
+//! second, and how much simulated time that is (README "Verification").
 //!
 //! One iteration runs and judges seeds `0..SEEDS` with
 //! [`spate_verify::run_and_check`], exactly as `spate-verify campaign` does
 //! per seed (the simulated run of `spate_sim::harness::run_seed`, then every
 //! oracle). Throughput is in seeds, so criterion's `elem/s` is seeds/s.
 //!
-//! Simulated seconds per wall second: each seed covers a different stretch of
+//! Simulated seconds per second: each seed covers a different stretch of
 //! simulated time (its production window, faults and liveness phase), fixed
 //! by the seed (D7). Criterion takes one throughput per bench, and a second
 //! bench with "simulated milliseconds" as its element would run the same
 //! seeds again for a number that moves exactly with this one. So the bench
 //! times its own iterations (`iter_custom`), adds up the simulated time the
-//! seeds report, and prints `sim-s per wall-s` (over every iteration it ran,
-//! warm-up included) after criterion's own lines.
+//! seeds report, and prints seeds/s and simulated s per s (over every
+//! iteration it ran, warm-up included) after criterion's own lines.
 //!
 //! Time is the bench thread's CPU time ([`cpu_time::CpuTime`]; a simulated
 //! run is single-threaded: a current-thread runtime, the pipeline run
 //! inline), so seeds/s is per core and the other load on the shared machine
-//! stays mostly out of it. The printed line gives both: per CPU second and
+//! stays mostly out of it. The printed lines give both: per CPU second and
 //! per wall second.
 //!
 //! A seed runs in a few milliseconds, so the iteration is long: flat
