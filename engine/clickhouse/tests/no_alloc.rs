@@ -1,12 +1,12 @@
 //! The mapper allocates nothing per row once its buffers have grown (issue
 //! 6: "no per-row allocation"; STYLE: hot paths allocate nothing per
 //! record). A counting global allocator, counting only on the test's own
-//! thread, watches `JsonRowEncoder::encode_json` over the flights fixture and
-//! a 15-column event. Its own binary, so the allocator touches no other test.
+//! thread (flag and counter both thread-local), watches
+//! `JsonRowEncoder::encode_json` over the flights fixture and a 15-column
+//! event. Its own binary, so the allocator touches no other test.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use spate_clickhouse::mapping::{JsonRowEncoder, MappingOptions, TimeRules, simple_columns};
 use spate_clickhouse::time::TimeFormat;
@@ -14,15 +14,16 @@ use spate_clickhouse::types::ChType;
 
 struct Counting;
 
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
 thread_local! {
     static COUNTING: Cell<bool> = const { Cell::new(false) };
+    // Per thread: the tests run in parallel, and one test's first pass must
+    // not count against another's second.
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
 }
 
 fn note() {
     if COUNTING.with(Cell::get) {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        ALLOCATIONS.with(|n| n.set(n.get() + 1));
     }
 }
 
@@ -50,11 +51,11 @@ static GLOBAL: Counting = Counting;
 
 /// Allocations made on this thread while `f` runs.
 fn allocations_in(f: impl FnOnce()) -> u64 {
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = ALLOCATIONS.with(Cell::get);
     COUNTING.with(|c| c.set(true));
     f();
     COUNTING.with(|c| c.set(false));
-    ALLOCATIONS.load(Ordering::Relaxed) - before
+    ALLOCATIONS.with(Cell::get) - before
 }
 
 /// Encodes every row once to grow the buffers, then counts a second pass
