@@ -4,16 +4,6 @@
 use spate_core::planted::{Bug, plant};
 use spate_verify::run_and_check;
 
-const BUGS: [Bug; 7] = [
-    Bug::CommitBeforeAck,
-    Bug::TokenReusedAfterRestart,
-    Bug::TokenWithoutNonce,
-    Bug::DrainDropsPartialBatch,
-    Bug::CommitReleasedEpoch,
-    Bug::TimeoutIsSuccess,
-    Bug::BudgetIgnored,
-];
-
 /// The first seed (of 0..1000) whose run breaks an oracle, with the oracle.
 fn first_caught() -> Option<(u64, &'static str)> {
     (0..1_000).find_map(|seed| {
@@ -26,7 +16,7 @@ fn first_caught() -> Option<(u64, &'static str)> {
 fn planted_bugs_are_caught() {
     // One test, so bugs are planted one at a time in this process.
     let mut missed = Vec::new();
-    for bug in BUGS {
+    for bug in Bug::ALL {
         plant(Some(bug));
         match first_caught() {
             Some((seed, oracle)) => println!("{bug:?}: caught by `{oracle}` at seed {seed}"),
