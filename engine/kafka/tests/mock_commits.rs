@@ -15,7 +15,7 @@ use spate_core::pipeline::chain::{PayloadDecoder, RecordCx, Router, filter};
 use spate_core::pipeline::driver::ChainProcessor;
 use spate_core::pipeline::terminal::{ChunkBuffers, Terminal};
 use spate_core::pipeline::testkit::{CaptureWriter, LineEncoder, WriterMode};
-use spate_core::pipeline::{ExitStatus, Pipeline, PipelineConfig, Shutdown};
+use spate_core::pipeline::{ExitStatus, Pipeline, PipelineConfig};
 use spate_core::record::Payload;
 use spate_core::sink::SinkConfig;
 use spate_kafka::KafkaSource;
@@ -60,13 +60,7 @@ fn start(source: KafkaSource, writer: CaptureWriter, filtered: bool) -> Running 
     })
     .build()
     .expect("valid pipeline config");
-    let shutdown = Shutdown::new();
-    let trigger = shutdown.clone();
-    let handle = thread::Builder::new()
-        .name("pipeline".into())
-        .spawn(move || pipeline.run_threaded(trigger, 1))
-        .expect("spawn");
-    Running { shutdown, handle }
+    spawn(pipeline)
 }
 
 /// Waits until every partition but [`SINGLED`] has committed its end.

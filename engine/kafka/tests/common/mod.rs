@@ -20,7 +20,7 @@ use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, BaseRecord, DefaultProducerContext, Producer};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use spate_core::pipeline::chain::{PayloadDecoder, RoundRobin};
-use spate_core::pipeline::driver::ChainProcessor;
+use spate_core::pipeline::driver::{ChainProcessor, Processor};
 use spate_core::pipeline::terminal::{ChunkBuffers, Terminal};
 use spate_core::pipeline::testkit::{CaptureWriter, LineEncoder};
 use spate_core::pipeline::{Pipeline, PipelineConfig, RunReport, Shutdown};
@@ -249,6 +249,16 @@ pub fn run_custom<W: Writer>(
     })
     .build()
     .expect("valid pipeline config");
+    spawn(pipeline)
+}
+
+/// Runs `pipeline` in thread mode on its own thread until [`Running::stop`].
+pub fn spawn<W, F, P>(pipeline: Pipeline<KafkaSource, W, F>) -> Running
+where
+    W: Writer,
+    P: Processor + 'static,
+    F: Fn(ChunkBuffers) -> P + Send + Sync + 'static,
+{
     let shutdown = Shutdown::new();
     let trigger = shutdown.clone();
     let handle = thread::Builder::new()
