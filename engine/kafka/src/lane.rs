@@ -2,17 +2,14 @@
 //! pipeline thread, handing out payloads that borrow librdkafka's message
 //! memory (zero copy, DESIGN "Lanes").
 //!
-//! **How the borrow works.** rdkafka's [`PartitionQueue::poll`] returns a
-//! [`BorrowedMessage`] that borrows the queue. The lane keeps the messages of
-//! its last poll in a `Vec<BorrowedMessage<'q>>` next to the queue they borrow
-//! from, in one [`self_cell`] (a small, widely used crate for exactly this
-//! owner-plus-borrower pair), so this crate needs no `unsafe`. Each poll first
-//! clears the vector, which destroys the previous poll's messages (their
-//! librdkafka events), then fills it again, reusing its allocation: no payload
-//! or key byte is copied, and the only per-message cost is rdkafka's own event
-//! handle. The batch a poll returns borrows the lane (the seam's generic
-//! associated type), so the borrow checker rejects any payload used after the
-//! next poll:
+//! **How the borrow works.** A poll takes a batch of messages from the
+//! partition's queue with librdkafka's batch call (`native.rs`, the crate's
+//! only `unsafe`, says why rdkafka's one-message poll was too slow). The lane
+//! keeps the batch's messages until the batch is used up, then destroys them
+//! and takes the next: no payload or key byte is copied and nothing is
+//! allocated per message. The batch a poll returns borrows the lane (the
+//! seam's generic associated type), so the borrow checker rejects any payload
+//! used after the next poll:
 //!
 //! ```compile_fail,E0499
 //! use std::time::Duration;
@@ -51,35 +48,23 @@
 //! pre-fetched for it and, on resume, fetches again from the last message the
 //! lane polled, so a pause never loses or duplicates a message.
 //!
-//! [`PartitionQueue::poll`]: rdkafka::consumer::base_consumer::PartitionQueue::poll
 //! [`rd_kafka_pause_partitions`]: https://docs.confluent.io/platform/current/clients/librdkafka/html/rdkafka_8h.html
 
 use std::fmt;
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdkafka::Message;
 use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::BorrowedMessage;
+use rdkafka::error::KafkaError;
 use rdkafka::topic_partition_list::TopicPartitionList;
 use spate_core::record::{Epoch, Offset, Payload, TopicPartition};
 use spate_core::source::{Lane, PollBatch, SourceError};
 
 use crate::context::SpateContext;
 use crate::errors::source_error;
-
-/// The messages of one poll, borrowing the queue they came from.
-type Polled<'q> = Vec<BorrowedMessage<'q>>;
-
-self_cell::self_cell!(
-    /// A partition queue and the messages of its last poll.
-    struct Held {
-        owner: PartitionQueue<SpateContext>,
-        #[covariant]
-        dependent: Polled,
-    }
-);
+use crate::native::{Messages, PartitionHandle};
 
 /// One assigned partition's queue: a [`Lane`] of [`crate::KafkaSource`].
 ///
@@ -87,7 +72,16 @@ self_cell::self_cell!(
 /// by the pipeline when the partition is revoked. Polls never wait longer than
 /// the timeout given, and the pipeline passes zero (D2).
 pub struct KafkaLane {
-    held: Held,
+    // Field order is drop order: the messages go before the queue handles,
+    // and those before the consumer.
+    /// The last batch taken from the queue; `cursor` is the first of its
+    /// messages not yet handed out.
+    messages: Messages,
+    cursor: usize,
+    handle: PartitionHandle,
+    /// rdkafka's split queue: keeps the partition's queue from forwarding to
+    /// the consumer's queue while the lane lives.
+    _split: PartitionQueue<SpateContext>,
     consumer: Arc<BaseConsumer<SpateContext>>,
     partition: TopicPartition,
     /// The lane's partition as a one-element list, for pause and resume.
@@ -95,9 +89,6 @@ pub struct KafkaLane {
     epoch: Epoch,
     max_batch: usize,
     last_offset: Option<Offset>,
-    /// An error met after some messages were collected; reported by the next
-    /// poll so the messages before it are delivered first.
-    pending_error: Option<SourceError>,
 }
 
 impl fmt::Debug for KafkaLane {
@@ -106,32 +97,41 @@ impl fmt::Debug for KafkaLane {
             .field("partition", &self.partition)
             .field("epoch", &self.epoch)
             .field("last_offset", &self.last_offset)
-            .field("held", &self.held.borrow_dependent().len())
+            .field("held", &(self.messages.len() - self.cursor))
             .finish_non_exhaustive()
     }
 }
 
 impl KafkaLane {
+    /// # Errors
+    /// A fatal [`SourceError`] when librdkafka has no queue for the partition.
     pub(crate) fn new(
-        queue: PartitionQueue<SpateContext>,
+        split: PartitionQueue<SpateContext>,
         consumer: Arc<BaseConsumer<SpateContext>>,
         partition: TopicPartition,
         epoch: Epoch,
         max_batch: usize,
-    ) -> Self {
+    ) -> Result<Self, SourceError> {
         assert!(max_batch > 0, "max_batch must be positive");
+        let handle = PartitionHandle::new(&consumer, partition.topic(), partition.partition())
+            .ok_or_else(|| SourceError::Fatal {
+                context: format!("assign {partition}"),
+                message: "librdkafka has no queue for this partition".into(),
+            })?;
         let mut list = TopicPartitionList::with_capacity(1);
         list.add_partition(partition.topic(), partition.partition());
-        Self {
-            held: Held::new(queue, |_| Vec::with_capacity(max_batch)),
+        Ok(Self {
+            messages: Messages::with_capacity(max_batch),
+            cursor: 0,
+            handle,
+            _split: split,
             consumer,
             partition,
             list,
             epoch,
             max_batch,
             last_offset: None,
-            pending_error: None,
-        }
+        })
     }
 
     /// The offset of the last message this lane delivered, if any.
@@ -140,64 +140,101 @@ impl KafkaLane {
     }
 }
 
-/// Clears `polled` (destroying the previous poll's messages) and fills it with
-/// up to `max` messages, waiting at most `timeout` for the first one. Returns
-/// the error that stopped it early, if any.
-fn fill<'q>(
-    queue: &'q PartitionQueue<SpateContext>,
-    polled: &mut Polled<'q>,
-    timeout: Duration,
-    max: usize,
-    partition: &TopicPartition,
+/// What [`next_run`] reads of a batch: librdkafka's [`Messages`], or a list
+/// in the tests.
+trait Batch {
+    fn len(&self) -> usize;
+    fn error(&self, index: usize) -> Option<KafkaError>;
+    fn offset(&self, index: usize) -> Offset;
+}
+
+impl Batch for Messages {
+    fn len(&self) -> usize {
+        Messages::len(self)
+    }
+    fn error(&self, index: usize) -> Option<KafkaError> {
+        Messages::error(self, index)
+    }
+    fn offset(&self, index: usize) -> Offset {
+        Messages::offset(self, index)
+    }
+}
+
+/// From `cursor`, the run of data messages of `batch` up to the next error
+/// (or the batch's end), advancing `cursor` past it; an error at `cursor` is
+/// returned instead, and `cursor` moves past it so the messages after it
+/// follow. An offset at or below `last_offset` is a fatal error.
+fn next_run(
+    batch: &impl Batch,
+    cursor: &mut usize,
     last_offset: &mut Option<Offset>,
-) -> Option<SourceError> {
-    polled.clear();
-    let mut wait = timeout;
-    while polled.len() < max {
-        match queue.poll(wait) {
-            None => break,
-            Some(Ok(message)) => {
-                let offset = message.offset();
-                if let Some(last) = *last_offset {
-                    if offset <= last {
-                        return Some(SourceError::Fatal {
-                            context: format!("poll {partition}"),
-                            message: format!(
-                                "offset went backwards within one assignment: {offset} after {last}"
-                            ),
-                        });
+    partition: &TopicPartition,
+) -> Result<Range<usize>, SourceError> {
+    let start = *cursor;
+    let mut end = start;
+    while end < batch.len() {
+        let failure = match batch.error(end) {
+            Some(e) => Some(source_error(format!("poll {partition}"), &e)),
+            None => {
+                let offset = batch.offset(end);
+                match *last_offset {
+                    Some(last) if offset <= last => Some(SourceError::Fatal {
+                        context: format!("poll {partition}"),
+                        message: format!(
+                            "offset went backwards within one assignment: {offset} after {last}"
+                        ),
+                    }),
+                    _ => {
+                        *last_offset = Some(offset);
+                        None
                     }
                 }
-                *last_offset = Some(offset);
-                polled.push(message);
             }
-            Some(Err(e)) => return Some(source_error(format!("poll {partition}"), &e)),
+        };
+        if let Some(e) = failure {
+            if end == start {
+                *cursor = end + 1;
+                return Err(e);
+            }
+            // The run before it goes first; the next poll meets it again.
+            break;
         }
-        wait = Duration::ZERO;
+        end += 1;
     }
-    None
+    *cursor = end;
+    Ok(start..end)
 }
 
 /// The messages of one [`KafkaLane`] poll, borrowing the lane.
-#[derive(Debug)]
 pub struct KafkaBatch<'a> {
-    messages: &'a [BorrowedMessage<'a>],
+    messages: &'a Messages,
+    run: Range<usize>,
     partition: &'a TopicPartition,
+}
+
+impl fmt::Debug for KafkaBatch<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KafkaBatch")
+            .field("partition", self.partition)
+            .field("messages", &self.run.len())
+            .finish()
+    }
 }
 
 impl<'a> PollBatch<'a> for KafkaBatch<'a> {
     fn len(&self) -> usize {
-        self.messages.len()
+        self.run.len()
     }
 
     fn payload(&self, index: usize) -> Payload<'a> {
-        let message: &'a BorrowedMessage<'a> = &self.messages[index];
+        assert!(index < self.run.len(), "payload index out of the batch");
+        let message = self.messages.view(self.run.start + index);
         Payload {
-            value: message.payload(),
-            key: message.key(),
+            value: message.payload,
+            key: message.key,
             partition: self.partition,
-            offset: message.offset(),
-            timestamp_ms: message.timestamp().to_millis(),
+            offset: message.offset,
+            timestamp_ms: message.timestamp_ms,
         }
     }
 }
@@ -218,31 +255,26 @@ impl Lane for KafkaLane {
     ///
     /// # Errors
     /// [`SourceError::Transient`] or [`SourceError::Fatal`] per the
-    /// classification in `errors.rs`; an error met after some messages were
-    /// collected is returned by the following poll.
+    /// classification in `errors.rs`; an error met after some messages is
+    /// returned by the following poll, and the messages after it by the
+    /// polls after that.
     fn poll(&mut self, timeout: Duration) -> Result<KafkaBatch<'_>, SourceError> {
-        if let Some(e) = self.pending_error.take() {
-            self.held.with_dependent_mut(|_, polled| polled.clear());
-            return Err(e);
+        if self.cursor >= self.messages.len() {
+            self.cursor = 0;
+            self.messages
+                .refill(&self.handle, timeout, self.max_batch)
+                .map_err(|e| source_error(format!("poll {}", self.partition), &e))?;
         }
-        let (max, partition, last_offset) =
-            (self.max_batch, &self.partition, &mut self.last_offset);
-        let error = self.held.with_dependent_mut(|queue, polled| {
-            fill(queue, polled, timeout, max, partition, last_offset)
-        });
-        if let Some(e) = error {
-            if self.held.borrow_dependent().is_empty() {
-                return Err(e);
-            }
-            self.pending_error = Some(e);
-        }
-        let messages = self.held.borrow_dependent();
-        debug_assert!(
-            messages.len() <= self.max_batch,
-            "a poll exceeded max_batch"
-        );
+        let run = next_run(
+            &self.messages,
+            &mut self.cursor,
+            &mut self.last_offset,
+            &self.partition,
+        )?;
+        debug_assert!(run.len() <= self.max_batch, "a poll exceeded max_batch");
         Ok(KafkaBatch {
-            messages,
+            messages: &self.messages,
+            run,
             partition: &self.partition,
         })
     }
@@ -272,5 +304,87 @@ impl Lane for KafkaLane {
                 context: format!("resume {}", self.partition),
                 message: e.to_string(),
             })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::error::RDKafkaErrorCode;
+
+    /// A batch as a list: `Ok(offset)` for a message, `Err(code)` for an
+    /// error message.
+    struct List(Vec<Result<Offset, RDKafkaErrorCode>>);
+
+    impl Batch for List {
+        fn len(&self) -> usize {
+            self.0.len()
+        }
+        fn error(&self, index: usize) -> Option<KafkaError> {
+            self.0[index].err().map(KafkaError::MessageConsumption)
+        }
+        fn offset(&self, index: usize) -> Offset {
+            *self.0[index].as_ref().unwrap_or(&-1)
+        }
+    }
+
+    fn runs(batch: &List, last: &mut Option<Offset>) -> Vec<Result<Range<usize>, SourceError>> {
+        let tp = TopicPartition::new("t", 3);
+        let mut cursor = 0;
+        let mut out = Vec::new();
+        while cursor < batch.len() {
+            let run = next_run(batch, &mut cursor, last, &tp);
+            let fatal = matches!(run, Err(SourceError::Fatal { .. }));
+            out.push(run);
+            if fatal {
+                break;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn an_error_inside_a_batch_comes_after_the_messages_before_it_and_before_those_after() {
+        let batch = List(vec![
+            Ok(10),
+            Ok(11),
+            Err(RDKafkaErrorCode::BrokerTransportFailure),
+            Ok(12),
+        ]);
+        let mut last = Some(9);
+        let got = runs(&batch, &mut last);
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert_eq!(got[0].as_ref().unwrap(), &(0..2));
+        match &got[1] {
+            Err(SourceError::Transient { context, message }) => {
+                assert_eq!(context, "poll t/3");
+                assert!(!message.is_empty());
+            }
+            other => panic!("expected a transient error, got {other:?}"),
+        }
+        assert_eq!(got[2].as_ref().unwrap(), &(3..4));
+        assert_eq!(last, Some(12));
+    }
+
+    #[test]
+    fn an_error_first_and_a_fatal_error_are_reported_as_such() {
+        let batch = List(vec![Err(RDKafkaErrorCode::TopicAuthorizationFailed), Ok(5)]);
+        let got = runs(&batch, &mut None);
+        assert!(matches!(got[0], Err(SourceError::Fatal { .. })), "{got:?}");
+    }
+
+    #[test]
+    fn an_offset_going_backwards_is_fatal_after_the_run_before_it() {
+        let batch = List(vec![Ok(7), Ok(8), Ok(8), Ok(9)]);
+        let mut last = None;
+        let got = runs(&batch, &mut last);
+        assert_eq!(got[0].as_ref().unwrap(), &(0..2));
+        match &got[1] {
+            Err(SourceError::Fatal { message, .. }) => {
+                assert!(message.contains("8 after 8"), "{message}");
+            }
+            other => panic!("expected fatal, got {other:?}"),
+        }
+        assert_eq!(last, Some(8));
     }
 }

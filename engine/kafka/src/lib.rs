@@ -4,7 +4,7 @@
 //! or a `^regex`, implements spate-core's source seam: every assigned partition
 //! gets its own librdkafka queue, which is a [`KafkaLane`] polled by one
 //! pipeline thread and handing out payloads that borrow librdkafka's message
-//! memory (zero copy, no `unsafe` in this crate; see `lane.rs`).
+//! memory (zero copy; see `lane.rs`, and `native.rs` for the batch consume).
 //!
 //! What it guarantees, with the invariants of `docs/DESIGN.md`:
 //!
@@ -37,12 +37,14 @@
 //! down, a stalled sink, eviction, regex subscription, an out-of-range
 //! committed offset; `tests/mock_metrics.rs` the lag gauge and the first
 //! commit; `tests/throughput.rs` (ignored) measures lane throughput.
-#![forbid(unsafe_code)]
+// `unsafe` only in `native.rs`: librdkafka's batch consume (see there why).
+#![deny(unsafe_code)]
 
 mod config;
 mod context;
 mod errors;
 mod lane;
+mod native;
 mod offsets;
 mod source;
 

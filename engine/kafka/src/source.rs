@@ -238,7 +238,7 @@ impl KafkaSource {
                 tp.clone(),
                 epoch,
                 self.max_batch,
-            );
+            )?;
             self.ready.push_back(AssignmentEvent::Assigned {
                 partition: tp,
                 epoch,
