@@ -34,8 +34,9 @@
 //! bytes permuted (one copy through a scratch buffer). The key the field
 //! order predicts is compared with one 8-byte load, and each column has a
 //! fast path for its usual token (plain integers, strings, fixed-shape time
-//! text) that declines to the general coercions for anything else
-//! (the `fast` module). `tests/no_alloc.rs` counts allocations per row (zero).
+//! text, plain floats and decimals, bools, UUIDs, fixed strings, dotted
+//! quads, null into a Nullable) that declines to the general coercions for
+//! anything else (the `fast` module). `tests/no_alloc.rs` counts allocations per row (zero).
 //! Measure with `cargo run --release -p spate-clickhouse --example throughput`.
 
 pub mod coerce;

@@ -661,6 +661,13 @@ mod differential {
         ("e", "Nullable(Decimal(9, 2))"),
         ("f", "Tuple(UInt8, String)"),
         ("g", "Nullable(DateTime('UTC'))"),
+        ("h", "Nullable(Float64)"),
+        ("i", "Nullable(Bool)"),
+        ("j", "Nullable(UUID)"),
+        ("k", "LowCardinality(Nullable(FixedString(3)))"),
+        ("l", "Nullable(IPv4)"),
+        ("m", "Nullable(Decimal(18, 4))"),
+        ("n", "Nullable(Float32)"),
     ];
 
     fn value_for(col: &'static str) -> BoxedStrategy<String> {
@@ -700,6 +707,55 @@ mod differential {
             "f" => (any::<u8>(), any::<String>())
                 .prop_map(move |(n, s)| format!("[{n}, {}]", serde_json::to_string(&s).unwrap()))
                 .boxed(),
+            "h" | "n" => prop_oneof![
+                Just("null".to_string()),
+                any::<f64>().prop_map(|v| serde_json::to_string(&v).unwrap()),
+                any::<f32>().prop_map(|v| serde_json::to_string(&v).unwrap()),
+                "-?[0-9]{1,3}(\\.[0-9]{1,4})?([eE][+-]?[0-9]{1,4})?",
+                "-?[0-9]{30,45}",
+                Just("3.4028236e38".to_string()),
+                Just("1e-999".to_string()),
+                "\"(-?[0-9]\\.5|NaN|-inf|x)\""
+            ]
+            .boxed(),
+            "i" => prop_oneof![
+                Just("null".to_string()),
+                Just("true".to_string()),
+                Just("false".to_string()),
+                Just("1".to_string()),
+                Just("\"true\"".to_string())
+            ]
+            .boxed(),
+            "j" => prop_oneof![
+                Just("null".to_string()),
+                "\"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\"",
+                "\"[0-9a-fA-Fg-]{31,37}\"",
+                "\"[0-9a-f]{32}\"",
+                "\"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-\\u0030[0-9a-f]{11}\""
+            ]
+            .boxed(),
+            "k" => prop_oneof![
+                Just("null".to_string()),
+                "[a-z\u{e9}\\\\\"]{0,4}".prop_map(quoted),
+                "[0-9]{1,4}"
+            ]
+            .boxed(),
+            "l" => prop_oneof![
+                Just("null".to_string()),
+                "\"[0-9]{1,3}\\.[0-9]{1,3}\\.[0-9]{1,3}\\.[0-9]{1,4}\"",
+                "\"0[0-9]\\.1\\.2\\.3\"",
+                any::<u32>().prop_map(|v| v.to_string())
+            ]
+            .boxed(),
+            "m" => prop_oneof![
+                Just("null".to_string()),
+                "-?[1-9][0-9]{0,16}(\\.[0-9]{1,6})?",
+                "-?0(\\.[0-9]{1,6})?",
+                "\"[-+]?0*[0-9]{1,15}(\\.[0-9]{0,5})?\"",
+                "-?[0-9](\\.[0-9]{1,3})?[eE][+-]?[0-9]",
+                "[1-9][0-9]{17,20}"
+            ]
+            .boxed(),
             _ => prop_oneof![
                 Just("null".to_string()),
                 (0u32..2_000_000_000).prop_map(|v| v.to_string()),
