@@ -47,6 +47,9 @@ pub(super) struct RowTarget<'p, 'b> {
     pub columns: &'p [ColumnSpec],
     /// Each column's fast path (same order as `columns`).
     pub fast: &'p [Fast],
+    /// Each Array column's element fast path ([`Fast::General`] for other
+    /// columns; same order as `columns`).
+    pub elem_fast: &'p [Fast],
     pub rules: &'p TimeRules,
     pub base: usize,
     pub buf: &'b mut Vec<u8>,
@@ -482,7 +485,7 @@ impl<'a> Scanner<'a> {
         let fast = &fasts[col];
         if self.fast_value(fast, t)?
             || self.fast_null(fast, t)?
-            || self.value(&columns[col].ty, col, t)?
+            || self.value(&columns[col].ty, &t.elem_fast[col], col, t)?
         {
             t.spans[col] = ((start - t.base) as u32, (t.buf.len() - t.base) as u32);
         } else {
@@ -693,6 +696,27 @@ impl<'a> Scanner<'a> {
         }
     }
 
+    /// An Array element's fast path: only strings (the usual element
+    /// type), so the object loop's inlined copy of [`Self::fast_value`]
+    /// stays the only one; same contract.
+    #[inline]
+    fn fast_element(&mut self, fast: &Fast, t: &mut RowTarget<'_, '_>) -> Result<bool, Stop> {
+        let Fast::Str { nullable } = *fast else {
+            return Ok(false);
+        };
+        if self.peek() != Some(b'"') {
+            return Ok(false);
+        }
+        if nullable {
+            t.buf.push(0);
+        }
+        match self.string(t.text)? {
+            Str::Input(s, e) => put_string(t.buf, &self.s[s..e]),
+            Str::Scratch => put_string(t.buf, t.text),
+        }
+        Ok(true)
+    }
+
     /// `null` into a Nullable column with a fast path: its marker alone, as
     /// put_scalar writes it. `Ok(false)` (nothing consumed) otherwise: into
     /// other columns the general path applies the missing-value rule.
@@ -707,10 +731,18 @@ impl<'a> Scanner<'a> {
     }
 
     /// One value of `ty`; `Ok(false)` for null into a non-Nullable type.
-    fn value(&mut self, ty: &ChType, col: usize, t: &mut RowTarget<'_, '_>) -> Result<bool, Stop> {
+    /// `elem_fast` is the element fast path when `ty` is an Array
+    /// ([`Fast::General`] otherwise, and for nested arrays).
+    fn value(
+        &mut self,
+        ty: &ChType,
+        elem_fast: &Fast,
+        col: usize,
+        t: &mut RowTarget<'_, '_>,
+    ) -> Result<bool, Stop> {
         let (inner, nullable) = unwrap(ty);
         if matches!(inner, ChType::Array(_) | ChType::Map(..) | ChType::Tuple(_)) {
-            return self.composite(inner, nullable, col, t);
+            return self.composite(inner, nullable, elem_fast, col, t);
         }
         let tok = self.scalar(t.text)?;
         match put_scalar(ty, tok, t.rules, t.buf) {
@@ -722,7 +754,7 @@ impl<'a> Scanner<'a> {
 
     /// An element of an Array, Tuple or Map value: null only if Nullable.
     fn element(&mut self, ty: &ChType, col: usize, t: &mut RowTarget<'_, '_>) -> Result<(), Stop> {
-        if self.value(ty, col, t)? {
+        if self.value(ty, &Fast::General, col, t)? {
             Ok(())
         } else {
             Err(Stop::Refused(
@@ -736,6 +768,7 @@ impl<'a> Scanner<'a> {
         &mut self,
         ty: &ChType,
         nullable: bool,
+        elem_fast: &Fast,
         col: usize,
         t: &mut RowTarget<'_, '_>,
     ) -> Result<bool, Stop> {
@@ -759,7 +792,11 @@ impl<'a> Scanner<'a> {
                 if !self.eat(b']') {
                     loop {
                         self.ws();
-                        self.element(elem, col, t)?;
+                        // An element takes its fast path as a column does
+                        // (same contract: nothing consumed when declined).
+                        if !self.fast_element(elem_fast, t)? {
+                            self.element(elem, col, t)?;
+                        }
                         n += 1;
                         self.ws();
                         if self.eat(b']') {
