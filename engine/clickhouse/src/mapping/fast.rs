@@ -103,8 +103,10 @@ pub(super) enum Fast {
 /// (`None` on overflow: the general path explains).
 #[inline]
 pub(super) fn ticks(t: &ParsedTime, offset: i32, precision: u8) -> Option<i64> {
-    let scale = 10i64.checked_pow(u32::from(precision))?;
-    let sub = i64::from(t.nanos / 10u32.checked_pow(9u32.checked_sub(u32::from(precision))?)?);
+    // Table look-ups rather than checked_pow's loop: this runs per row.
+    let p = usize::from(precision);
+    let scale = *POW10.get(p)?;
+    let sub = i64::from(t.nanos) / POW10.get(9usize.checked_sub(p)?)?;
     t.epoch_secs(offset).checked_mul(scale)?.checked_add(sub)
 }
 
@@ -594,5 +596,29 @@ mod tests {
         assert_eq!(plain_float(b"3.4028236e38", false), None);
         assert_eq!(plain_float(b"1e-1000", true), None);
         assert_eq!(plain_float(b"-2.5e-3", true), Some(-0.0025));
+    }
+
+    #[test]
+    fn ticks_scale_and_floor_every_precision() {
+        let t = ParsedTime {
+            wall_secs: 1_700_000_000,
+            nanos: 123_456_789,
+            offset_secs: None,
+        };
+        for p in 0..=9u8 {
+            let scale = 10i64.pow(u32::from(p));
+            let sub = i64::from(t.nanos) / 10i64.pow(9 - u32::from(p));
+            assert_eq!(
+                ticks(&t, 3600, p),
+                Some((1_700_000_000 - 3600) * scale + sub),
+                "{p}"
+            );
+        }
+        assert_eq!(ticks(&t, 0, 10), None);
+        let far = ParsedTime {
+            wall_secs: i64::MAX / 10,
+            ..t
+        };
+        assert_eq!(ticks(&far, 0, 9), None);
     }
 }
