@@ -549,25 +549,37 @@ pub(super) fn looks_numeric(s: &[u8]) -> bool {
 /// at most 255): a subset of what std's `Ipv4Addr` parser takes, read
 /// without UTF-8 checks; `None` leaves the text to std.
 pub(super) fn plain_ipv4(s: &[u8]) -> Option<Ipv4Addr> {
+    // One pass over the bytes (no split iterator: this runs once per row
+    // for an IPv4 column).
     let mut octets = [0u8; 4];
-    let mut parts = s.split(|&c| c == b'.');
-    for octet in &mut octets {
-        let part = parts.next()?;
-        if part.is_empty() || part.len() > 3 || (part.len() > 1 && part[0] == b'0') {
-            return None;
-        }
-        let mut v = 0u32;
-        for &c in part {
-            if !c.is_ascii_digit() {
+    let mut k = 0;
+    let mut v = 0u32;
+    let mut len = 0;
+    let mut lead_zero = false;
+    for &c in s {
+        if c == b'.' {
+            if len == 0 || k == 3 {
                 return None;
             }
-            v = v * 10 + u32::from(c - b'0');
+            octets[k] = u8::try_from(v).ok()?;
+            k += 1;
+            (v, len) = (0, 0);
+            continue;
         }
-        *octet = u8::try_from(v).ok()?;
+        let d = c.wrapping_sub(b'0');
+        if d > 9 || len == 3 || lead_zero && len == 1 {
+            return None;
+        }
+        if len == 0 {
+            lead_zero = d == 0;
+        }
+        v = v * 10 + u32::from(d);
+        len += 1;
     }
-    if parts.next().is_some() {
+    if len == 0 || k != 3 {
         return None;
     }
+    octets[3] = u8::try_from(v).ok()?;
     Some(Ipv4Addr::from(octets))
 }
 
@@ -668,13 +680,50 @@ mod tests {
             "1.2.3.-4",
             "1000.1.1.1",
             "",
+            "1.2.3.",
+            ".1.2.3",
+            "1.2.3.4.",
+            "00.1.2.3",
+            "0.0.0.00",
+            "10.0.0.01",
+            "255.255.255.256",
+            "192.168.1.1",
+            "1.2.3.4x",
         ] {
             let std = text.parse::<Ipv4Addr>().ok();
             if let Some(ip) = plain_ipv4(text.as_bytes()) {
                 assert_eq!(Some(ip), std, "{text}");
             }
         }
-        assert!(plain_ipv4(b"10.0.3.250").is_some());
+        for common in ["10.0.3.250", "0.0.0.0", "255.255.255.255", "192.168.1.10"] {
+            assert_eq!(
+                plain_ipv4(common.as_bytes()),
+                common.parse().ok(),
+                "{common}"
+            );
+        }
+        // Exhaustive over short texts of the relevant bytes: never accepts
+        // what std refuses, and reads the same address.
+        let alphabet = b"0129.";
+        for len in 7..=9 {
+            let mut idx = vec![0usize; len];
+            loop {
+                let text: Vec<u8> = idx.iter().map(|&i| alphabet[i]).collect();
+                let std = std::str::from_utf8(&text).unwrap().parse::<Ipv4Addr>().ok();
+                if let Some(ip) = plain_ipv4(&text) {
+                    assert_eq!(Some(ip), std, "{}", String::from_utf8_lossy(&text));
+                }
+                let mut p = 0;
+                while p < len && idx[p] + 1 == alphabet.len() {
+                    idx[p] = 0;
+                    p += 1;
+                }
+                if p == len {
+                    break;
+                }
+                idx[p] += 1;
+            }
+        }
     }
 
     /// The digit-by-digit reading `parse_uuid` replaced, as the oracle.

@@ -271,6 +271,9 @@ pub(super) fn plain_float(text: &[u8], wide: bool) -> Option<f64> {
     if text.len() > 40 {
         return None;
     }
+    if wide && let Some(f) = short_decimal_f64(text) {
+        return Some(f);
+    }
     if let Some(e) = text.iter().position(|&c| c == b'e' || c == b'E') {
         let digits = text[e + 1..].iter().filter(|c| c.is_ascii_digit()).count();
         if digits > 3 {
@@ -284,6 +287,49 @@ pub(super) fn plain_float(text: &[u8], wide: bool) -> Option<f64> {
         f64::from(s.parse::<f32>().ok()?)
     };
     f.is_finite().then_some(f)
+}
+
+/// Exact powers of ten as f64 (every `10^k` for k <= 22 is a double).
+const POW10_F64: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+];
+
+/// `-?digits[.digits]` with at most 15 digits in all, as the nearest f64
+/// (Clinger's fast path: the digits as an integer below 2^53 and `10^k`
+/// are both exact doubles, so one correctly rounded division gives the
+/// correctly rounded value, as std's parser returns). `None` for any other
+/// text (std decides).
+#[inline]
+fn short_decimal_f64(text: &[u8]) -> Option<f64> {
+    let (neg, body) = match text {
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, text),
+    };
+    let mut m: u64 = 0;
+    let mut n = 0usize;
+    let mut frac = None;
+    for (i, &c) in body.iter().enumerate() {
+        let d = c.wrapping_sub(b'0');
+        if d <= 9 {
+            if n == 15 {
+                return None;
+            }
+            m = m * 10 + u64::from(d);
+            n += 1;
+        } else if c == b'.' && frac.is_none() && i > 0 {
+            frac = Some(body.len() - i - 1);
+        } else {
+            return None;
+        }
+    }
+    let k = frac.unwrap_or(0);
+    if n == 0 || frac == Some(0) {
+        return None;
+    }
+    // m < 10^15 < 2^53: exact as f64; k <= 15 digits after the point.
+    let f = m as f64 / POW10_F64[k];
+    Some(if neg { -f } else { f })
 }
 
 /// The value of a plain JSON integer at the start of `s` (`-?(0|[1-9][0-9]*)`
@@ -596,6 +642,60 @@ mod tests {
         assert_eq!(plain_float(b"3.4028236e38", false), None);
         assert_eq!(plain_float(b"1e-1000", true), None);
         assert_eq!(plain_float(b"-2.5e-3", true), Some(-0.0025));
+    }
+
+    #[test]
+    fn short_decimals_round_as_std_does() {
+        let mut texts: Vec<String> = [
+            "0",
+            "-0",
+            "-0.0",
+            "0.1",
+            "0.2",
+            "0.3",
+            "1.5",
+            "-66.25",
+            "123456789012345",
+            "1234567890123456",
+            "0.000000000000001",
+            "0.0000000000000001",
+            "99999999999999.9",
+            "9007199254740993",
+            "1.",
+            ".5",
+            "1.2.3",
+            "-",
+            "",
+            "1e5",
+            "01.5",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        // A deterministic spread of short decimals (no RNG needed).
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let digits = (x % 1_000_000_000_000_000) as f64;
+            let point = (x >> 50) as usize % 16;
+            let mut t = format!("{digits}");
+            if point > 0 && point < t.len() {
+                t.insert(t.len() - point, '.');
+            }
+            texts.push(t);
+        }
+        for t in texts {
+            if let Some(f) = short_decimal_f64(t.as_bytes()) {
+                assert_eq!(f.to_bits(), t.parse::<f64>().unwrap().to_bits(), "{t}");
+            }
+        }
+        assert_eq!(short_decimal_f64(b"1234567890123456"), None);
+        assert_eq!(short_decimal_f64(b"1."), None);
+        assert_eq!(short_decimal_f64(b".5"), None);
+        assert_eq!(short_decimal_f64(b"1e5"), None);
+        assert!(short_decimal_f64(b"-0.0").unwrap().is_sign_negative());
     }
 
     #[test]
