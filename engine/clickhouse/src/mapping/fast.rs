@@ -104,9 +104,13 @@ pub(super) enum Fast {
 #[inline]
 pub(super) fn ticks(t: &ParsedTime, offset: i32, precision: u8) -> Option<i64> {
     // Table look-ups rather than checked_pow's loop: this runs per row.
+    // The divisor stays u32: a 32-bit division is several times cheaper
+    // than a 64-bit one on common x86 cores (same instruction count, so
+    // callgrind does not show it; wall clock did).
     let p = usize::from(precision);
     let scale = *POW10.get(p)?;
-    let sub = i64::from(t.nanos) / POW10.get(9usize.checked_sub(p)?)?;
+    let divisor = u32::try_from(*POW10.get(9usize.checked_sub(p)?)?).ok()?;
+    let sub = i64::from(t.nanos / divisor);
     t.epoch_secs(offset).checked_mul(scale)?.checked_add(sub)
 }
 
