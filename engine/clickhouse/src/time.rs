@@ -365,10 +365,11 @@ enum Cell {
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Layout {
     cells: Vec<Cell>,
-    /// The offset of the first digit of `%Y %m %d %H %M %S`, in that order
-    /// ([`ABSENT`] for a field the format lacks; a repeated field keeps its
-    /// last place, as the general parse keeps its last value).
-    at: [usize; 6],
+    /// The offset of the first digit of `%Y %m %d %H %M %S`, in that order,
+    /// in the parse buffer ([`PAD`]: the text, then the defaults of absent
+    /// fields, so every field is read the same way; a repeated field keeps
+    /// its last place, as the general parse keeps its last value).
+    at: [u8; 6],
     /// The cells as little-endian words of 8 bytes (the last zero-padded):
     /// literal bytes, ones over literal bytes, and high bits of digit
     /// bytes, so a match is checked a word at a time (SWAR).
@@ -389,7 +390,29 @@ fn digits_at(v: u64, high: u64) -> bool {
 }
 
 /// A field a [`Layout`] lacks.
-const ABSENT: usize = usize::MAX;
+const ABSENT: u8 = u8::MAX;
+
+/// The parse buffer's start: the text goes over bytes 0..32 (a layout has
+/// at most 32 cells), and bytes 32..40 hold the values of absent fields,
+/// `00` (time fields, at [`PAD_ZERO`]), `01` (month and day, at
+/// [`PAD_ONE`]) and `1970` (year, at [`PAD_YEAR`]). 64 bytes, so an offset
+/// masked with 63 needs no bounds check.
+const PAD: [u8; 64] = {
+    let mut b = [0u8; 64];
+    let tail = *b"00011970";
+    let mut k = 0;
+    while k < 8 {
+        b[32 + k] = tail[k];
+        k += 1;
+    }
+    b
+};
+/// Where `00` sits in [`PAD`].
+const PAD_ZERO: u8 = 32;
+/// Where `01` sits in [`PAD`].
+const PAD_ONE: u8 = 34;
+/// Where `1970` sits in [`PAD`].
+const PAD_YEAR: u8 = 36;
 
 /// Text as little-endian words of 8 bytes, the last zero-padded.
 #[inline]
@@ -426,7 +449,7 @@ impl Layout {
                 Item::Minute => 4,
                 _ => 5,
             };
-            at[k] = cells.len();
+            at[k] = u8::try_from(cells.len()).unwrap_or(ABSENT);
             cells.extend(std::iter::repeat_n(Cell::Digit, width));
         }
         let iso_excluded = cells.get(4) != Some(&Cell::Literal(b'-'))
@@ -435,6 +458,15 @@ impl Layout {
                 .any(|c| matches!(c, Cell::Literal(b) if !b.is_ascii_digit()));
         if !iso_excluded || cells.len() > 32 {
             return None;
+        }
+        for (k, place) in at.iter_mut().enumerate() {
+            if *place == ABSENT {
+                *place = match k {
+                    0 => PAD_YEAR,
+                    1 | 2 => PAD_ONE,
+                    _ => PAD_ZERO,
+                };
+            }
         }
         let words = cells
             .chunks(8)
@@ -462,24 +494,27 @@ impl Layout {
         if text.len() != self.cells.len() {
             return None;
         }
+        debug_assert!(self.words.len() <= 4, "at most 32 cells");
+        let mut b = PAD;
         for (w, &(lit, lit_mask, digit_high)) in self.words.iter().enumerate() {
             let v = word_at(text, 8 * w);
             if v & lit_mask != lit || !digits_at(v, digit_high) {
                 return None;
             }
+            // The words already hold the text: no second copy from it.
+            let at = 8 * (w & 3);
+            b[at..at + 8].copy_from_slice(&v.to_le_bytes());
         }
-        // Every offset below is inside `text` (its length is the layout's).
-        let two = |at: usize| i64::from(text[at] - b'0') * 10 + i64::from(text[at + 1] - b'0');
-        let field = |k: usize, absent: i64| match self.at[k] {
-            ABSENT => absent,
-            at => two(at),
+        // Every offset is below 40 and its digits are checked (or PAD's),
+        // so the masks only spare bounds checks.
+        let two = |at: u8| {
+            let at = usize::from(at);
+            i64::from(b[at & 63] - b'0') * 10 + i64::from(b[(at + 1) & 63] - b'0')
         };
-        let year = match self.at[0] {
-            ABSENT => 1970,
-            at => two(at) * 100 + two(at + 2),
-        };
-        let (month, day) = (field(1, 1), field(2, 1));
-        let time = (field(3, 0), field(4, 0), field(5, 0));
+        let [y, mo, d, h, mi, sec] = self.at;
+        let year = two(y) * 100 + two(y + 2);
+        let (month, day) = (two(mo), two(d));
+        let time = (two(h), two(mi), two(sec));
         Some(ParsedTime {
             wall_secs: assemble(year, month, day, time).ok()?,
             nanos: 0,
@@ -688,8 +723,19 @@ mod tests {
                     "2001/01/01 00:4x",
                     "2001/01/01 00:470",
                     "1999/12/31 23:59",
+                    "2000/02/29 12:00",
+                    "1900/02/29 12:00",
+                    "2024/02/29 00:00",
+                    "2023/02/29 00:00",
+                    "2001/04/31 00:00",
+                    "2001/04/30 00:00",
+                    "0000/03/01 00:00",
+                    "9999/12/31 23:59",
                 ],
             ),
+            // Absent fields read as their defaults (1970, 01, 00).
+            ("%m/%Y", &["02/2024", "13/2024", "00/2024"]),
+            ("%Y %H", &["2024 23", "2024 24"]),
             (
                 "%Y%m%d%H%M%S",
                 &[

@@ -548,58 +548,97 @@ pub(super) fn looks_numeric(s: &[u8]) -> bool {
 /// A dotted quad of plain octets (`0` or 1-3 digits without a leading zero,
 /// at most 255): a subset of what std's `Ipv4Addr` parser takes, read
 /// without UTF-8 checks; `None` leaves the text to std.
-fn plain_ipv4(s: &[u8]) -> Option<Ipv4Addr> {
+pub(super) fn plain_ipv4(s: &[u8]) -> Option<Ipv4Addr> {
+    // One pass over the bytes (no split iterator: this runs once per row
+    // for an IPv4 column).
     let mut octets = [0u8; 4];
-    let mut parts = s.split(|&c| c == b'.');
-    for octet in &mut octets {
-        let part = parts.next()?;
-        if part.is_empty() || part.len() > 3 || (part.len() > 1 && part[0] == b'0') {
-            return None;
-        }
-        let mut v = 0u32;
-        for &c in part {
-            if !c.is_ascii_digit() {
+    let mut k = 0;
+    let mut v = 0u32;
+    let mut len = 0;
+    let mut lead_zero = false;
+    for &c in s {
+        if c == b'.' {
+            if len == 0 || k == 3 {
                 return None;
             }
-            v = v * 10 + u32::from(c - b'0');
+            octets[k] = u8::try_from(v).ok()?;
+            k += 1;
+            (v, len) = (0, 0);
+            continue;
         }
-        *octet = u8::try_from(v).ok()?;
+        let d = c.wrapping_sub(b'0');
+        if d > 9 || len == 3 || lead_zero && len == 1 {
+            return None;
+        }
+        if len == 0 {
+            lead_zero = d == 0;
+        }
+        v = v * 10 + u32::from(d);
+        len += 1;
     }
-    if parts.next().is_some() {
+    if len == 0 || k != 3 {
         return None;
     }
+    octets[3] = u8::try_from(v).ok()?;
     Some(Ipv4Addr::from(octets))
+}
+
+/// Each byte's hex digit value, or 0xff for a byte that is not a hex digit
+/// (`0-9`, `a-f`, `A-F`).
+const HEX: [u8; 256] = {
+    let mut t = [0xffu8; 256];
+    let mut c = 0;
+    while c < 10 {
+        t[b'0' as usize + c] = c as u8;
+        c += 1;
+    }
+    let mut c = 0;
+    while c < 6 {
+        t[b'a' as usize + c] = 10 + c as u8;
+        t[b'A' as usize + c] = 10 + c as u8;
+        c += 1;
+    }
+    t
+};
+
+/// `acc` followed by the hex digits of `s`, and the OR of every digit's
+/// [`HEX`] entry (a high nibble set means a non-hex byte). No branch per
+/// byte: the caller checks the flags once.
+#[inline]
+fn hex_digits(mut acc: u64, s: &[u8], flags: &mut u8) -> u64 {
+    for &c in s {
+        let d = HEX[usize::from(c)];
+        *flags |= d;
+        acc = (acc << 4) | u64::from(d & 0x0f);
+    }
+    acc
 }
 
 /// Parses `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` or 32 bare hex digits into
 /// the UUID's 128-bit number.
 pub fn parse_uuid(s: &[u8]) -> Option<u128> {
-    let dashed = s.len() == 36;
-    if !dashed && s.len() != 32 {
-        return None;
-    }
-    // Two 64-bit halves (16 hex digits each): cheaper than shifting a u128
-    // per digit.
-    let mut halves = [0u64; 2];
-    let mut n = 0;
-    for (i, &c) in s.iter().enumerate() {
-        if dashed && matches!(i, 8 | 13 | 18 | 23) {
-            if c != b'-' {
+    // Two 64-bit halves (16 hex digits each), read by position with a
+    // table per byte and one validity test at the end: this runs once per
+    // row for a UUID column.
+    let mut flags = 0u8;
+    let (hi, lo) = match s.len() {
+        36 => {
+            if s[8] != b'-' || s[13] != b'-' || s[18] != b'-' || s[23] != b'-' {
                 return None;
             }
-            continue;
+            let hi = hex_digits(0, &s[..8], &mut flags);
+            let hi = hex_digits(hi, &s[9..13], &mut flags);
+            let hi = hex_digits(hi, &s[14..18], &mut flags);
+            let lo = hex_digits(0, &s[19..23], &mut flags);
+            (hi, hex_digits(lo, &s[24..], &mut flags))
         }
-        let d = match c {
-            b'0'..=b'9' => c - b'0',
-            b'a'..=b'f' => c - b'a' + 10,
-            b'A'..=b'F' => c - b'A' + 10,
-            _ => return None,
-        };
-        let half = &mut halves[n / 16];
-        *half = (*half << 4) | u64::from(d);
-        n += 1;
-    }
-    (n == 32).then(|| (u128::from(halves[0]) << 64) | u128::from(halves[1]))
+        32 => (
+            hex_digits(0, &s[..16], &mut flags),
+            hex_digits(0, &s[16..], &mut flags),
+        ),
+        _ => return None,
+    };
+    (flags & 0xf0 == 0).then(|| (u128::from(hi) << 64) | u128::from(lo))
 }
 
 fn enum_value<'n>(
@@ -641,12 +680,112 @@ mod tests {
             "1.2.3.-4",
             "1000.1.1.1",
             "",
+            "1.2.3.",
+            ".1.2.3",
+            "1.2.3.4.",
+            "00.1.2.3",
+            "0.0.0.00",
+            "10.0.0.01",
+            "255.255.255.256",
+            "192.168.1.1",
+            "1.2.3.4x",
         ] {
             let std = text.parse::<Ipv4Addr>().ok();
             if let Some(ip) = plain_ipv4(text.as_bytes()) {
                 assert_eq!(Some(ip), std, "{text}");
             }
         }
-        assert!(plain_ipv4(b"10.0.3.250").is_some());
+        for common in ["10.0.3.250", "0.0.0.0", "255.255.255.255", "192.168.1.10"] {
+            assert_eq!(
+                plain_ipv4(common.as_bytes()),
+                common.parse().ok(),
+                "{common}"
+            );
+        }
+        // Exhaustive over short texts of the relevant bytes: never accepts
+        // what std refuses, and reads the same address.
+        let alphabet = b"0129.";
+        for len in 7..=9 {
+            let mut idx = vec![0usize; len];
+            loop {
+                let text: Vec<u8> = idx.iter().map(|&i| alphabet[i]).collect();
+                let std = std::str::from_utf8(&text).unwrap().parse::<Ipv4Addr>().ok();
+                if let Some(ip) = plain_ipv4(&text) {
+                    assert_eq!(Some(ip), std, "{}", String::from_utf8_lossy(&text));
+                }
+                let mut p = 0;
+                while p < len && idx[p] + 1 == alphabet.len() {
+                    idx[p] = 0;
+                    p += 1;
+                }
+                if p == len {
+                    break;
+                }
+                idx[p] += 1;
+            }
+        }
+    }
+
+    /// The digit-by-digit reading `parse_uuid` replaced, as the oracle.
+    fn uuid_by_digits(s: &[u8]) -> Option<u128> {
+        let dashed = s.len() == 36;
+        if !dashed && s.len() != 32 {
+            return None;
+        }
+        let mut v = 0u128;
+        let mut n = 0;
+        for (i, &c) in s.iter().enumerate() {
+            if dashed && matches!(i, 8 | 13 | 18 | 23) {
+                if c != b'-' {
+                    return None;
+                }
+                continue;
+            }
+            v = (v << 4) | u128::from((c as char).to_digit(16)?);
+            n += 1;
+        }
+        (n == 32).then_some(v)
+    }
+
+    #[test]
+    fn uuid_parse_agrees_with_digit_by_digit_reading() {
+        let good = b"61f0c404-5cb3-11e7-907b-a6006ad3dba0";
+        assert_eq!(
+            parse_uuid(good),
+            Some(0x61f0c404_5cb3_11e7_907b_a6006ad3dba0)
+        );
+        assert_eq!(
+            parse_uuid(b"61F0C4045CB311E7907BA6006AD3DBA0"),
+            Some(0x61f0c404_5cb3_11e7_907b_a6006ad3dba0)
+        );
+        let mut cases: Vec<Vec<u8>> = vec![
+            b"".to_vec(),
+            b"61f0c404-5cb3-11e7-907b-a6006ad3dba".to_vec(),
+            b"61f0c404-5cb3-11e7-907b-a6006ad3dba00".to_vec(),
+            b"61f0c4045cb3-11e7-907b-a6006ad3dba00".to_vec(),
+            b"{1f0c404-5cb3-11e7-907b-a6006ad3dba0}".to_vec(),
+            b"ffffffff-ffff-ffff-ffff-ffffffffffff".to_vec(),
+            b"00000000000000000000000000000000".to_vec(),
+        ];
+        // Every position replaced by every interesting byte, dashed and bare.
+        for base in [&good[..], b"61f0c4045cb311e7907ba6006ad3dba0"] {
+            for at in 0..base.len() {
+                for c in [
+                    b'-', b'g', b'G', b'/', b':', b'@', b'`', b'F', b'0', b'9', 0x80, 0xff, 0,
+                ] {
+                    let mut v = base.to_vec();
+                    v[at] = c;
+                    cases.push(v);
+                }
+            }
+        }
+        for c in cases {
+            assert_eq!(
+                parse_uuid(&c),
+                uuid_by_digits(&c),
+                "{:?}",
+                String::from_utf8_lossy(&c)
+            );
+        }
     }
 }

@@ -34,8 +34,9 @@
 //! bytes permuted (one copy through a scratch buffer). The key the field
 //! order predicts is compared with one 8-byte load, and each column has a
 //! fast path for its usual token (plain integers, strings, fixed-shape time
-//! text) that declines to the general coercions for anything else
-//! (the `fast` module). `tests/no_alloc.rs` counts allocations per row (zero).
+//! text, plain floats and decimals, bools, UUIDs, fixed strings, dotted
+//! quads, null into a Nullable) that declines to the general coercions for
+//! anything else (the `fast` module). `tests/no_alloc.rs` counts allocations per row (zero).
 //! Measure with `cargo run --release -p spate-clickhouse --example throughput`.
 
 pub mod coerce;
@@ -312,6 +313,9 @@ pub struct JsonRowEncoder {
     defaults: Vec<Option<Vec<u8>>>,
     /// Each column's scanner fast path.
     fast: Vec<fast::Fast>,
+    /// Each Array column's element fast path (General for other columns;
+    /// the scanner takes only its String case, see `Scanner::fast_element`).
+    elem_fast: Vec<fast::Fast>,
     root: Node,
     rules: TimeRules,
     /// Where each column's bytes start and end in the row, relative to the
@@ -358,10 +362,22 @@ impl JsonRowEncoder {
             .iter()
             .map(|c| fast::Fast::for_type(&c.ty, &options.time))
             .collect();
+        let elem_fast = columns
+            .iter()
+            .map(|c| match c.ty.without_low_cardinality() {
+                ChType::Array(elem) => fast::Fast::for_type(elem, &options.time),
+                ChType::Nullable(inner) => match inner.without_low_cardinality() {
+                    ChType::Array(elem) => fast::Fast::for_type(elem, &options.time),
+                    _ => fast::Fast::General,
+                },
+                _ => fast::Fast::General,
+            })
+            .collect();
         Ok(Self {
             columns,
             defaults,
             fast,
+            elem_fast,
             root,
             rules: options.time,
             spans: vec![UNSET; n],
@@ -392,6 +408,7 @@ impl JsonRowEncoder {
                 root: &self.root,
                 columns: &self.columns,
                 fast: &self.fast,
+                elem_fast: &self.elem_fast,
                 rules: &self.rules,
                 base,
                 buf,

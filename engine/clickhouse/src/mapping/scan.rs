@@ -21,11 +21,11 @@
 
 use spate_core::pipeline::chain::RecordError;
 
-use super::coerce::{Put, TimeRules, Tok, looks_numeric, put_scalar};
-use super::fast::{Fast, plain_int, ticks};
+use super::coerce::{Put, TimeRules, Tok, looks_numeric, parse_uuid, plain_ipv4, put_scalar};
+use super::fast::{Fast, plain_decimal, plain_float, plain_int, ticks};
 use super::tuple::Arrivals;
 use super::{ColumnSpec, Node, UNSET};
-use crate::rowbinary::{put_leb128, put_string};
+use crate::rowbinary::{put_fixed_string, put_ipv4, put_leb128, put_string, put_uuid};
 use crate::time::parse_iso_fixed;
 use crate::types::ChType;
 
@@ -47,6 +47,9 @@ pub(super) struct RowTarget<'p, 'b> {
     pub columns: &'p [ColumnSpec],
     /// Each column's fast path (same order as `columns`).
     pub fast: &'p [Fast],
+    /// Each Array column's element fast path ([`Fast::General`] for other
+    /// columns; same order as `columns`).
+    pub elem_fast: &'p [Fast],
     pub rules: &'p TimeRules,
     pub base: usize,
     pub buf: &'b mut Vec<u8>,
@@ -477,7 +480,13 @@ impl<'a> Scanner<'a> {
     fn column(&mut self, col: usize, t: &mut RowTarget<'_, '_>) -> Result<(), Stop> {
         let start = t.buf.len();
         let columns = t.columns;
-        if self.fast_value(t.fast[col], t)? || self.value(&columns[col].ty, col, t)? {
+        // By reference: copying the enum costs more than the match.
+        let fasts = t.fast;
+        let fast = &fasts[col];
+        if self.fast_value(fast, t)?
+            || self.fast_null(fast, t)?
+            || self.value(&columns[col].ty, &t.elem_fast[col], col, t)?
+        {
             t.spans[col] = ((start - t.base) as u32, (t.buf.len() - t.base) as u32);
         } else {
             t.buf.truncate(start);
@@ -489,9 +498,15 @@ impl<'a> Scanner<'a> {
     /// The column's fast path: `Ok(true)` when it wrote the value, `Ok(false)`
     /// (nothing consumed, nothing written) when the general path must run.
     #[inline]
-    fn fast_value(&mut self, fast: Fast, t: &mut RowTarget<'_, '_>) -> Result<bool, Stop> {
-        match fast {
+    fn fast_value(&mut self, fast: &Fast, t: &mut RowTarget<'_, '_>) -> Result<bool, Stop> {
+        match *fast {
             Fast::General => Ok(false),
+            Fast::Float { .. }
+            | Fast::Decimal { .. }
+            | Fast::Bool { .. }
+            | Fast::Uuid { .. }
+            | Fast::FixedString { .. }
+            | Fast::Ipv4 { .. } => self.fast_other(fast, t),
             Fast::Int {
                 bytes,
                 min,
@@ -575,11 +590,159 @@ impl<'a> Scanner<'a> {
         }
     }
 
+    /// The fast paths of the other scalar types (Float, Decimal, Bool,
+    /// UUID, FixedString, IPv4); same contract as [`Self::fast_value`].
+    #[inline]
+    fn fast_other(&mut self, fast: &Fast, t: &mut RowTarget<'_, '_>) -> Result<bool, Stop> {
+        match *fast {
+            Fast::Float { wide, nullable } => {
+                if !matches!(self.peek(), Some(b'-' | b'0'..=b'9')) {
+                    return Ok(false);
+                }
+                let at = self.i;
+                let Some(f) = plain_float(self.number()?, wide) else {
+                    self.i = at;
+                    return Ok(false);
+                };
+                if nullable {
+                    t.buf.push(0);
+                }
+                if wide {
+                    t.buf.extend_from_slice(&f.to_le_bytes());
+                } else {
+                    t.buf.extend_from_slice(&(f as f32).to_le_bytes());
+                }
+                Ok(true)
+            }
+            Fast::Decimal {
+                precision,
+                scale,
+                bytes,
+                nullable,
+            } => {
+                let at = self.i;
+                let src = self.s;
+                let text = match self.peek() {
+                    Some(b'-' | b'0'..=b'9') => self.number()?,
+                    Some(b'"') => match self.string(t.text)? {
+                        Str::Input(s, e) => &src[s..e],
+                        Str::Scratch => {
+                            self.i = at;
+                            return Ok(false);
+                        }
+                    },
+                    _ => return Ok(false),
+                };
+                let Some(v) = plain_decimal(text, scale, precision) else {
+                    self.i = at;
+                    return Ok(false);
+                };
+                if nullable {
+                    t.buf.push(0);
+                }
+                t.buf
+                    .extend_from_slice(&v.to_le_bytes()[..usize::from(bytes)]);
+                Ok(true)
+            }
+            Fast::Bool { nullable } => {
+                let b = match self.peek() {
+                    Some(b't') => {
+                        self.literal(b"true")?;
+                        1
+                    }
+                    Some(b'f') => {
+                        self.literal(b"false")?;
+                        0
+                    }
+                    _ => return Ok(false),
+                };
+                if nullable {
+                    t.buf.push(0);
+                }
+                t.buf.push(b);
+                Ok(true)
+            }
+            Fast::Uuid { nullable }
+            | Fast::FixedString { nullable, .. }
+            | Fast::Ipv4 { nullable } => {
+                if self.peek() != Some(b'"') {
+                    return Ok(false);
+                }
+                let at = self.i;
+                let src = self.s;
+                let text = match self.string(t.text)? {
+                    Str::Input(s, e) => &src[s..e],
+                    Str::Scratch => t.text.as_slice(),
+                };
+                let start = t.buf.len();
+                if nullable {
+                    t.buf.push(0);
+                }
+                let written = match *fast {
+                    Fast::Uuid { .. } => parse_uuid(text).map(|u| put_uuid(t.buf, u)),
+                    Fast::FixedString { n, .. } => {
+                        (text.len() <= n).then(|| put_fixed_string(t.buf, text, n))
+                    }
+                    _ => plain_ipv4(text).map(|ip| put_ipv4(t.buf, ip)),
+                };
+                if written.is_none() {
+                    t.buf.truncate(start);
+                    self.i = at;
+                    return Ok(false);
+                }
+                Ok(true)
+            }
+            Fast::General | Fast::Int { .. } | Fast::Str { .. } | Fast::Time { .. } => Ok(false),
+        }
+    }
+
+    /// An Array element's fast path: only strings (the usual element
+    /// type), so the object loop's inlined copy of [`Self::fast_value`]
+    /// stays the only one; same contract.
+    #[inline]
+    fn fast_element(&mut self, fast: &Fast, t: &mut RowTarget<'_, '_>) -> Result<bool, Stop> {
+        let Fast::Str { nullable } = *fast else {
+            return Ok(false);
+        };
+        if self.peek() != Some(b'"') {
+            return Ok(false);
+        }
+        if nullable {
+            t.buf.push(0);
+        }
+        match self.string(t.text)? {
+            Str::Input(s, e) => put_string(t.buf, &self.s[s..e]),
+            Str::Scratch => put_string(t.buf, t.text),
+        }
+        Ok(true)
+    }
+
+    /// `null` into a Nullable column with a fast path: its marker alone, as
+    /// put_scalar writes it. `Ok(false)` (nothing consumed) otherwise: into
+    /// other columns the general path applies the missing-value rule.
+    #[inline]
+    fn fast_null(&mut self, fast: &Fast, t: &mut RowTarget<'_, '_>) -> Result<bool, Stop> {
+        if self.peek() != Some(b'n') || fast.nullable() != Some(true) {
+            return Ok(false);
+        }
+        self.literal(b"null")?;
+        t.buf.push(1);
+        Ok(true)
+    }
+
     /// One value of `ty`; `Ok(false)` for null into a non-Nullable type.
-    fn value(&mut self, ty: &ChType, col: usize, t: &mut RowTarget<'_, '_>) -> Result<bool, Stop> {
+    /// `elem_fast` is the element fast path when `ty` is an Array
+    /// ([`Fast::General`] otherwise, and for nested arrays).
+    fn value(
+        &mut self,
+        ty: &ChType,
+        elem_fast: &Fast,
+        col: usize,
+        t: &mut RowTarget<'_, '_>,
+    ) -> Result<bool, Stop> {
         let (inner, nullable) = unwrap(ty);
         if matches!(inner, ChType::Array(_) | ChType::Map(..) | ChType::Tuple(_)) {
-            return self.composite(inner, nullable, col, t);
+            return self.composite(inner, nullable, elem_fast, col, t);
         }
         let tok = self.scalar(t.text)?;
         match put_scalar(ty, tok, t.rules, t.buf) {
@@ -591,7 +754,7 @@ impl<'a> Scanner<'a> {
 
     /// An element of an Array, Tuple or Map value: null only if Nullable.
     fn element(&mut self, ty: &ChType, col: usize, t: &mut RowTarget<'_, '_>) -> Result<(), Stop> {
-        if self.value(ty, col, t)? {
+        if self.value(ty, &Fast::General, col, t)? {
             Ok(())
         } else {
             Err(Stop::Refused(
@@ -605,6 +768,7 @@ impl<'a> Scanner<'a> {
         &mut self,
         ty: &ChType,
         nullable: bool,
+        elem_fast: &Fast,
         col: usize,
         t: &mut RowTarget<'_, '_>,
     ) -> Result<bool, Stop> {
@@ -628,7 +792,11 @@ impl<'a> Scanner<'a> {
                 if !self.eat(b']') {
                     loop {
                         self.ws();
-                        self.element(elem, col, t)?;
+                        // An element takes its fast path as a column does
+                        // (same contract: nothing consumed when declined).
+                        if !self.fast_element(elem_fast, t)? {
+                            self.element(elem, col, t)?;
+                        }
                         n += 1;
                         self.ws();
                         if self.eat(b']') {

@@ -373,6 +373,87 @@ fn nulls_and_missing_fields() {
 }
 
 #[test]
+fn string_arrays_take_escapes_nulls_and_other_scalars() {
+    assert_eq!(
+        ok("Array(String)", r#"["a", "b\"c", "\u00e9", 7, true]"#),
+        Value::Array(vec![s("a"), s("b\"c"), s("\u{e9}"), s("7"), s("true")])
+    );
+    assert_eq!(
+        ok("Array(Nullable(String))", r#"["x", null]"#),
+        Value::Array(vec![s("x"), Value::Null])
+    );
+    assert_eq!(
+        ok("Array(LowCardinality(String))", r#"["x"]"#),
+        Value::Array(vec![s("x")])
+    );
+    assert_eq!(
+        ok("Array(Array(String))", r#"[["x"], []]"#),
+        Value::Array(vec![Value::Array(vec![s("x")]), Value::Array(vec![])])
+    );
+    let e = err("Array(String)", r#"["x", null]"#);
+    assert!(e.reason.contains("not Nullable"), "{e}");
+}
+
+#[test]
+fn scalar_fast_paths_keep_the_general_rules() {
+    // Each of these goes through a fast path or declines to put_scalar;
+    // either way the value and the refusals are the general ones.
+    assert_eq!(ok("Nullable(Float64)", "null"), Value::Null);
+    assert_eq!(ok("Float64", "-0.5e-2"), Value::Float64(-0.005));
+    assert_eq!(ok("Float64", "\"2.5\""), Value::Float64(2.5));
+    assert!(err("Float32", "1e39").reason.contains("out of range"));
+    assert!(err("Float64", "1e400").reason.contains("out of range"));
+    assert_eq!(ok("Nullable(Bool)", "true"), Value::Bool(true));
+    assert_eq!(ok("Bool", "\"false\""), Value::Bool(false));
+    assert!(err("Bool", "2").reason.contains("not a bool"));
+    assert_eq!(
+        ok("UUID", r#""61f0c404-5cb3-11e7-907b-a6006ad3dba0""#),
+        Value::Uuid(0x61f0_c404_5cb3_11e7_907b_a600_6ad3_dba0)
+    );
+    assert_eq!(
+        ok("UUID", r#""61f0c404-5cb3-11e7-907b-a6006ad3dba\u0030""#),
+        Value::Uuid(0x61f0_c404_5cb3_11e7_907b_a600_6ad3_dba0)
+    );
+    assert!(
+        err("UUID", r#""61f0c404-5cb3-11e7-907b-a6006ad3dbaz""#)
+            .reason
+            .contains("not a UUID")
+    );
+    assert!(
+        err("FixedString(2)", r#""abc""#)
+            .reason
+            .contains("do not fit")
+    );
+    assert_eq!(
+        ok("IPv4", "\"10.0.3.250\""),
+        Value::Ipv4(Ipv4Addr::new(10, 0, 3, 250))
+    );
+    assert_eq!(
+        ok("IPv4", "167772161"),
+        Value::Ipv4(Ipv4Addr::new(10, 0, 0, 1))
+    );
+    assert!(
+        err("Nullable(IPv4)", r#""1.2.3.256""#)
+            .reason
+            .contains("not an IPv4")
+    );
+    assert!(err("Decimal(9, 2)", "1.234").reason.contains("truncated"));
+    assert!(
+        err("Decimal(9, 2)", "10000000")
+            .reason
+            .contains("digits before the point")
+    );
+    assert_eq!(
+        ok("Decimal(9, 2)", "\"-0012.5\""),
+        Value::Decimal(Wide::from_i128(-1250))
+    );
+    assert_eq!(
+        ok("Decimal(9, 2)", "1.2e1"),
+        Value::Decimal(Wide::from_i128(1200))
+    );
+}
+
+#[test]
 fn arrays_maps_tuples() {
     assert_eq!(
         ok("Array(Nullable(Float64))", "[1.5, null, 2]"),
@@ -661,6 +742,15 @@ mod differential {
         ("e", "Nullable(Decimal(9, 2))"),
         ("f", "Tuple(UInt8, String)"),
         ("g", "Nullable(DateTime('UTC'))"),
+        ("h", "Nullable(Float64)"),
+        ("i", "Nullable(Bool)"),
+        ("j", "Nullable(UUID)"),
+        ("k", "LowCardinality(Nullable(FixedString(3)))"),
+        ("l", "Nullable(IPv4)"),
+        ("m", "Nullable(Decimal(18, 4))"),
+        ("n", "Nullable(Float32)"),
+        ("o", "Array(Nullable(String))"),
+        ("p", "Array(Array(LowCardinality(String)))"),
     ];
 
     fn value_for(col: &'static str) -> BoxedStrategy<String> {
@@ -700,6 +790,66 @@ mod differential {
             "f" => (any::<u8>(), any::<String>())
                 .prop_map(move |(n, s)| format!("[{n}, {}]", serde_json::to_string(&s).unwrap()))
                 .boxed(),
+            "h" | "n" => prop_oneof![
+                Just("null".to_string()),
+                any::<f64>().prop_map(|v| serde_json::to_string(&v).unwrap()),
+                any::<f32>().prop_map(|v| serde_json::to_string(&v).unwrap()),
+                "-?[0-9]{1,3}(\\.[0-9]{1,4})?([eE][+-]?[0-9]{1,4})?",
+                "-?[0-9]{30,45}",
+                Just("3.4028236e38".to_string()),
+                Just("1e-999".to_string()),
+                "\"(-?[0-9]\\.5|NaN|-inf|x)\""
+            ]
+            .boxed(),
+            "o" | "p" => proptest::collection::vec(
+                prop_oneof![
+                    Just("null".to_string()),
+                    any::<String>().prop_map(quoted),
+                    "[a-z\\\\\"]{0,3}".prop_map(quoted),
+                    any::<i16>().prop_map(|v| v.to_string())
+                ],
+                0..4,
+            )
+            .prop_map(|v| format!("[{}]", v.join(", ")))
+            .boxed(),
+            "i" => prop_oneof![
+                Just("null".to_string()),
+                Just("true".to_string()),
+                Just("false".to_string()),
+                Just("1".to_string()),
+                Just("\"true\"".to_string())
+            ]
+            .boxed(),
+            "j" => prop_oneof![
+                Just("null".to_string()),
+                "\"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\"",
+                "\"[0-9a-fA-Fg-]{31,37}\"",
+                "\"[0-9a-f]{32}\"",
+                "\"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-\\u0030[0-9a-f]{11}\""
+            ]
+            .boxed(),
+            "k" => prop_oneof![
+                Just("null".to_string()),
+                "[a-z\u{e9}\\\\\"]{0,4}".prop_map(quoted),
+                "[0-9]{1,4}"
+            ]
+            .boxed(),
+            "l" => prop_oneof![
+                Just("null".to_string()),
+                "\"[0-9]{1,3}\\.[0-9]{1,3}\\.[0-9]{1,3}\\.[0-9]{1,4}\"",
+                "\"0[0-9]\\.1\\.2\\.3\"",
+                any::<u32>().prop_map(|v| v.to_string())
+            ]
+            .boxed(),
+            "m" => prop_oneof![
+                Just("null".to_string()),
+                "-?[1-9][0-9]{0,16}(\\.[0-9]{1,6})?",
+                "-?0(\\.[0-9]{1,6})?",
+                "\"[-+]?0*[0-9]{1,15}(\\.[0-9]{0,5})?\"",
+                "-?[0-9](\\.[0-9]{1,3})?[eE][+-]?[0-9]",
+                "[1-9][0-9]{17,20}"
+            ]
+            .boxed(),
             _ => prop_oneof![
                 Just("null".to_string()),
                 (0u32..2_000_000_000).prop_map(|v| v.to_string()),
