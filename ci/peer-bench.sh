@@ -53,6 +53,8 @@
 #   PEER_BENCH_KAFKA_CONSUMERS=2  kafka_num_consumers of the Kafka engine
 #   PEER_BENCH_KAFKA_BLOCK=1048576 kafka_max_block_size of the Kafka engine
 #   PEER_BENCH_PY_BATCH=100000    rows per Python insert
+#   PEER_BENCH_SYSTEMS="spate kafka python"  which systems run (any subset)
+#   PEER_BENCH_SPATE_THREADS=2    spate's pipeline.threads
 #
 # Output: a Markdown table on stdout and in $CARGO_TARGET_DIR/peer-bench.md;
 # logs of every process under $CARGO_TARGET_DIR/peer-bench/.
@@ -72,6 +74,9 @@ STALL="${PEER_BENCH_STALL:-60}"
 KAFKA_CONSUMERS="${PEER_BENCH_KAFKA_CONSUMERS:-2}"
 KAFKA_BLOCK="${PEER_BENCH_KAFKA_BLOCK:-1048576}"
 PY_BATCH="${PEER_BENCH_PY_BATCH:-100000}"
+SYSTEMS="${PEER_BENCH_SYSTEMS:-spate kafka python}"
+SPATE_THREADS="${PEER_BENCH_SPATE_THREADS:-2}"
+runs() { [[ " $SYSTEMS " == *" $1 "* ]]; }
 CONFLUENT_KAFKA="confluent-kafka==2.16.1"
 
 WORK="$CARGO_TARGET_DIR/peer-bench"
@@ -120,6 +125,14 @@ cpu_of() {
   rest="$(sed 's/^.*) //' "/proc/$1/stat")"
   # After "pid (comm) ": state is field 1, utime 12, stime 13.
   awk -v t="$TICKS" '{ printf "%.3f", ($12 + $13) / t }' <<<"$rest"
+}
+# CPU seconds of PID's threads so far, summed by thread name with trailing
+# digits and dashes dropped (spate-pipe-0 and -1 -> spate-pipe).
+thread_cpu_of() {
+  local f
+  for f in /proc/"$1"/task/*/stat; do sed 's/^[0-9]* (\(.*\)) /\1 /' "$f"; done 2>/dev/null |
+    awk -v t="$TICKS" '{ n = $1; sub(/[-0-9]+$/, "", n); c[n] += ($13 + $14) / t }
+      END { for (n in c) if (c[n] >= 0.005) printf "%s %.2f\n", n, c[n] }' | sort -k2 -rn | paste -sd, | sed 's/,/, /g'
 }
 # Peak resident set size of PID in MiB (VmHWM).
 hwm_of() { awk '/^VmHWM:/ { printf "%.0f", $2 / 1024 }' "/proc/$1/status"; }
@@ -280,10 +293,11 @@ server_cpu() { cpu_of "$CH_PID"; }
 reset_server_hwm() { echo 5 >"/proc/$CH_PID/clear_refs" 2>/dev/null || log "cannot reset the server's VmHWM; its peak RSS includes earlier runs"; }
 
 # 5.1 spate -----------------------------------------------------------------------
+if runs spate; then
 check_retention spate
 fresh_table peer_spate
 cat >"$WORK/spate.yaml" <<EOF
-pipeline: { name: "peer-bench-$RUN_ID", threads: 2, io_threads: 2 }
+pipeline: { name: "peer-bench-$RUN_ID", threads: $SPATE_THREADS, io_threads: 2 }
 checkpoint: { interval: 200ms }
 source:
   kafka:
@@ -315,14 +329,17 @@ spate_first() {
 }
 measure spate peer_spate "$CONSUMER_PID" spate_first
 c_cpu="$(cpu_of "$CONSUMER_PID")"; c_rss="$(hwm_of "$CONSUMER_PID")"
+c_threads="$(thread_cpu_of "$CONSUMER_PID")"
 s_cpu="$(calc "$(server_cpu) - $s_cpu0")"; s_rss="$(hwm_of "$CH_PID")"
 kill -TERM "$CONSUMER_PID"
 spate_rc=0; wait "$CONSUMER_PID" || spate_rc=$?
 CONSUMER_PID=""
-note="threads 2, io_threads 2, batch max_rows 1M / 64 MiB / linger 200ms, max_inflight 2; exit $spate_rc after SIGTERM"
+note="threads $SPATE_THREADS, io_threads 2, batch max_rows 1M / 64 MiB / linger 200ms, max_inflight 2; CPU s by thread (whole run): $c_threads; exit $spate_rc after SIGTERM"
 report spate peer_spate "$c_cpu" "$c_rss" "$s_cpu" "$s_rss" "$note"
+fi
 
 # 5.2 ClickHouse Kafka engine ----------------------------------------------------
+if runs kafka; then
 check_retention "the Kafka engine"
 fresh_table peer_kafka
 ch "DROP TABLE IF EXISTS peer_kafka_mv" >/dev/null
@@ -388,8 +405,10 @@ note="kafka_num_consumers $KAFKA_CONSUMERS, kafka_max_block_size $KAFKA_BLOCK, s
 note="$note; librdkafka log: ${rebalances:-0} rebalance starts over its $KAFKA_CONSUMERS consumer(s) (the first join counts one each)"
 [[ -n "$KAFKA_REASON" ]] && note="$note; server log: $(tr '\n|' '  ' <<<"$KAFKA_REASON")"
 report "ClickHouse Kafka engine + MV" peer_kafka "-" "(in server)" "$s_cpu" "$s_rss" "$note"
+fi
 
 # 5.3 Python consumer loop -------------------------------------------------------
+if runs python; then
 check_retention "the Python loop"
 fresh_table peer_python
 log "Python loop: running"
@@ -407,6 +426,7 @@ py_rc=0; wait "$CONSUMER_PID" || py_rc=$?
 CONSUMER_PID=""
 note="confluent-kafka $("$PY" -c 'import importlib.metadata as m, confluent_kafka as c; print(m.version("confluent-kafka"), "(librdkafka", c.libversion()[0] + ")")'), $PY_BATCH-row JSONEachRow HTTP inserts, sync commit after each; exit $py_rc"
 report "Python loop (confluent-kafka)" peer_python "$c_cpu" "$c_rss" "$s_cpu" "$s_rss" "$note"
+fi
 
 # Retention must still be intact: otherwise a short count could be the broker's.
 check_retention "the end"
