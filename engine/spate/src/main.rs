@@ -7,6 +7,12 @@
 
 mod demo;
 
+/// The binary's allocator (feature `jemalloc`, on by default): also serves
+/// librdkafka's malloc/free, see `Cargo.toml`.
+#[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
