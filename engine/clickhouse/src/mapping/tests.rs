@@ -978,3 +978,67 @@ fn named_tuples_from_objects_by_field_name() {
     let e = row(&mut enc, r#"{"c": {"a": 1,}}"#).unwrap_err();
     assert_eq!(e.kind, RecordErrorKind::Decode, "{e}");
 }
+
+/// Strings around the scanner's one-word short path (the closing quote
+/// within 8 bytes) and the 16-byte copy of `put_string`, at the start, the
+/// middle and the very end of the message, agree with the serde reader.
+#[test]
+fn strings_of_every_short_length_read_exactly() {
+    let mut enc = encoder(
+        &[("a", "String"), ("b", "Nullable(String)"), ("k", "UInt8")],
+        MappingOptions::default(),
+    );
+    let mut bodies: Vec<String> = Vec::new();
+    for len in [0, 1, 3, 6, 7, 8, 9, 15, 16, 17, 31, 127, 128, 129, 300] {
+        bodies.push("x".repeat(len));
+        // non-ASCII: a 2-byte character across the 8-byte word edge
+        if len >= 2 {
+            bodies.push(format!("{}é", "y".repeat(len - 2)));
+        }
+        // an escape at the first, the last and a word-edge place
+        for at in [0, len.saturating_sub(1), 7, 8] {
+            if at <= len && len > 0 {
+                let mut t = "z".repeat(len);
+                t.insert_str(at.min(len), "\\\"");
+                bodies.push(t);
+            }
+        }
+    }
+    bodies.push("\\u00e9\\n".into());
+    bodies.push("ab\\\\".into());
+    for body in &bodies {
+        let want: String = serde_json::from_str(&format!("\"{body}\"")).unwrap();
+        for json in [
+            format!(r#"{{"a":"{body}","b":"{body}","k":1}}"#),
+            format!(r#"{{"k":1,"b":"{body}","a":"{body}"}}"#),
+            format!(r#"{{"k":1,"a":"","b":"{body}"}}"#),
+            format!(r#"{{"a":"{body}","k":1,"b":"{body}"  }}"#),
+        ] {
+            let mut fast = Vec::new();
+            let mut reference = Vec::new();
+            enc.encode_json(json.as_bytes(), &mut fast)
+                .unwrap_or_else(|e| panic!("{json}: {e}"));
+            enc.encode_json_serde(json.as_bytes(), &mut reference)
+                .unwrap();
+            assert_eq!(fast, reference, "{json}");
+            let vals = row(&mut enc, &json).unwrap();
+            assert_eq!(vals[1], s(&want), "{json}");
+        }
+    }
+    // Errors inside and at the end of short strings stay decode errors.
+    for bad in [
+        "{\"a\":\"ab",
+        "{\"a\":\"",
+        "{\"a\":\"abc\u{1}\"}",
+        "{\"a\":\"\u{1f}\"}",
+        "{\"a\":\"ab\\q\"}",
+        "{\"a\":\"\\ud800\"}",
+        "{\"a\":\"abcdefghijk",
+        "{\"a\":\"abc\\\"}",
+    ] {
+        let e = enc
+            .encode_json(bad.as_bytes(), &mut Vec::new())
+            .unwrap_err();
+        assert_eq!(e.kind, RecordErrorKind::Decode, "{bad:?}: {e}");
+    }
+}
