@@ -25,7 +25,9 @@ use super::coerce::{Put, TimeRules, Tok, looks_numeric, parse_uuid, plain_ipv4, 
 use super::fast::{Fast, plain_decimal, plain_float, plain_int, ticks};
 use super::tuple::Arrivals;
 use super::{ColumnSpec, Node, UNSET};
-use crate::rowbinary::{put_fixed_string, put_ipv4, put_leb128, put_string, put_uuid};
+use crate::rowbinary::{
+    put_fixed_string, put_input_string, put_ipv4, put_leb128, put_string, put_uuid,
+};
 use crate::time::parse_iso_fixed;
 use crate::types::ChType;
 
@@ -560,7 +562,7 @@ impl<'a> Scanner<'a> {
                     t.buf.push(0);
                 }
                 match self.string(t.text)? {
-                    Str::Input(s, e) => put_string(t.buf, &self.s[s..e]),
+                    Str::Input(s, e) => put_input_string(t.buf, self.s, s, e),
                     Str::Scratch => put_string(t.buf, t.text),
                 }
                 Ok(true)
@@ -736,7 +738,7 @@ impl<'a> Scanner<'a> {
             t.buf.push(0);
         }
         match self.string(t.text)? {
-            Str::Input(s, e) => put_string(t.buf, &self.s[s..e]),
+            Str::Input(s, e) => put_input_string(t.buf, self.s, s, e),
             Str::Scratch => put_string(t.buf, t.text),
         }
         Ok(true)

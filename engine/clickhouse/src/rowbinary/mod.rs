@@ -67,6 +67,37 @@ pub fn put_string(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(bytes);
 }
 
+/// Appends the String `input[start..end]`, copying a short one (at most 16
+/// bytes, in an input of at least 16) as one fixed 16-byte move of the
+/// window around it rather than a `memcpy` call of its length: its
+/// single-byte length, the 16 bytes, then the row cut back to the string's
+/// end. The caller checks `start <= end <= input.len()`.
+#[inline]
+pub fn put_input_string(out: &mut Vec<u8>, input: &[u8], start: usize, end: usize) {
+    debug_assert!(start <= end, "string span start");
+    debug_assert!(end <= input.len(), "string span end");
+    let n = end - start;
+    // The window: 16 bytes from the start, or the input's last 16 when
+    // fewer follow (the string then sits `shift` bytes into it).
+    let from = start.min(input.len().wrapping_sub(16));
+    if n <= 16
+        && let Some(window) = input.get(from..from + 16)
+    {
+        let shift = start - from;
+        debug_assert!(shift + n <= 16, "the string lies in the window");
+        // An empty string at the input's end has `shift` 16: the wrapped
+        // shift leaves bytes that the truncate drops.
+        let w = u128::from_le_bytes(window.try_into().expect("16 bytes"))
+            .wrapping_shr(8 * shift as u32);
+        let at = out.len();
+        out.push(n as u8);
+        out.extend_from_slice(&w.to_le_bytes());
+        out.truncate(at + 1 + n);
+        return;
+    }
+    put_string(out, &input[start..end]);
+}
+
 /// Appends a FixedString(n): `bytes` zero-padded to `n`. The caller checks
 /// `bytes.len() <= n`.
 #[inline]

@@ -422,3 +422,21 @@ proptest! {
         prop_assert!(input.is_empty());
     }
 }
+
+#[test]
+fn input_strings_write_as_put_string_at_every_place_and_length() {
+    // Inputs shorter and longer than the 16-byte window, strings of every
+    // length up to past it and past a one-byte LEB128, at every start.
+    for input_len in [0usize, 1, 5, 15, 16, 17, 24, 40, 140, 300] {
+        let input: Vec<u8> = (0..input_len).map(|k| (k * 7 + 1) as u8).collect();
+        for start in 0..=input_len {
+            for end in start..=input_len {
+                let mut want = vec![0xee];
+                put_string(&mut want, &input[start..end]);
+                let mut got = vec![0xee];
+                put_input_string(&mut got, &input, start, end);
+                assert_eq!(got, want, "{input_len} {start}..{end}");
+            }
+        }
+    }
+}
