@@ -374,6 +374,142 @@ struct Layout {
     /// literal bytes, ones over literal bytes, and high bits of digit
     /// bytes, so a match is checked a word at a time (SWAR).
     words: Vec<(u64, u64, u64)>,
+    /// The one-register reading of a layout of at most 16 cells.
+    short: Option<Short>,
+}
+
+/// A [`Layout`] of at most 16 cells as 128-bit masks: the text's match is
+/// checked, and every field's value computed, in one register (SWAR),
+/// without the parse buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Short {
+    /// Literal bytes.
+    lit: u128,
+    /// Ones over literal bytes.
+    lit_mask: u128,
+    /// The high bit of each digit byte.
+    digit_high: u128,
+    /// Ones over digit bytes.
+    digit_mask: u128,
+    /// Where each of `%Y %m %d %H %M %S` starts in [`Short::pairs`]'s
+    /// bytes, or in the defaults after them (see [`SHORT_DEFAULTS`]).
+    at: [u8; 6],
+}
+
+/// Two-digit values of absent fields, after a short layout's 16 pair
+/// bytes: `00` at 16, `01` at 17, and `19`, `70` at 18 and 20 (a year is
+/// two pairs two bytes apart).
+const SHORT_DEFAULTS: [u8; 16] = [0, 1, 19, 0, 70, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+
+/// Days in each month of a common year (index 1..=12).
+const DAYS_IN_MONTH: [u8; 16] = [0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31, 0, 0, 0];
+
+impl Short {
+    fn of(cells: &[Cell], at: &[u8; 6]) -> Option<Short> {
+        if cells.len() > 16 {
+            return None;
+        }
+        let (mut lit, mut lit_mask, mut digit_high, mut digit_mask) = (0u128, 0u128, 0u128, 0u128);
+        for (k, cell) in cells.iter().enumerate() {
+            match cell {
+                Cell::Literal(b) => {
+                    lit |= u128::from(*b) << (8 * k);
+                    lit_mask |= 0xff << (8 * k);
+                }
+                Cell::Digit => {
+                    digit_high |= 0x80 << (8 * k);
+                    digit_mask |= 0xff << (8 * k);
+                }
+            }
+        }
+        // The long layout's absent places (PAD's) map to the defaults'.
+        let mut short_at = [0u8; 6];
+        for (k, (&place, short)) in at.iter().zip(&mut short_at).enumerate() {
+            *short = match place {
+                p if p < PAD_ZERO => p,
+                _ if k == 0 => 18,
+                _ if k <= 2 => 17,
+                _ => 16,
+            };
+        }
+        Some(Short {
+            lit,
+            lit_mask,
+            digit_high,
+            digit_mask,
+            at: short_at,
+        })
+    }
+
+    /// [`Layout::parse`] for a text of the layout's length.
+    #[inline]
+    fn parse(&self, text: &[u8]) -> Option<ParsedTime> {
+        const ZEROS: u128 = 0x3030_3030_3030_3030_3030_3030_3030_3030;
+        const LOW7: u128 = 0x7f7f_7f7f_7f7f_7f7f_7f7f_7f7f_7f7f_7f7f;
+        const NINE_UP: u128 = 0x7676_7676_7676_7676_7676_7676_7676_7676;
+        let v = u128::from(word_at(text, 0)) | u128::from(word_or_zero(text, 8)) << 64;
+        let x = v ^ ZEROS;
+        // As digits_at: a digit byte's high bit stays clear after adding.
+        if v & self.lit_mask != self.lit
+            || ((x & LOW7).wrapping_add(NINE_UP) | x) & self.digit_high != 0
+        {
+            return None;
+        }
+        // Digit bytes as 0..=9, others 0; then byte k holds
+        // 10 * d[k] + d[k + 1] (at most 99: no carry between bytes).
+        let d = x & self.digit_mask;
+        let pairs = d.wrapping_mul(10).wrapping_add(d >> 8);
+        let mut b = [0u8; 32];
+        b[..16].copy_from_slice(&pairs.to_le_bytes());
+        b[16..].copy_from_slice(&SHORT_DEFAULTS);
+        // Every place is below 21 (the masks only spare bounds checks).
+        let two = |at: u8| u32::from(b[usize::from(at) & 31]);
+        let [y, mo, d, h, mi, sec] = self.at;
+        let year = two(y) * 100 + two(y.wrapping_add(2));
+        let (month, day) = (two(mo), two(d));
+        let (hour, minute, second) = (two(h), two(mi), two(sec));
+        // As assemble, for years 0..=9999.
+        let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+        let days_in =
+            u32::from(DAYS_IN_MONTH[(month & 15) as usize]) + u32::from(month == 2 && leap);
+        if month == 0 || month > 12 || day == 0 || day > days_in {
+            return None;
+        }
+        if hour > 23 || minute > 59 || second > 60 {
+            return None;
+        }
+        let days = days_from_civil_0_9999(year, month, day);
+        Some(ParsedTime {
+            wall_secs: days * SECS_PER_DAY + i64::from(hour * 3600 + minute * 60 + second),
+            nanos: 0,
+            offset_secs: None,
+        })
+    }
+}
+
+/// [`days_from_civil`] for years 0..=9999 (month 1..=12), in unsigned
+/// arithmetic: the year is moved up one 400-year era so nothing is
+/// negative before the divisions.
+#[inline]
+fn days_from_civil_0_9999(year: u32, month: u32, day: u32) -> i64 {
+    debug_assert!(year <= 9999, "four-digit year");
+    debug_assert!((1..=12).contains(&month), "month");
+    // March-based years, so the leap day is the year's last.
+    let y = year + 400 - u32::from(month <= 2);
+    let m = if month > 2 { month - 3 } else { month + 9 };
+    let day_of_year = (153 * m + 2) / 5 + day - 1;
+    let days = y * 365 + y / 4 - y / 100 + y / 400 + day_of_year;
+    i64::from(days) - (719_468 + 146_097)
+}
+
+/// [`word_at`], or 0 when `at` is past the text.
+#[inline]
+fn word_or_zero(text: &[u8], at: usize) -> u64 {
+    if at >= text.len() {
+        0
+    } else {
+        word_at(text, at)
+    }
 }
 
 /// Whether every byte of `v` whose high bit is set in `high` is an ASCII
@@ -484,7 +620,13 @@ impl Layout {
                 (lit, lit_mask, digit_high)
             })
             .collect();
-        Some(Layout { cells, at, words })
+        let short = Short::of(&cells, &at);
+        Some(Layout {
+            cells,
+            at,
+            words,
+            short,
+        })
     }
 
     /// The time when `text` matches cell by cell and is a real date and
@@ -493,6 +635,9 @@ impl Layout {
     fn parse(&self, text: &[u8]) -> Option<ParsedTime> {
         if text.len() != self.cells.len() {
             return None;
+        }
+        if let Some(short) = &self.short {
+            return short.parse(text);
         }
         debug_assert!(self.words.len() <= 4, "at most 32 cells");
         let mut b = PAD;
@@ -670,6 +815,64 @@ mod tests {
             assert!(valid_date(y, m, dd));
             assert_eq!(days_from_civil(y, m, dd), d);
         }
+    }
+
+    #[test]
+    fn four_digit_year_days_agree_with_the_general_conversion() {
+        for year in 0..=9999u32 {
+            for (month, day) in [(1, 1), (2, 28), (2, 29), (3, 1), (12, 31)] {
+                assert_eq!(
+                    days_from_civil_0_9999(year, month, day),
+                    days_from_civil(i64::from(year), month, day),
+                    "{year}-{month}-{day}"
+                );
+            }
+        }
+    }
+
+    /// The one-register reading of short layouts at calendar edges: every
+    /// day of the months around each month end, leap years and not, bad
+    /// digits and out-of-range fields, agrees with the general parse.
+    #[test]
+    fn short_layouts_agree_at_calendar_edges() {
+        let f = TimeFormat::compile("%Y/%m/%d %H:%M").unwrap();
+        assert!(f.layout.as_ref().unwrap().short.is_some());
+        for year in [
+            0, 1, 4, 100, 400, 1900, 1970, 1999, 2000, 2023, 2024, 2100, 9999,
+        ] {
+            for month in 0..=13 {
+                for day in [0, 1, 27, 28, 29, 30, 31, 32, 99] {
+                    for time in ["00:00", "23:59", "24:00", "00:60", "9:99"] {
+                        let text = format!("{year:04}/{month:02}/{day:02} {time}");
+                        assert_eq!(
+                            f.parse_fixed(text.as_bytes()).ok_or(()),
+                            f.parse(text.as_bytes()).map_err(drop),
+                            "{text}"
+                        );
+                    }
+                }
+            }
+        }
+        for bad in [
+            "2001/01/01 00:4:",
+            "2001/01/01 00:4/",
+            "200a/01/01 00:47",
+            "2001-01/01 00:47",
+        ] {
+            assert_eq!(f.parse_fixed(bad.as_bytes()), None, "{bad}");
+        }
+        // 16 cells exactly, and a 17-cell layout that keeps the long path.
+        let f = TimeFormat::compile("%d/%m/%Y %H:%M:%S").unwrap();
+        assert!(f.layout.as_ref().unwrap().short.is_none());
+        assert_eq!(
+            f.parse_fixed(b"29/02/2024 23:59:60").ok_or(()),
+            f.parse(b"29/02/2024 23:59:60").map_err(drop)
+        );
+        let f = TimeFormat::compile("%Y").unwrap();
+        assert_eq!(
+            f.parse_fixed(b"2024").ok_or(()),
+            f.parse(b"2024").map_err(drop)
+        );
     }
 
     #[test]
