@@ -727,6 +727,25 @@ impl TimeFormat {
         self.layout.as_ref()?.parse(text)
     }
 
+    /// The length of text [`TimeFormat::parse_fixed`] reads, when any text
+    /// it accepts is also a JSON string body without escapes (every
+    /// literal is printable and neither `"` nor `\\`) and never numeric
+    /// text (a literal outside `0-9 . + - e E`): then a reader may take
+    /// exactly that many bytes up to a closing quote as the string.
+    pub fn fixed_json_len(&self) -> Option<usize> {
+        let layout = self.layout.as_ref()?;
+        let mut numeric = true;
+        for cell in &layout.cells {
+            if let Cell::Literal(b) = *cell {
+                if b < 0x20 || b == b'"' || b == b'\\' || b >= 0x80 {
+                    return None;
+                }
+                numeric &= matches!(b, b'0'..=b'9' | b'.' | b'+' | b'-' | b'e' | b'E');
+            }
+        }
+        (!numeric).then_some(layout.cells.len())
+    }
+
     /// The format as given.
     pub fn as_str(&self) -> &str {
         &self.text
@@ -873,6 +892,33 @@ mod tests {
             f.parse_fixed(b"2024").ok_or(()),
             f.parse(b"2024").map_err(drop)
         );
+    }
+
+    #[test]
+    fn fixed_json_lengths_only_for_plain_non_numeric_layouts() {
+        for (format, want) in [
+            ("%Y/%m/%d %H:%M", Some(16)),
+            ("%d/%m/%Y %H:%M:%S", Some(19)),
+            ("%Y %H", Some(7)),
+            // numeric text is an epoch, so the layout must not decide it
+            ("%Y%m%d", None),
+            ("%d.%m.%Y", None),
+            ("%Y+%m", None),
+            // not a plain JSON string body
+            ("%Y\"%m", None),
+            ("%Y\\%m", None),
+            ("%Y\t%m", None),
+            ("%Y/%m/\u{e9}%d", None),
+            // no fixed layout at all
+            ("%b %d %Y", None),
+            ("%Y-%m-%d %H:%M", None),
+        ] {
+            assert_eq!(
+                TimeFormat::compile(format).unwrap().fixed_json_len(),
+                want,
+                "{format}"
+            );
+        }
     }
 
     #[test]

@@ -51,6 +51,10 @@ pub(super) enum Fast {
         /// The UTC offset naive text is read at, as `time_ticks` decides
         /// it; `None` when naive text is refused (left to the general path).
         naive_offset: Option<i32>,
+        /// The first user format's [`crate::time::TimeFormat::fixed_json_len`]
+        /// (0 when none): a string of exactly this length is read by
+        /// the format's layout without scanning it first.
+        fixed_len: u8,
         /// Whether a 0 null marker goes first.
         nullable: bool,
     },
@@ -138,10 +142,17 @@ impl Fast {
                 (None, Some(z)) if is_utc(z) => Some(0),
                 (None, Some(_)) => None,
             };
+            let fixed_len = rules
+                .formats
+                .first()
+                .and_then(|f| f.fixed_json_len())
+                .and_then(|n| u8::try_from(n).ok())
+                .unwrap_or(0);
             return Fast::Time {
                 precision,
                 wide,
                 naive_offset,
+                fixed_len,
                 nullable,
             };
         }

@@ -571,23 +571,45 @@ impl<'a> Scanner<'a> {
                 precision,
                 wide,
                 naive_offset,
+                fixed_len,
                 nullable,
             } => {
                 if self.peek() != Some(b'"') {
                     return Ok(false);
                 }
                 let at = self.i;
-                let Str::Input(s, e) = self.string(t.text)? else {
-                    self.i = at;
-                    return Ok(false);
+                // The first format's fixed layout, read straight from the
+                // input when its closing quote is where the layout ends: a
+                // match is a plain string (no escapes), not numeric, and
+                // not RFC 3339 (TimeFormat::fixed_json_len), so it is what
+                // the scan below would decide.
+                let body = at + 1;
+                let end = body + usize::from(fixed_len);
+                let quick = match self.s.get(end) {
+                    Some(b'"') if fixed_len > 0 => t
+                        .rules
+                        .formats
+                        .first()
+                        .and_then(|f| f.parse_fixed(&self.s[body..end])),
+                    _ => None,
                 };
-                let text = &self.s[s..e];
-                // Numeric-looking text is an epoch (time_ticks' first rule).
-                let parsed = if looks_numeric(text) {
-                    None
+                let parsed = if quick.is_some() {
+                    self.i = end + 1;
+                    quick
                 } else {
-                    parse_iso_fixed(text)
-                        .or_else(|| t.rules.formats.first().and_then(|f| f.parse_fixed(text)))
+                    let Str::Input(s, e) = self.string(t.text)? else {
+                        self.i = at;
+                        return Ok(false);
+                    };
+                    let text = &self.s[s..e];
+                    // Numeric-looking text is an epoch (time_ticks' first
+                    // rule).
+                    if looks_numeric(text) {
+                        None
+                    } else {
+                        parse_iso_fixed(text)
+                            .or_else(|| t.rules.formats.first().and_then(|f| f.parse_fixed(text)))
+                    }
                 };
                 let ticks = parsed.and_then(|p| {
                     let offset = p.offset_secs.or(naive_offset)?;

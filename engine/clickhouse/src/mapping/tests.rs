@@ -1042,3 +1042,69 @@ fn strings_of_every_short_length_read_exactly() {
         assert_eq!(e.kind, RecordErrorKind::Decode, "{bad:?}: {e}");
     }
 }
+
+/// The date fast path reads a first format's fixed layout straight from
+/// the message when its closing quote sits where the layout ends; every
+/// other shape (escapes, a quote inside, other lengths, epochs, RFC 3339,
+/// bad dates) must read as the serde reader reads it.
+#[test]
+fn fixed_layout_dates_read_as_the_general_path() {
+    let mut enc = encoder(
+        &[("date", "DateTime"), ("d64", "Nullable(DateTime64(3))")],
+        MappingOptions {
+            time: TimeRules {
+                formats: vec![TimeFormat::compile("%Y/%m/%d %H:%M").unwrap()],
+                ..TimeRules::default()
+            },
+            ..MappingOptions::default()
+        },
+    );
+    for date in [
+        r#""2001/01/01 00:47""#,
+        r#""2000/02/29 23:59""#,
+        r#""1900/02/29 00:00""#,
+        r#""2024/12/31 23:59""#,
+        r#""2001/02/30 00:47""#,
+        r#""2001/13/01 00:47""#,
+        r#""2001/01/01 24:00""#,
+        r#""2001/01/01 0x:47""#,
+        r#""2001\/01\/01 00:47""#,
+        r#""2001/01/01 00:4\"""#,
+        r#""2001/01/01 00:47x""#,
+        r#""2001/01/01 00:4""#,
+        r#""2001/01/01 00:47 ""#,
+        r#""2001-01-01T00:47:00Z""#,
+        r#""978310020""#,
+        "978310020",
+        "null",
+        r#""""#,
+    ] {
+        for json in [
+            format!(r#"{{"date":{date},"d64":{date}}}"#),
+            format!(r#"{{"d64":{date},"date":"2001/01/01 00:47"}}"#),
+        ] {
+            let (mut fast, mut reference) = (Vec::new(), Vec::new());
+            let got = enc.encode_json(json.as_bytes(), &mut fast);
+            let want = enc.encode_json_serde(json.as_bytes(), &mut reference);
+            match (got, want) {
+                (Ok(()), Ok(())) => assert_eq!(fast, reference, "{json}"),
+                (Err(a), Err(b)) => {
+                    assert_eq!((a.kind, &a.column), (b.kind, &b.column), "{json}");
+                    assert_eq!(a.reason, b.reason, "{json}");
+                }
+                (a, b) => panic!("{json}: scanner {a:?}, serde {b:?}"),
+            }
+        }
+    }
+    let vals = row(
+        &mut enc,
+        r#"{"date":"2001/01/01 00:47","d64":"2001/01/01 00:47"}"#,
+    )
+    .unwrap();
+    assert_eq!(vals[0], Value::DateTime(978_310_020));
+    assert_eq!(vals[1], Value::DateTime64(978_310_020_000));
+    let e = enc
+        .encode_json(br#"{"date":"2001/02/30 00:47"}"#, &mut Vec::new())
+        .unwrap_err();
+    assert_eq!(e.column.as_deref(), Some("date"), "{e}");
+}
