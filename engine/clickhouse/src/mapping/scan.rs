@@ -550,8 +550,7 @@ impl<'a> Scanner<'a> {
                 if nullable {
                     t.buf.push(0);
                 }
-                t.buf
-                    .extend_from_slice(&v.to_le_bytes()[..usize::from(bytes)]);
+                put_low_bytes(t.buf, v, bytes);
                 Ok(true)
             }
             Fast::Str { nullable } => {
@@ -689,8 +688,7 @@ impl<'a> Scanner<'a> {
                 if nullable {
                     t.buf.push(0);
                 }
-                t.buf
-                    .extend_from_slice(&v.to_le_bytes()[..usize::from(bytes)]);
+                put_low_bytes(t.buf, v, bytes);
                 Ok(true)
             }
             Fast::Bool { nullable } => {
@@ -1033,6 +1031,17 @@ impl Scanner<'_> {
     }
 }
 
+/// Appends the low `bytes` (1, 2, 4 or 8) bytes of `v`, little-endian, as
+/// one fixed 8-byte copy cut back to length: a copy of a run-time length is
+/// a `memcpy` call.
+#[inline]
+fn put_low_bytes(buf: &mut Vec<u8>, v: i64, bytes: u8) {
+    debug_assert!(matches!(bytes, 1 | 2 | 4 | 8), "integer width");
+    let end = buf.len() + usize::from(bytes);
+    buf.extend_from_slice(&v.to_le_bytes());
+    buf.truncate(end);
+}
+
 /// The 8 bytes of `s` from `at` as a little-endian word; near the end, the
 /// bytes left zero-padded (nothing past `s`, so a pad byte reads as a
 /// control character to [`special_mask`]).
@@ -1185,6 +1194,29 @@ mod tests {
                 b[at] = 0x80;
                 assert!(!all_ascii(&b), "{len} {at}");
                 b[at] = 0x7f;
+            }
+        }
+    }
+
+    #[test]
+    fn low_bytes_are_the_integers_little_endian_prefix() {
+        for v in [
+            0i64,
+            -1,
+            1,
+            127,
+            -128,
+            0x1234,
+            -0x1234_5678,
+            i64::MIN,
+            i64::MAX,
+        ] {
+            for bytes in [1u8, 2, 4, 8] {
+                let mut buf = vec![9];
+                put_low_bytes(&mut buf, v, bytes);
+                let mut want = vec![9];
+                want.extend_from_slice(&v.to_le_bytes()[..usize::from(bytes)]);
+                assert_eq!(buf, want, "{v} in {bytes}");
             }
         }
     }
