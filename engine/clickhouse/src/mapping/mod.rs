@@ -402,21 +402,31 @@ impl JsonRowEncoder {
     pub fn encode_json(&mut self, json: &[u8], buf: &mut Vec<u8>) -> Result<(), RecordError> {
         let base = buf.len();
         self.spans.fill(UNSET);
-        scan::read_row(
-            json,
-            &mut scan::RowTarget {
-                root: &self.root,
-                columns: &self.columns,
-                fast: &self.fast,
-                elem_fast: &self.elem_fast,
-                rules: &self.rules,
-                base,
-                buf,
-                spans: &mut self.spans,
-                text: &mut self.text,
-                key: &mut self.key,
-            },
-        )?;
+        let mut target = scan::RowTarget {
+            root: &self.root,
+            columns: &self.columns,
+            fast: &self.fast,
+            elem_fast: &self.elem_fast,
+            rules: &self.rules,
+            base,
+            buf,
+            spans: &mut self.spans,
+            text: &mut self.text,
+            key: &mut self.key,
+            in_order: 0,
+            in_order_end: 0,
+        };
+        scan::read_row(json, &mut target)?;
+        let (in_order, in_order_end) = (target.in_order, target.in_order_end);
+        // Every column arrived, in column order, back to back, and nothing
+        // else was written: the row is complete as it stands.
+        if in_order == self.columns.len() && in_order_end as usize == buf.len() - base {
+            debug_assert!(
+                self.spans.iter().all(|&s| s != UNSET),
+                "an in-order row sets every span"
+            );
+            return Ok(());
+        }
         self.finish_row(base, buf)
     }
 

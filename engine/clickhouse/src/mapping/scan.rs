@@ -60,6 +60,14 @@ pub(super) struct RowTarget<'p, 'b> {
     pub text: &'b mut Vec<u8>,
     /// Unescaped keys.
     pub key: &'b mut Vec<u8>,
+    /// How many columns, from the first, arrived in column order with each
+    /// value right after the previous one (the row then needs no reorder
+    /// and no missing-value pass).
+    pub in_order: usize,
+    /// Where the last of those ends, relative to the row start; `u32::MAX`
+    /// once a column is left unset (a null into a non-Nullable column), so
+    /// the row takes the full pass.
+    pub in_order_end: u32,
 }
 
 /// A string's content: borrowed from the input, or unescaped into a scratch
@@ -514,10 +522,16 @@ impl<'a> Scanner<'a> {
             || self.fast_null(fast, t)?
             || self.value(&columns[col].ty, &t.elem_fast[col], col, t)?
         {
-            t.spans[col] = ((start - t.base) as u32, (t.buf.len() - t.base) as u32);
+            let span = ((start - t.base) as u32, (t.buf.len() - t.base) as u32);
+            t.spans[col] = span;
+            if col == t.in_order && span.0 == t.in_order_end {
+                t.in_order += 1;
+                t.in_order_end = span.1;
+            }
         } else {
             t.buf.truncate(start);
             t.spans[col] = UNSET;
+            t.in_order_end = u32::MAX;
         }
         Ok(())
     }

@@ -1108,3 +1108,51 @@ fn fixed_layout_dates_read_as_the_general_path() {
         .unwrap_err();
     assert_eq!(e.column.as_deref(), Some("date"), "{e}");
 }
+
+/// Rows whose columns all arrive in column order skip the reorder pass;
+/// every other arrival (out of order, missing, repeated, a late null into
+/// a non-Nullable column) must still read as the serde reader reads it.
+#[test]
+fn in_order_rows_skip_the_reorder_pass_only_when_complete() {
+    let mut enc = encoder(
+        &[("a", "UInt8"), ("b", "Nullable(String)"), ("c", "Int32")],
+        MappingOptions::default(),
+    );
+    for json in [
+        r#"{"a":1,"b":"x","c":3}"#,
+        r#"{"id":7,"a":1,"x":[1,{"y":2}],"b":"x","c":3,"z":null}"#,
+        r#"{"c":3,"b":"x","a":1}"#,
+        r#"{"a":1,"c":3,"b":"x"}"#,
+        r#"{"a":1,"c":3}"#,
+        r#"{"a":1,"b":null,"c":3}"#,
+        r#"{"a":1,"b":"x"}"#,
+        r#"{"b":"x","c":3}"#,
+        r#"{"a":1,"b":"x","c":3,"a":2}"#,
+        r#"{"a":1,"b":"x","c":3,"c":4}"#,
+        r#"{"a":1,"b":"x","c":3,"c":null}"#,
+        r#"{"a":1,"b":"x","c":3,"a":null}"#,
+        r#"{"a":null,"a":1,"b":"x","c":3}"#,
+        r#"{"a":1,"b":"x","b":"yy","c":3}"#,
+        r#"{}"#,
+    ] {
+        let (mut fast, mut reference) = (vec![5u8], vec![5u8]);
+        let got = enc.encode_json(json.as_bytes(), &mut fast);
+        let want = enc.encode_json_serde(json.as_bytes(), &mut reference);
+        match (got, want) {
+            (Ok(()), Ok(())) => assert_eq!(fast, reference, "{json}"),
+            (Err(a), Err(b)) => {
+                assert_eq!((a.kind, &a.column), (b.kind, &b.column), "{json}");
+                assert_eq!(a.reason, b.reason, "{json}");
+            }
+            (a, b) => panic!("{json}: scanner {a:?}, serde {b:?}"),
+        }
+    }
+    assert_eq!(
+        row(&mut enc, r#"{"a":1,"b":"x","c":3,"c":4}"#).unwrap(),
+        [int(1), s("x"), int(4)]
+    );
+    let e = enc
+        .encode_json(br#"{"a":1,"b":"x","c":3,"c":null}"#, &mut Vec::new())
+        .unwrap_err();
+    assert_eq!(e.column.as_deref(), Some("c"), "{e}");
+}
