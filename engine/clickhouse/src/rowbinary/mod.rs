@@ -77,23 +77,25 @@ pub fn put_input_string(out: &mut Vec<u8>, input: &[u8], start: usize, end: usiz
     debug_assert!(start <= end, "string span start");
     debug_assert!(end <= input.len(), "string span end");
     let n = end - start;
-    // The window: 16 bytes from the start, or the input's last 16 when
-    // fewer follow (the string then sits `shift` bytes into it).
-    let from = start.min(input.len().wrapping_sub(16));
-    if n <= 16
-        && let Some(window) = input.get(from..from + 16)
-    {
-        let shift = start - from;
-        debug_assert!(shift + n <= 16, "the string lies in the window");
-        // An empty string at the input's end has `shift` 16: the wrapped
-        // shift leaves bytes that the truncate drops.
-        let w = u128::from_le_bytes(window.try_into().expect("16 bytes"))
-            .wrapping_shr(8 * shift as u32);
-        let at = out.len();
-        out.push(n as u8);
-        out.extend_from_slice(&w.to_le_bytes());
-        out.truncate(at + 1 + n);
-        return;
+    if n <= 16 {
+        // The window: 16 bytes from the start, or the input's last 16 when
+        // fewer follow (the string then sits `shift` bytes into it).
+        let window = match input.get(start..start + 16) {
+            Some(w) => Some(u128::from_le_bytes(w.try_into().expect("16 bytes"))),
+            None => input.len().checked_sub(16).map(|from| {
+                let w = u128::from_le_bytes(input[from..].try_into().expect("16 bytes"));
+                // An empty string at the input's end has `shift` 16: the
+                // wrapped shift leaves bytes that the truncate drops.
+                w.wrapping_shr(8 * (start - from) as u32)
+            }),
+        };
+        if let Some(w) = window {
+            let at = out.len();
+            out.push(n as u8);
+            out.extend_from_slice(&w.to_le_bytes());
+            out.truncate(at + 1 + n);
+            return;
+        }
     }
     put_string(out, &input[start..end]);
 }
