@@ -469,10 +469,13 @@ impl Short {
         let (month, day) = (two(mo), two(d));
         let (hour, minute, second) = (two(h), two(mi), two(sec));
         // As assemble, for years 0..=9999.
-        let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
-        let days_in =
-            u32::from(DAYS_IN_MONTH[(month & 15) as usize]) + u32::from(month == 2 && leap);
-        if month == 0 || month > 12 || day == 0 || day > days_in {
+        if month == 0 || month > 12 || day == 0 {
+            return None;
+        }
+        // The leap rule only for a February 29th.
+        if day > u32::from(DAYS_IN_MONTH[(month & 15) as usize])
+            && !(month == 2 && day == 29 && year % 4 == 0 && (year % 100 != 0 || year % 400 == 0))
+        {
             return None;
         }
         if hour > 23 || minute > 59 || second > 60 {
