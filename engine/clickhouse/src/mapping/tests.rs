@@ -1083,17 +1083,7 @@ fn fixed_layout_dates_read_as_the_general_path() {
             format!(r#"{{"date":{date},"d64":{date}}}"#),
             format!(r#"{{"d64":{date},"date":"2001/01/01 00:47"}}"#),
         ] {
-            let (mut fast, mut reference) = (Vec::new(), Vec::new());
-            let got = enc.encode_json(json.as_bytes(), &mut fast);
-            let want = enc.encode_json_serde(json.as_bytes(), &mut reference);
-            match (got, want) {
-                (Ok(()), Ok(())) => assert_eq!(fast, reference, "{json}"),
-                (Err(a), Err(b)) => {
-                    assert_eq!((a.kind, &a.column), (b.kind, &b.column), "{json}");
-                    assert_eq!(a.reason, b.reason, "{json}");
-                }
-                (a, b) => panic!("{json}: scanner {a:?}, serde {b:?}"),
-            }
+            agrees_with_serde(&mut enc, &json, &[]);
         }
     }
     let vals = row(
@@ -1107,6 +1097,22 @@ fn fixed_layout_dates_read_as_the_general_path() {
         .encode_json(br#"{"date":"2001/02/30 00:47"}"#, &mut Vec::new())
         .unwrap_err();
     assert_eq!(e.column.as_deref(), Some("date"), "{e}");
+}
+
+/// The scanner and the serde reference reader write the same bytes after
+/// `prefix`, or refuse `json` with the same kind, column and reason.
+fn agrees_with_serde(enc: &mut JsonRowEncoder, json: &str, prefix: &[u8]) {
+    let (mut fast, mut reference) = (prefix.to_vec(), prefix.to_vec());
+    let got = enc.encode_json(json.as_bytes(), &mut fast);
+    let want = enc.encode_json_serde(json.as_bytes(), &mut reference);
+    match (got, want) {
+        (Ok(()), Ok(())) => assert_eq!(fast, reference, "{json}"),
+        (Err(a), Err(b)) => {
+            assert_eq!((a.kind, &a.column), (b.kind, &b.column), "{json}");
+            assert_eq!(a.reason, b.reason, "{json}");
+        }
+        (a, b) => panic!("{json}: scanner {a:?}, serde {b:?}"),
+    }
 }
 
 /// Rows whose columns all arrive in column order skip the reorder pass;
@@ -1135,17 +1141,7 @@ fn in_order_rows_skip_the_reorder_pass_only_when_complete() {
         r#"{"a":1,"b":"x","b":"yy","c":3}"#,
         r#"{}"#,
     ] {
-        let (mut fast, mut reference) = (vec![5u8], vec![5u8]);
-        let got = enc.encode_json(json.as_bytes(), &mut fast);
-        let want = enc.encode_json_serde(json.as_bytes(), &mut reference);
-        match (got, want) {
-            (Ok(()), Ok(())) => assert_eq!(fast, reference, "{json}"),
-            (Err(a), Err(b)) => {
-                assert_eq!((a.kind, &a.column), (b.kind, &b.column), "{json}");
-                assert_eq!(a.reason, b.reason, "{json}");
-            }
-            (a, b) => panic!("{json}: scanner {a:?}, serde {b:?}"),
-        }
+        agrees_with_serde(&mut enc, json, &[5]);
     }
     assert_eq!(
         row(&mut enc, r#"{"a":1,"b":"x","c":3,"c":4}"#).unwrap(),
