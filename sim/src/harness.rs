@@ -160,6 +160,8 @@ fn pipeline_config(cfg: &SimConfig, incarnation: u32) -> PipelineConfig {
     pc.budget_bytes = cfg.budget_bytes;
     pc.budget_rows = 1 << 20;
     pc.idle_poll = Duration::from_millis(100);
+    // A fixed poll interval: the campaign's schedules stay as they were.
+    pc.idle_poll_max = pc.idle_poll;
     pc.probe_timeout = Duration::from_secs(1);
     pc
 }

@@ -18,6 +18,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -27,7 +28,9 @@ use crate::checkpoint::{Checkpointer, FailedBatch};
 use crate::metrics::Counter;
 use crate::pipeline::driver::RecordCounters;
 use crate::pipeline::threads::{LaneEvent, LaneHost};
-use crate::pipeline::{ExitStatus, PipelineConfig, PipelineError, RunReport, Shutdown};
+use crate::pipeline::{
+    ExitStatus, IdleBackoff, PipelineConfig, PipelineError, RunReport, Shutdown,
+};
 use crate::record::{Epoch, TopicPartition};
 use crate::sink::{SinkPool, Writer};
 use crate::source::{AssignmentEvent, CommitOffset, Source, SourceError};
@@ -59,6 +62,7 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let pool = self.pool.as_ref().map(SinkPool::handle);
         let started = self.error.is_none();
+        let mut backoff = IdleBackoff::new(self.config.idle_poll, self.config.idle_poll_max);
         while self.error.is_none() && !shutdown.is_triggered() {
             // Ready (what /readyz reports): started, every shard has a replica
             // whose breaker is closed, and the consumer holds an assignment
@@ -86,12 +90,21 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
                 self.error = Some(e);
                 break;
             }
+            // Thread mode is never busy here: the controller then sleeps up to
+            // idle_poll_max between rounds; commits and shutdown do not wait
+            // for it (their own branches).
+            let idle = if busy {
+                backoff.busy();
+                Duration::ZERO
+            } else {
+                backoff.idle()
+            };
             tokio::select! {
                 biased;
                 () = shutdown.wait() => {}
                 _ = ticker.tick() => self.commit(),
                 () = tokio::task::yield_now(), if busy => {}
-                () = tokio::time::sleep(self.config.idle_poll), if !busy => {}
+                () = tokio::time::sleep(idle), if !busy => {}
             }
         }
         self.stop().await

@@ -283,6 +283,7 @@ where
             dead_letter: self.dead_letter.clone(),
             counters: Arc::clone(&self.counters),
             idle: self.config.idle_poll,
+            idle_max: self.config.idle_poll_max,
         }
     }
 

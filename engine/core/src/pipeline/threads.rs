@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use crate::ack::AckIssuer;
 use crate::pipeline::driver::{Driver, Processor, RecordCounters, Step};
 use crate::pipeline::terminal::{ChunkBuffers, Flush};
-use crate::pipeline::{DeadLetter, OnError, PipelineError};
+use crate::pipeline::{DeadLetter, IdleBackoff, OnError, PipelineError};
 use crate::record::{Epoch, TopicPartition};
 use crate::sink::DRAIN_GRACE;
 use crate::source::Lane;
@@ -69,6 +69,7 @@ pub(crate) struct DriverParts {
     pub(crate) dead_letter: Option<Arc<dyn DeadLetter>>,
     pub(crate) counters: Arc<RecordCounters>,
     pub(crate) idle: Duration,
+    pub(crate) idle_max: Duration,
 }
 
 /// One-thread mode: drivers stepped by the controller task.
@@ -231,7 +232,8 @@ impl<L: Lane + 'static> ThreadHost<L> {
                         parts.dead_letter,
                         parts.counters,
                     );
-                    thread_main(driver, rx, events, parts.idle);
+                    let backoff = IdleBackoff::new(parts.idle, parts.idle_max);
+                    thread_main(driver, rx, events, parts.idle, backoff);
                 })
                 .map_err(|e| PipelineError::Thread(format!("spawn spate-pipe-{i}: {e}")))?;
             threads.push(ThreadSlot {
@@ -255,12 +257,16 @@ fn thread_main<L: Lane, P: Processor>(
     rx: mpsc::Receiver<Command<L>>,
     events: UnboundedSender<LaneEvent<L>>,
     idle: Duration,
+    mut backoff: IdleBackoff,
 ) {
     let mut failed = false;
     loop {
         loop {
             match rx.try_recv() {
-                Ok(Command::Assign(lane, issuer)) => driver.assign(lane, issuer),
+                Ok(Command::Assign(lane, issuer)) => {
+                    backoff.busy();
+                    driver.assign(lane, issuer);
+                }
                 Ok(Command::Revoke(partition, epoch)) => {
                     let issued = driver.revoke(&partition, epoch);
                     let _ = events.send(LaneEvent::Revoked {
@@ -285,12 +291,14 @@ fn thread_main<L: Lane, P: Processor>(
             }
         }
         if failed {
-            std::thread::sleep(idle);
+            std::thread::sleep(backoff.idle());
             continue;
         }
         match driver.step(Instant::now()) {
-            Ok(Step::Busy) => {}
-            Ok(Step::Idle) => std::thread::sleep(idle),
+            Ok(Step::Busy) => backoff.busy(),
+            // Not a wait on the command channel: D2 keeps these threads off
+            // channels; a command waits at most the cap.
+            Ok(Step::Idle) => std::thread::sleep(backoff.idle()),
             Err(e) => {
                 let _ = events.send(LaneEvent::Failed(e));
                 failed = true;
@@ -476,6 +484,7 @@ mod tests {
             dead_letter: None,
             counters: Arc::default(),
             idle: Duration::from_millis(1),
+            idle_max: Duration::from_millis(1),
         };
         let mut host = InlineHost::new(vec![processor(), processor()], parts, events_tx);
         let loads = |h: &InlineHost<_, _>| h.drivers.iter().map(Driver::lanes).collect::<Vec<_>>();
