@@ -161,14 +161,18 @@ struct Slot {
     child: Option<Box<Node>>,
 }
 
-/// A key's first (up to) 8 bytes as a little-endian word, for the
-/// scanner's one-load comparison against the input.
+/// A key as the scanner expects to meet it in the input, for a one-load
+/// comparison: the key's bytes, its closing quote and the colon (`id":`),
+/// when the key is plain and those fit 16 bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct KeyWord {
-    /// The bytes, zero-padded.
-    word: u64,
-    /// Ones over the key's bytes.
-    mask: u64,
+    /// The key, `"` and `:`, little-endian, zero-padded.
+    head: u128,
+    /// Ones over `head_len` bytes.
+    mask: u128,
+    /// The key's length plus 2; 0 when the key is not plain or is longer
+    /// than 14 bytes (then compared as a slice).
+    head_len: u8,
     /// Whether the key has no byte JSON must escape (`"`, `\\`, below
     /// 0x20), so that its raw input text equals the key itself.
     plain: bool,
@@ -176,30 +180,51 @@ struct KeyWord {
 
 impl KeyWord {
     fn of(key: &[u8]) -> KeyWord {
-        let n = key.len().min(8);
-        let mut bytes = [0u8; 8];
-        bytes[..n].copy_from_slice(&key[..n]);
+        let plain = key.iter().all(|&c| c >= 0x20 && c != b'"' && c != b'\\');
+        let n = key.len() + 2;
+        if !plain || n > 16 {
+            return KeyWord {
+                plain,
+                ..KeyWord::default()
+            };
+        }
+        let mut bytes = [0u8; 16];
+        bytes[..key.len()].copy_from_slice(key);
+        bytes[key.len()] = b'"';
+        bytes[key.len() + 1] = b':';
         KeyWord {
-            word: u64::from_le_bytes(bytes),
-            mask: if n == 8 {
-                u64::MAX
+            head: u128::from_le_bytes(bytes),
+            mask: if n == 16 {
+                u128::MAX
             } else {
-                (1u64 << (8 * n)) - 1
+                (1u128 << (8 * n)) - 1
             },
-            plain: key.iter().all(|&c| c >= 0x20 && c != b'"' && c != b'\\'),
+            head_len: n as u8,
+            plain,
         }
     }
+}
+
+/// One key of a [`Node`].
+#[derive(Debug)]
+struct Entry {
+    name: Box<str>,
+    slot: Slot,
+    /// [`KeyWord::of`] `name`.
+    word: KeyWord,
 }
 
 /// The keys of one JSON object level.
 #[derive(Debug, Default)]
 struct Node {
-    keys: Vec<(Box<str>, Slot)>,
-    /// `words[i]` is [`KeyWord::of`] `keys[i]`.
-    words: Vec<KeyWord>,
+    keys: Vec<Entry>,
     /// A column read through this object (named in errors about its shape).
     any_column: usize,
 }
+
+/// What [`Node::expect`] found: the slot, the offset after the key's
+/// closing quote or after the colon, and which of the two.
+type Expected<'n> = (&'n Slot, usize, bool);
 
 impl Node {
     fn insert(
@@ -210,15 +235,18 @@ impl Node {
     ) -> Result<(), MappingError> {
         let (first, rest) = path.split_first().expect("paths are non-empty");
         self.any_column = column;
-        let i = match self.keys.iter().position(|(k, _)| **k == **first) {
+        let i = match self.keys.iter().position(|e| *e.name == **first) {
             Some(i) => i,
             None => {
-                self.keys.push((first.as_str().into(), Slot::default()));
-                self.words.push(KeyWord::of(first.as_bytes()));
+                self.keys.push(Entry {
+                    name: first.as_str().into(),
+                    slot: Slot::default(),
+                    word: KeyWord::of(first.as_bytes()),
+                });
                 self.keys.len() - 1
             }
         };
-        let slot = &mut self.keys[i].1;
+        let slot = &mut self.keys[i].slot;
         if rest.is_empty() {
             if let Some(other) = slot.column
                 && other != column
@@ -241,23 +269,29 @@ impl Node {
     /// The slot of entry `hint` when the input `s` at `at` (just after a
     /// key's opening quote) holds exactly that key, unescaped, and its
     /// closing quote: the common case of fields in their usual order,
-    /// decided without scanning the key. On a match returns the slot and
-    /// the offset just past the closing quote.
+    /// decided without scanning the key. A key of at most 14 bytes is
+    /// compared together with its closing quote and a colon right after it
+    /// (`id":`) in one 16-byte load; on a match the offset returned is past
+    /// the colon and the flag is true. A longer key is compared as a slice,
+    /// and the offset is past its closing quote (flag false). Any other
+    /// input (escapes, whitespace before the colon) is `None`: the caller
+    /// scans the key.
     #[inline]
-    fn expect(&self, hint: usize, s: &[u8], at: usize) -> Option<(&Slot, usize)> {
-        let w = self.words.get(hint)?;
-        let (name, slot) = &self.keys[hint];
-        let name = name.as_bytes();
+    fn expect(&self, hint: usize, s: &[u8], at: usize) -> Option<Expected<'_>> {
+        let e = self.keys.get(hint)?;
+        let w = &e.word;
+        if w.head_len != 0 {
+            if u128_or_tail(s, at) & w.mask != w.head {
+                return None;
+            }
+            return Some((&e.slot, at + usize::from(w.head_len), true));
+        }
+        let name = e.name.as_bytes();
         let end = at + name.len();
-        if !w.plain || s.get(end) != Some(&b'"') {
+        if !w.plain || s.get(at..end) != Some(name) || s.get(end) != Some(&b'"') {
             return None;
         }
-        let head = s.get(at..at + 8)?;
-        let v = u64::from_le_bytes(head.try_into().expect("8 bytes"));
-        if v & w.mask != w.word || (name.len() > 8 && s[at + 8..end] != name[8..]) {
-            return None;
-        }
-        Some((slot, end + 1))
+        Some((&e.slot, end + 1, false))
     }
 
     /// The slot for `key`, trying the entry after `*hint` first.
@@ -271,14 +305,34 @@ impl Node {
             } else {
                 start + k - n
             };
-            let (name, slot) = &self.keys[i];
-            if name.len() == key.len() && name.as_bytes() == key {
+            let e = &self.keys[i];
+            if e.name.len() == key.len() && e.name.as_bytes() == key {
                 *hint = i + 1;
-                return Some(slot);
+                return Some(&e.slot);
             }
         }
         None
     }
+}
+
+/// The 16 bytes of `s` from `at` as a little-endian word; near the end,
+/// the bytes left, zero-padded (a key head has no zero byte, so a pad never
+/// matches one).
+#[inline]
+fn u128_or_tail(s: &[u8], at: usize) -> u128 {
+    if let Some(w) = s.get(at..at + 16) {
+        return u128::from_le_bytes(w.try_into().expect("16 bytes"));
+    }
+    tail_u128(s, at)
+}
+
+#[cold]
+fn tail_u128(s: &[u8], at: usize) -> u128 {
+    let mut v = 0u128;
+    for (k, &b) in s.get(at..).unwrap_or_default().iter().enumerate() {
+        v |= u128::from(b) << (8 * k);
+    }
+    v
 }
 
 /// Every path a column name stands for under a flatten join: the name itself

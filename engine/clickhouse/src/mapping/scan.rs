@@ -452,19 +452,23 @@ impl<'a> Scanner<'a> {
             if self.peek() != Some(b'"') {
                 return Err(self.bad("expected a key"));
             }
-            let slot = if let Some((slot, after)) = node.expect(hint, self.s, self.i + 1) {
-                self.i = after;
-                hint += 1;
-                Some(slot)
-            } else {
-                match self.string(t.key)? {
-                    Str::Input(s, e) => node.find(&self.s[s..e], &mut hint),
-                    Str::Scratch => node.find(t.key, &mut hint),
+            let (slot, colon) =
+                if let Some((slot, after, colon)) = node.expect(hint, self.s, self.i + 1) {
+                    self.i = after;
+                    hint += 1;
+                    (Some(slot), colon)
+                } else {
+                    let slot = match self.string(t.key)? {
+                        Str::Input(s, e) => node.find(&self.s[s..e], &mut hint),
+                        Str::Scratch => node.find(t.key, &mut hint),
+                    };
+                    (slot, false)
+                };
+            if !colon {
+                self.ws();
+                if !self.eat(b':') {
+                    return Err(self.bad("expected `:`"));
                 }
-            };
-            self.ws();
-            if !self.eat(b':') {
-                return Err(self.bad("expected `:`"));
             }
             self.ws();
             match slot {

@@ -1152,3 +1152,200 @@ fn in_order_rows_skip_the_reorder_pass_only_when_complete() {
         .unwrap_err();
     assert_eq!(e.column.as_deref(), Some("c"), "{e}");
 }
+
+/// The in-order key comparison (a key, its closing quote and the colon in
+/// one load for keys of at most 14 bytes, a slice compare for longer ones)
+/// reads every key as the serde reader does: keys of every length around
+/// the 16-byte boundary, keys that are prefixes of one another, escaped
+/// keys, whitespace around the colon, keys near the input's end, and keys
+/// out of order, missing, repeated or unknown.
+#[test]
+fn expected_keys_read_as_the_general_path() {
+    let names: Vec<String> = [1usize, 2, 6, 7, 8, 9, 13, 14, 15, 16, 17, 24]
+        .iter()
+        .enumerate()
+        .map(|(k, &n)| {
+            let first = char::from(b'a' + k as u8);
+            format!("{first}{}", "k".repeat(n - 1))
+        })
+        .chain(["ab".into(), "abk".into(), "é".into(), "q\"t".into()])
+        .collect();
+    let specs: Vec<(&str, &str)> = names
+        .iter()
+        .enumerate()
+        .map(|(k, n)| (n.as_str(), if k % 2 == 0 { "UInt16" } else { "String" }))
+        .collect();
+    let mut enc = encoder(&specs, MappingOptions::default());
+    let value = |k: usize| {
+        if k % 2 == 0 {
+            format!("{k}")
+        } else {
+            format!("\"v{k}\"")
+        }
+    };
+    let field = |k: usize, key: &str, sep: &str| format!("{key}{sep}{}", value(k));
+    let quoted = |name: &str| serde_json::to_string(name).unwrap();
+    let join = |fields: Vec<String>| format!("{{{}}}", fields.join(","));
+    let all = |sep: &str| {
+        join(
+            names
+                .iter()
+                .enumerate()
+                .map(|(k, n)| field(k, &quoted(n), sep))
+                .collect(),
+        )
+    };
+    let mut rows = vec![all(":"), all(" :"), all(": "), all(" : "), all("\n:\t")];
+    // Each key escaped in turn (its first byte as \u00XX).
+    for (k, n) in names.iter().enumerate() {
+        let c = n.chars().next().unwrap();
+        let escaped = format!(
+            "\"\\u{:04x}{}",
+            u32::from(c),
+            &quoted(n)[1 + c.len_utf8()..]
+        );
+        rows.push(join(
+            names
+                .iter()
+                .enumerate()
+                .map(|(j, m)| field(j, &if j == k { escaped.clone() } else { quoted(m) }, ":"))
+                .collect(),
+        ));
+    }
+    // Out of order, missing, repeated and unknown keys.
+    let mut reversed: Vec<String> = (0..names.len())
+        .map(|k| field(k, &quoted(&names[k]), ":"))
+        .collect();
+    reversed.reverse();
+    rows.push(join(reversed.clone()));
+    for skip in 0..names.len() {
+        let fields: Vec<String> = (0..names.len())
+            .filter(|&k| k != skip)
+            .map(|k| field(k, &quoted(&names[k]), ":"))
+            .collect();
+        rows.push(join(fields.clone()));
+        let mut repeated = fields.clone();
+        repeated.insert(
+            skip.min(repeated.len()),
+            field(skip, &quoted(&names[skip]), ":"),
+        );
+        repeated.insert(0, field(skip, &quoted(&names[skip]), ":"));
+        rows.push(join(repeated));
+        let mut unknown = fields;
+        // A key one byte longer or shorter than the expected one, in its
+        // place.
+        let longer = format!("{}x", names[skip]);
+        let mut shorter = names[skip].clone();
+        shorter.pop();
+        unknown.insert(skip, field(skip, &quoted(&longer), ":"));
+        unknown.insert(skip, format!("{}:null", quoted(&shorter)));
+        unknown.push(field(skip, &quoted(&names[skip]), ":"));
+        rows.push(join(unknown));
+    }
+    // Short messages: the expected key within 16 bytes of the end.
+    let mut short = encoder(
+        &[("a", "UInt8"), ("bb", "String")],
+        MappingOptions::default(),
+    );
+    let mut short_rows = vec![];
+    for row in [
+        r#"{"a":1,"bb":"x"}"#,
+        r#"{"a":1,"bb":""}"#,
+        r#"{"a":1,"bb" :"x"}"#,
+        r#"{"a":1}"#,
+        r#"{"bb":"x","a":1}"#,
+        r#"{"a":1,"b":"x"}"#,
+        r#"{"a":1,"bb":"x"} "#,
+    ] {
+        short_rows.push(row.to_owned());
+    }
+    // Malformed near a key: the scanner's messages as they were before the
+    // key-and-colon comparison (the serde reader words them its own way).
+    for (json, kind, reason) in [
+        (
+            r#"{"a":1,"bb"}"#,
+            RecordErrorKind::Decode,
+            "not one JSON object: expected `:` at byte 11",
+        ),
+        (
+            r#"{"a":1,"bb":}"#,
+            RecordErrorKind::Decode,
+            "not one JSON object: expected a value at byte 12",
+        ),
+        (
+            r#"{"a":1,"bb""#,
+            RecordErrorKind::Decode,
+            "not one JSON object: expected `:` at byte 11",
+        ),
+        (
+            r#"{"a":1,"bb"#,
+            RecordErrorKind::Decode,
+            "not one JSON object: unterminated string at byte 10",
+        ),
+        (
+            r#"{"a":1,"bb":"x""#,
+            RecordErrorKind::Decode,
+            "not one JSON object: expected `,` or `}` at byte 15",
+        ),
+        (
+            r#"{"a""#,
+            RecordErrorKind::Decode,
+            "not one JSON object: expected `:` at byte 4",
+        ),
+        (
+            r#"{"a":"#,
+            RecordErrorKind::Decode,
+            "not one JSON object: unexpected end at byte 5",
+        ),
+        (
+            r#"{"a"1}"#,
+            RecordErrorKind::Decode,
+            "not one JSON object: expected `:` at byte 4",
+        ),
+        (
+            r#"{"a" 1}"#,
+            RecordErrorKind::Decode,
+            "not one JSON object: expected `:` at byte 5",
+        ),
+        (
+            r#"{"a":1,"bb":"x"}x"#,
+            RecordErrorKind::Decode,
+            "not one JSON object: unexpected text after the object at byte 16",
+        ),
+        (
+            r#"{"a":1,"bb" }"#,
+            RecordErrorKind::Decode,
+            "not one JSON object: expected `:` at byte 12",
+        ),
+        (
+            r#"{"a":1,"bb"  "#,
+            RecordErrorKind::Decode,
+            "not one JSON object: expected `:` at byte 13",
+        ),
+    ] {
+        let e = short
+            .encode_json(json.as_bytes(), &mut Vec::new())
+            .unwrap_err();
+        assert_eq!((e.kind, e.reason.as_str()), (kind, reason), "{json}");
+        let e = short
+            .encode_json_serde(json.as_bytes(), &mut Vec::new())
+            .unwrap_err();
+        assert_eq!(e.kind, kind, "{json}");
+    }
+    for json in &rows {
+        agrees_with_serde(&mut enc, json, &[7]);
+    }
+    for json in &short_rows {
+        agrees_with_serde(&mut short, json, &[]);
+    }
+    // And the in-order row decodes to its values.
+    let got = row(&mut enc, &all(":")).unwrap();
+    for (k, v) in got.iter().enumerate() {
+        let want = if k % 2 == 0 {
+            int(k as i128)
+        } else {
+            s(&format!("v{k}"))
+        };
+        assert_eq!(*v, want, "{}", names[k]);
+    }
+}
