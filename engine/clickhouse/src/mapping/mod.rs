@@ -212,6 +212,10 @@ struct Entry {
     slot: Slot,
     /// [`KeyWord::of`] `name`.
     word: KeyWord,
+    /// The slot's column when it has no nested columns and the key its
+    /// one-load head: the scanner's in-order loop takes such keys
+    /// ([`Node::seal`] sets it).
+    direct: Option<usize>,
 }
 
 /// The keys of one JSON object level.
@@ -242,6 +246,7 @@ impl Node {
                     name: first.as_str().into(),
                     slot: Slot::default(),
                     word: KeyWord::of(first.as_bytes()),
+                    direct: None,
                 });
                 self.keys.len() - 1
             }
@@ -263,6 +268,21 @@ impl Node {
             slot.child
                 .get_or_insert_with(Box::default)
                 .insert(rest, column, names)
+        }
+    }
+
+    /// Sets every entry's `direct` column, here and below (once the tree
+    /// is built).
+    fn seal(&mut self) {
+        for e in &mut self.keys {
+            e.direct = match (&e.slot.column, &mut e.slot.child) {
+                (Some(col), None) if e.word.head_len != 0 => Some(*col),
+                (_, Some(child)) => {
+                    child.seal();
+                    None
+                }
+                _ => None,
+            };
         }
     }
 
@@ -319,7 +339,7 @@ impl Node {
 /// the bytes left, zero-padded (a key head has no zero byte, so a pad never
 /// matches one).
 #[inline]
-fn u128_or_tail(s: &[u8], at: usize) -> u128 {
+pub(super) fn u128_or_tail(s: &[u8], at: usize) -> u128 {
     if let Some(w) = s.get(at..at + 16) {
         return u128::from_le_bytes(w.try_into().expect("16 bytes"));
     }
@@ -404,6 +424,7 @@ impl JsonRowEncoder {
                 root.insert(&p, i, &columns)?;
             }
         }
+        root.seal();
         let mut defaults = Vec::with_capacity(columns.len());
         for c in &columns {
             defaults.push(match &c.missing {

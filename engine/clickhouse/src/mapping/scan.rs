@@ -24,7 +24,7 @@ use spate_core::pipeline::chain::RecordError;
 use super::coerce::{Put, TimeRules, Tok, looks_numeric, parse_uuid, plain_ipv4, put_scalar};
 use super::fast::{Fast, plain_decimal, plain_float, plain_int, ticks};
 use super::tuple::Arrivals;
-use super::{ColumnSpec, Node, UNSET};
+use super::{ColumnSpec, Node, UNSET, u128_or_tail};
 use crate::rowbinary::{
     put_fixed_string, put_input_string, put_ipv4, put_leb128, put_string, put_uuid,
 };
@@ -441,12 +441,49 @@ impl<'a> Scanner<'a> {
     fn object(&mut self, node: &Node, t: &mut RowTarget<'_, '_>) -> Result<(), Stop> {
         self.enter()?;
         self.i += 1;
-        self.ws();
-        if self.eat(b'}') {
-            self.depth -= 1;
-            return Ok(());
-        }
         let mut hint = 0usize;
+        // Fields in key order, compact (`"key":` then the value, then `,`
+        // or `}`), into columns without nested ones: the loop below with
+        // its cases taken out. It reads as that loop reads; anything else
+        // (whitespace before a key, another key, an escape) leaves it for
+        // that loop at the same place.
+        while let Some(e) = node.keys.get(hint) {
+            let Some(col) = e.direct else { break };
+            if self.peek() != Some(b'"')
+                || u128_or_tail(self.s, self.i + 1) & e.word.mask != e.word.head
+            {
+                break;
+            }
+            self.i += 1 + usize::from(e.word.head_len);
+            hint += 1;
+            self.ws();
+            self.column(col, t)?;
+            match self.peek() {
+                Some(b',') => self.i += 1,
+                Some(b'}') => {
+                    self.i += 1;
+                    self.depth -= 1;
+                    return Ok(());
+                }
+                _ => {
+                    self.ws();
+                    if self.eat(b'}') {
+                        self.depth -= 1;
+                        return Ok(());
+                    }
+                    if !self.eat(b',') {
+                        return Err(self.bad("expected `,` or `}`"));
+                    }
+                }
+            }
+        }
+        if hint == 0 {
+            self.ws();
+            if self.eat(b'}') {
+                self.depth -= 1;
+                return Ok(());
+            }
+        }
         loop {
             self.ws();
             if self.peek() != Some(b'"') {
