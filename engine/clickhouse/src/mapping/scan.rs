@@ -1100,11 +1100,28 @@ fn put_low_bytes(buf: &mut Vec<u8>, v: i64, bytes: u8) {
 /// The 8 bytes of `s` from `at` as a little-endian word; near the end, the
 /// bytes left zero-padded (nothing past `s`, so a pad byte reads as a
 /// control character to [`special_mask`]).
+///
+/// The tail is the input's last 8 bytes shifted down (the last string of
+/// a message, say `"LAS"}`, is read there on every row), or byte by byte
+/// in an input shorter than 8.
 #[inline]
 fn word_or_tail(s: &[u8], at: usize) -> u64 {
     if let Some(w) = s.get(at..at + 8) {
         return u64::from_le_bytes(w.try_into().expect("8 bytes"));
     }
+    match s.len().checked_sub(8) {
+        Some(last) if at <= s.len() => {
+            let w = u64::from_le_bytes(s[last..].try_into().expect("8 bytes"));
+            // `at - last` is 1..=8 here; 8 (nothing left) shifts all out.
+            w.checked_shr(8 * (at - last) as u32).unwrap_or(0)
+        }
+        _ => short_tail(s, at),
+    }
+}
+
+/// [`word_or_tail`] in an input shorter than 8 bytes.
+#[cold]
+fn short_tail(s: &[u8], at: usize) -> u64 {
     let mut v = 0u64;
     for (k, &b) in s.get(at..).unwrap_or_default().iter().enumerate() {
         v |= u64::from(b) << (8 * k);
@@ -1236,6 +1253,20 @@ mod tests {
                     0,
                     "{plain:#x} at {lane}"
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn word_or_tail_is_the_bytes_left_zero_padded() {
+        for len in 0..24usize {
+            let s: Vec<u8> = (0..len).map(|k| (k * 37 + 11) as u8 | 1).collect();
+            for at in 0..=len + 1 {
+                let mut want = 0u64;
+                for (k, &b) in s.get(at..).unwrap_or_default().iter().take(8).enumerate() {
+                    want |= u64::from(b) << (8 * k);
+                }
+                assert_eq!(word_or_tail(&s, at), want, "{len} {at}");
             }
         }
     }
