@@ -144,8 +144,19 @@ fn all_ascii(bytes: &[u8]) -> bool {
     for w in &mut words {
         acc |= u64::from_le_bytes(w.try_into().expect("8 bytes"));
     }
-    for &b in words.remainder() {
-        acc |= u64::from(b);
+    if !words.remainder().is_empty() {
+        // The last 8 bytes (overlapping words already read), or byte by
+        // byte in an input shorter than 8.
+        match bytes.len().checked_sub(8) {
+            Some(last) => {
+                acc |= u64::from_le_bytes(bytes[last..].try_into().expect("8 bytes"));
+            }
+            None => {
+                for &b in bytes {
+                    acc |= u64::from(b);
+                }
+            }
+        }
     }
     acc & 0x8080_8080_8080_8080 == 0
 }
