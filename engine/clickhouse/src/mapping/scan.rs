@@ -246,6 +246,20 @@ impl<'a> Scanner<'a> {
     /// [`Self::long_string`].
     #[inline]
     fn string(&mut self, scratch: &mut Vec<u8>) -> Result<Str, Stop> {
+        let start = self.i + 1;
+        if let Some((_, k)) = self.short_string() {
+            return Ok(Str::Input(start, start + k));
+        }
+        self.long_string(scratch)
+    }
+
+    /// The short case of [`Self::string`], at `"`: when the closing quote
+    /// is among the 8 bytes after the opening one with nothing to unescape
+    /// before it, consumes the string and returns the 8-byte word read
+    /// from its first byte (the string is its low `k` bytes) and its
+    /// length `k` (at most 7). `None` (nothing consumed) otherwise.
+    #[inline]
+    fn short_string(&mut self) -> Option<(u64, usize)> {
         debug_assert_eq!(self.peek(), Some(b'"'));
         let start = self.i + 1;
         let v = word_or_tail(self.s, start);
@@ -256,9 +270,9 @@ impl<'a> Scanner<'a> {
         if m != 0 && (v >> (8 * k)) as u8 == b'"' {
             debug_assert!(start + k < self.s.len(), "the quote is in the input");
             self.i = start + k + 1;
-            return Ok(Str::Input(start, start + k));
+            return Some((v, k));
         }
-        self.long_string(scratch)
+        None
     }
 
     /// [`Self::string`] for strings with an escape, a control character, or
@@ -625,6 +639,18 @@ impl<'a> Scanner<'a> {
                 }
                 if nullable {
                     t.buf.push(0);
+                }
+                if let Some((v, k)) = self.short_string() {
+                    // As put_string: the one-byte length, then the
+                    // string, written as the word moved up a byte (its top
+                    // byte, past the string, drops out) and cut back to
+                    // the string's end. (Measured: through put_low_bytes
+                    // the 8-byte append is inlined, a plain
+                    // extend_from_slice here was a call.)
+                    let end = t.buf.len() + 1 + k;
+                    put_low_bytes(t.buf, ((v << 8) | k as u64) as i64, 8);
+                    t.buf.truncate(end);
+                    return Ok(true);
                 }
                 match self.string(t.text)? {
                     Str::Input(s, e) => put_input_string(t.buf, self.s, s, e),

@@ -989,7 +989,9 @@ fn strings_of_every_short_length_read_exactly() {
         MappingOptions::default(),
     );
     let mut bodies: Vec<String> = Vec::new();
-    for len in [0, 1, 3, 6, 7, 8, 9, 15, 16, 17, 31, 127, 128, 129, 300] {
+    for len in [
+        0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 31, 127, 128, 129, 300,
+    ] {
         bodies.push("x".repeat(len));
         // non-ASCII: a 2-byte character across the 8-byte word edge
         if len >= 2 {
