@@ -32,7 +32,7 @@
 //! are encoded in the order the fields arrive, directly into the chunk
 //! buffer; only when that order differs from the column order are the row's
 //! bytes permuted (one copy through a scratch buffer). The key the field
-//! order predicts is compared, with its closing quote and the colon, in one
+//! order predicts is compared, with its quotes and the colon, in one
 //! 16-byte load; compact fields in key order take a loop of their own
 //! before the general one. Each column has a
 //! fast path for its usual token (plain integers, strings, fixed-shape time
@@ -165,16 +165,16 @@ struct Slot {
 }
 
 /// A key as the scanner expects to meet it in the input, for a one-load
-/// comparison: the key's bytes, its closing quote and the colon (`id":`),
-/// when the key is plain and those fit 16 bytes.
+/// comparison: the key between its quotes, then the colon (`"id":`), when
+/// the key is plain and those fit 16 bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct KeyWord {
-    /// The key, `"` and `:`, little-endian, zero-padded.
+    /// `"`, the key, `"` and `:`, little-endian, zero-padded.
     head: u128,
     /// Ones over `head_len` bytes.
     mask: u128,
-    /// The key's length plus 2; 0 when the key is not plain or is longer
-    /// than 14 bytes (then compared as a slice).
+    /// The key's length plus 3; 0 when the key is not plain or is longer
+    /// than 13 bytes (then compared as a slice).
     head_len: u8,
     /// Whether the key has no byte JSON must escape (`"`, `\\`, below
     /// 0x20), so that its raw input text equals the key itself.
@@ -184,7 +184,7 @@ struct KeyWord {
 impl KeyWord {
     fn of(key: &[u8]) -> KeyWord {
         let plain = key.iter().all(|&c| c >= 0x20 && c != b'"' && c != b'\\');
-        let n = key.len() + 2;
+        let n = key.len() + 3;
         if !plain || n > 16 {
             return KeyWord {
                 plain,
@@ -192,9 +192,10 @@ impl KeyWord {
             };
         }
         let mut bytes = [0u8; 16];
-        bytes[..key.len()].copy_from_slice(key);
-        bytes[key.len()] = b'"';
-        bytes[key.len() + 1] = b':';
+        bytes[0] = b'"';
+        bytes[1..=key.len()].copy_from_slice(key);
+        bytes[key.len() + 1] = b'"';
+        bytes[key.len() + 2] = b':';
         KeyWord {
             head: u128::from_le_bytes(bytes),
             mask: if n == 16 {
@@ -289,14 +290,14 @@ impl Node {
         }
     }
 
-    /// The slot of entry `hint` when the input `s` at `at` (just after a
-    /// key's opening quote) holds exactly that key, unescaped, and its
-    /// closing quote: the common case of fields in their usual order,
-    /// decided without scanning the key. A key of at most 14 bytes is
-    /// compared together with its closing quote and a colon right after it
-    /// (`id":`) in one 16-byte load; on a match the offset returned is past
-    /// the colon and the flag is true. A longer key is compared as a slice,
-    /// and the offset is past its closing quote (flag false). Any other
+    /// The slot of entry `hint` when the input `s` at `at` (a key's opening
+    /// quote) holds exactly that key, unescaped, between its quotes: the
+    /// common case of fields in their usual order, decided without
+    /// scanning the key. A key of at most 13 bytes is compared together
+    /// with its quotes and a colon right after them (`"id":`) in one
+    /// 16-byte load; on a match the offset returned is past the colon and
+    /// the flag is true. A longer key is compared as a slice, and the
+    /// offset is past its closing quote (flag false). Any other
     /// input (escapes, whitespace before the colon) is `None`: the caller
     /// scans the key.
     #[inline]
@@ -310,8 +311,8 @@ impl Node {
             return Some((&e.slot, at + usize::from(w.head_len), true));
         }
         let name = e.name.as_bytes();
-        let end = at + name.len();
-        if !w.plain || s.get(at..end) != Some(name) || s.get(end) != Some(&b'"') {
+        let end = at + 1 + name.len();
+        if !w.plain || s.get(at + 1..end) != Some(name) || s.get(end) != Some(&b'"') {
             return None;
         }
         Some((&e.slot, end + 1, false))

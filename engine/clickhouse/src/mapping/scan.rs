@@ -474,12 +474,10 @@ impl<'a> Scanner<'a> {
         // that loop at the same place.
         while let Some(e) = node.keys.get(hint) {
             let Some(col) = e.direct else { break };
-            if self.peek() != Some(b'"')
-                || u128_or_tail(self.s, self.i + 1) & e.word.mask != e.word.head
-            {
+            if u128_or_tail(self.s, self.i) & e.word.mask != e.word.head {
                 break;
             }
-            self.i += 1 + usize::from(e.word.head_len);
+            self.i += usize::from(e.word.head_len);
             hint += 1;
             self.ws();
             self.column(col, t)?;
@@ -515,7 +513,7 @@ impl<'a> Scanner<'a> {
                 return Err(self.bad("expected a key"));
             }
             let (slot, colon) =
-                if let Some((slot, after, colon)) = node.expect(hint, self.s, self.i + 1) {
+                if let Some((slot, after, colon)) = node.expect(hint, self.s, self.i) {
                     self.i = after;
                     hint += 1;
                     (Some(slot), colon)

@@ -1155,8 +1155,8 @@ fn in_order_rows_skip_the_reorder_pass_only_when_complete() {
     assert_eq!(e.column.as_deref(), Some("c"), "{e}");
 }
 
-/// The in-order key comparison (a key, its closing quote and the colon in
-/// one load for keys of at most 14 bytes, a slice compare for longer ones)
+/// The in-order key comparison (a key, its quotes and the colon in
+/// one load for keys of at most 13 bytes, a slice compare for longer ones)
 /// reads every key as the serde reader does: keys of every length around
 /// the 16-byte boundary, keys that are prefixes of one another, escaped
 /// keys, whitespace around the colon, keys near the input's end, and keys
