@@ -674,12 +674,8 @@ impl<'a> Scanner<'a> {
                 // the scan below would decide.
                 let body = at + 1;
                 let end = body + usize::from(fixed_len);
-                let quick = match self.s.get(end) {
-                    Some(b'"') if fixed_len > 0 => t
-                        .rules
-                        .formats
-                        .first()
-                        .and_then(|f| f.parse_fixed(&self.s[body..end])),
+                let quick = match (self.s.get(end), t.rules.formats.first()) {
+                    (Some(b'"'), Some(f)) if fixed_len > 0 => f.parse_fixed(&self.s[body..end]),
                     _ => None,
                 };
                 let parsed = if quick.is_some() {
