@@ -181,6 +181,15 @@ pub struct PipelineSection {
     /// I/O runtime threads for the sink pool (default 1).
     #[serde(default = "one")]
     pub io_threads: usize,
+    /// First sleep of an idle pipeline thread or controller round (default
+    /// 1ms); consecutive idle rounds double it up to `idle_poll_max`.
+    #[serde(default)]
+    pub idle_poll: Option<Dur>,
+    /// Longest idle sleep (default 10ms, at least `idle_poll`): the most a
+    /// record arriving at an idle pipeline waits before it is polled. Lower
+    /// it for latency, raise it to spend less CPU idling.
+    #[serde(default)]
+    pub idle_poll_max: Option<Dur>,
 }
 
 fn one() -> usize {
@@ -744,6 +753,12 @@ impl Config {
         }
         let mut p = PipelineConfig::new(sink);
         p.threads = self.pipeline.threads;
+        if let Some(d) = self.pipeline.idle_poll {
+            p.idle_poll = d.0;
+        }
+        if let Some(d) = self.pipeline.idle_poll_max {
+            p.idle_poll_max = d.0;
+        }
         p.checkpoint_interval = self.checkpoint.interval.0;
         p.shutdown_drain_timeout = self.shutdown.drain_timeout.0;
         p.on_error = match self.on_error.policy {

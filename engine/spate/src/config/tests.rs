@@ -199,3 +199,25 @@ fn compression_tls_and_json_mode_parse_and_name_bad_keys() {
     let e = err(&format!("{MINIMAL}\nformat: {{json: {{mode: lines}}}}"));
     assert!(e.contains("format.json.mode"), "{e}");
 }
+
+#[test]
+fn idle_poll_keys_reach_the_pipeline_and_are_checked() {
+    let p = Config::from_yaml(MINIMAL, no_env)
+        .unwrap()
+        .pipeline_config();
+    assert_eq!(
+        (p.idle_poll, p.idle_poll_max),
+        (Duration::from_millis(1), Duration::from_millis(10))
+    );
+    let text = MINIMAL.replace(
+        "{name: p}",
+        "{name: p, idle_poll: 2ms, idle_poll_max: 50ms}",
+    );
+    let p = Config::from_yaml(&text, no_env).unwrap().pipeline_config();
+    assert_eq!(
+        (p.idle_poll, p.idle_poll_max),
+        (Duration::from_millis(2), Duration::from_millis(50))
+    );
+    let e = err(&MINIMAL.replace("{name: p}", "{name: p, idle_poll: 20ms}"));
+    assert!(e.contains("pipeline.idle_poll_max"), "{e}");
+}
