@@ -119,8 +119,9 @@ pub struct PipelineConfig {
     pub idle_poll: Duration,
     /// The longest idle sleep (`pipeline.idle_poll_max`, at least
     /// `idle_poll`): the most a record arriving at an idle pipeline waits
-    /// before a thread polls it. An idle service costs about one lane sweep
-    /// per thread per `idle_poll_max`.
+    /// before a thread polls it, and how late a thread paused by a full
+    /// in-flight budget (D8) can notice the budget freed. An idle service
+    /// costs about one lane sweep per thread per `idle_poll_max`.
     pub idle_poll_max: Duration,
     /// Bound on each replica probe at start.
     pub probe_timeout: Duration,
