@@ -1236,6 +1236,66 @@ fn thread_mode_delivers_and_commits_everything() {
     assert_eq!(report.polled, 3 * N as u64);
 }
 
+/// A pipeline thread idles in a park of up to `idle_poll_max`; a command
+/// (here the shutdown) unparks it instead of waiting that out. With the
+/// longest allowed idle sleep (1 s), a stop after everything is committed
+/// takes milliseconds; before commands unparked the threads it took the
+/// rest of the sleep (~1 s), which is what this fails on.
+#[test]
+fn shutdown_wakes_pipeline_threads_from_their_idle_sleep() {
+    const N: Offset = 50;
+    let (source, script) = ScriptedSource::new(40);
+    let writer = CaptureWriter::new();
+    let tps: Vec<_> = (0..2).map(tp).collect();
+    for tp in &tps {
+        fill(&script, tp, N as usize);
+        script.assign(tp);
+    }
+    let mut config = config(sink(1, 1));
+    config.threads = 2;
+    config.checkpoint_interval = Duration::from_millis(20);
+    config.idle_poll = spate_core::pipeline::IDLE_POLL_MAX_LIMIT;
+    config.idle_poll_max = spate_core::pipeline::IDLE_POLL_MAX_LIMIT;
+    let pipeline = Pipeline::builder(config, source, writer.clone(), fan_chain)
+        .build()
+        .expect("valid config");
+    let shutdown = Shutdown::new();
+    let triggered = Arc::new(Mutex::new(None));
+    let watcher = {
+        let (script, shutdown, tps, triggered) = (
+            script.clone(),
+            shutdown.clone(),
+            tps.clone(),
+            Arc::clone(&triggered),
+        );
+        std::thread::spawn(move || {
+            for _ in 0..6_000 {
+                if tps.iter().all(|tp| script.committed(tp) == Some(N)) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            // Both threads are parked for up to 1 s by now.
+            std::thread::sleep(Duration::from_millis(50));
+            *triggered.lock().expect("not poisoned") = Some(Instant::now());
+            shutdown.trigger();
+        })
+    };
+    let report = pipeline.run_threaded(shutdown, 1);
+    let stopped = Instant::now();
+    watcher.join().expect("watcher thread");
+
+    assert_eq!(report.status, ExitStatus::Clean, "{}", report.summary());
+    let took = stopped - triggered.lock().expect("not poisoned").expect("triggered");
+    assert!(
+        took < Duration::from_millis(500),
+        "shutdown waited {took:?} for idle pipeline threads"
+    );
+    for tp in &tps {
+        assert_eq!(script.committed(tp), Some(N), "{tp}");
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Configuration
 // ---------------------------------------------------------------------------

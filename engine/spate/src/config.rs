@@ -182,12 +182,14 @@ pub struct PipelineSection {
     #[serde(default = "one")]
     pub io_threads: usize,
     /// First sleep of an idle pipeline thread or controller round (default
-    /// 1ms); consecutive idle rounds double it up to `idle_poll_max`.
+    /// 1ms, between 100us and 1s); consecutive idle rounds double it up to
+    /// `idle_poll_max`.
     #[serde(default)]
     pub idle_poll: Option<Dur>,
-    /// Longest idle sleep (default 10ms, at least `idle_poll`): the most a
-    /// record arriving at an idle pipeline waits before it is polled. Lower
-    /// it for latency, raise it to spend less CPU idling.
+    /// Longest idle sleep (default 10ms, or `idle_poll` when that is set
+    /// higher; between `idle_poll` and 1s): the most a record arriving at an
+    /// idle pipeline waits before it is polled. Lower it for latency, raise
+    /// it to spend less CPU idling.
     #[serde(default)]
     pub idle_poll_max: Option<Dur>,
 }
@@ -602,10 +604,13 @@ impl Config {
         let config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
             let key = e.path().to_string();
             let mut reason = did_you_mean(&e.inner().to_string());
-            // serde_norway prefixes the parent's path; the key already says it.
-            if let Some((parent, _)) = key.rsplit_once('.') {
-                if let Some(rest) = reason.strip_prefix(&format!("{parent}: ")) {
+            // serde_norway prefixes the key's own path (a wrong type) or its
+            // parent's (an unknown key); the key already says it.
+            let parent = key.rsplit_once('.').map(|(p, _)| p);
+            for prefix in std::iter::once(key.as_str()).chain(parent) {
+                if let Some(rest) = reason.strip_prefix(&format!("{prefix}: ")) {
                     reason = rest.to_owned();
+                    break;
                 }
             }
             ConfigError::Parse { key, reason }
@@ -707,9 +712,10 @@ impl Config {
                 .parse::<std::net::SocketAddr>()
                 .map_err(|e| invalid("admin.listen", format!("`{}`: {e}", self.admin.listen)))?;
         }
-        self.pipeline_config()
-            .validate()
-            .map_err(|e| invalid(e.key().replace("sink.", "sink.clickhouse."), e.to_string()))?;
+        self.pipeline_config().validate().map_err(|e| {
+            let spate_core::sink::ConfigError::Invalid { key, reason } = e;
+            invalid(key.replace("sink.", "sink.clickhouse."), reason)
+        })?;
         Ok(())
     }
 
@@ -755,6 +761,8 @@ impl Config {
         p.threads = self.pipeline.threads;
         if let Some(d) = self.pipeline.idle_poll {
             p.idle_poll = d.0;
+            // Raising idle_poll alone raises the cap with it.
+            p.idle_poll_max = p.idle_poll_max.max(d.0);
         }
         if let Some(d) = self.pipeline.idle_poll_max {
             p.idle_poll_max = d.0;

@@ -36,6 +36,13 @@ use crate::record::{Offset, Payload, TopicPartition};
 use crate::sink::{ConfigError, DrainReport, SinkConfig};
 use crate::source::{CommitOffset, SourceError};
 
+/// Smallest `pipeline.idle_poll`: below it an idle thread spins.
+pub const IDLE_POLL_MIN: Duration = Duration::from_micros(100);
+
+/// Largest `pipeline.idle_poll` and `pipeline.idle_poll_max`: data arriving
+/// at an idle pipeline waits at most this long to be polled.
+pub const IDLE_POLL_MAX_LIMIT: Duration = Duration::from_secs(1);
+
 /// Sleep lengths for consecutive idle rounds of a polling loop: `first`, then
 /// doubling up to `max`; a busy round starts over from `first`.
 ///
@@ -171,13 +178,21 @@ impl PipelineConfig {
         positive("pipeline.chunk_rows", self.chunk.max_rows > 0)?;
         positive("sink.inflight.max_bytes", self.budget_bytes > 0)?;
         positive("sink.inflight.max_rows", self.budget_rows > 0)?;
-        positive("pipeline.idle_poll", !self.idle_poll.is_zero())?;
-        if self.idle_poll_max < self.idle_poll {
+        let (first, max) = (self.idle_poll, self.idle_poll_max);
+        if first < IDLE_POLL_MIN || first > IDLE_POLL_MAX_LIMIT {
+            return Err(ConfigError::Invalid {
+                key: "pipeline.idle_poll".to_owned(),
+                reason: format!(
+                    "{first:?} is outside {IDLE_POLL_MIN:?}..={IDLE_POLL_MAX_LIMIT:?} \
+                     (shorter spins a core; longer leaves new data unread that long)"
+                ),
+            });
+        }
+        if max < first || max > IDLE_POLL_MAX_LIMIT {
             return Err(ConfigError::Invalid {
                 key: "pipeline.idle_poll_max".to_owned(),
                 reason: format!(
-                    "{:?} is less than pipeline.idle_poll ({:?})",
-                    self.idle_poll_max, self.idle_poll
+                    "{max:?} is outside pipeline.idle_poll ({first:?})..={IDLE_POLL_MAX_LIMIT:?}"
                 ),
             });
         }
@@ -359,11 +374,27 @@ mod tests {
     }
 
     #[test]
-    fn idle_poll_max_below_idle_poll_is_refused_by_key() {
+    fn idle_polls_out_of_range_are_refused_by_key() {
+        let ms = Duration::from_millis;
+        let cases = [
+            (ms(5), ms(2), "pipeline.idle_poll_max"),
+            (ms(1), ms(0), "pipeline.idle_poll_max"),
+            (ms(1), ms(1001), "pipeline.idle_poll_max"),
+            (Duration::ZERO, ms(10), "pipeline.idle_poll"),
+            (Duration::from_nanos(10), ms(10), "pipeline.idle_poll"),
+            (ms(1001), ms(2000), "pipeline.idle_poll"),
+        ];
+        for (first, max, key) in cases {
+            let mut c = PipelineConfig::new(SinkConfig::new("p", vec![vec!["http://a".into()]]));
+            (c.idle_poll, c.idle_poll_max) = (first, max);
+            let err = c.validate().expect_err("out of range").to_string();
+            assert!(
+                err.contains(&format!("`{key}`")),
+                "{first:?} {max:?}: {err}"
+            );
+        }
         let mut c = PipelineConfig::new(SinkConfig::new("p", vec![vec!["http://a".into()]]));
-        c.idle_poll = Duration::from_millis(5);
-        c.idle_poll_max = Duration::from_millis(2);
-        let err = c.validate().expect_err("max below first").to_string();
-        assert!(err.contains("pipeline.idle_poll_max"), "{err}");
+        (c.idle_poll, c.idle_poll_max) = (IDLE_POLL_MIN, IDLE_POLL_MAX_LIMIT);
+        assert!(c.validate().is_ok(), "the bounds themselves are allowed");
     }
 }

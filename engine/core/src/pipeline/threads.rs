@@ -24,6 +24,11 @@ use crate::record::{Epoch, TopicPartition};
 use crate::sink::DRAIN_GRACE;
 use crate::source::Lane;
 
+/// How often a stopping host checks its threads, and a stopping thread
+/// retries a flush the in-flight budget refused: short, so the idle backoff
+/// (up to 1 s) does not eat into the drain deadline (D5).
+const SHUTDOWN_POLL: Duration = Duration::from_millis(1);
+
 /// What drivers tell the controller.
 #[derive(Debug)]
 pub(crate) enum LaneEvent<L> {
@@ -192,12 +197,24 @@ struct ThreadSlot<L> {
     owned: BTreeSet<(TopicPartition, Epoch)>,
 }
 
+impl<L> ThreadSlot<L> {
+    /// Sends `command` and wakes the thread from an idle park, so a lane,
+    /// revoke or shutdown does not wait out its idle backoff. `Err`: the
+    /// thread is gone.
+    fn command(&self, command: Command<L>) -> Result<(), mpsc::SendError<Command<L>>> {
+        self.tx.send(command)?;
+        if let Some(join) = &self.join {
+            join.thread().unpark();
+        }
+        Ok(())
+    }
+}
+
 /// Thread mode: each driver on its own OS thread, commanded over a channel
 /// it polls without waiting (D2).
 pub(crate) struct ThreadHost<L> {
     threads: Vec<ThreadSlot<L>>,
     events: UnboundedSender<LaneEvent<L>>,
-    idle: Duration,
     /// Lanes surrendered by one thread and not yet handed to another; a revoke
     /// that arrives meanwhile is carried out when the lane does.
     in_transit: BTreeSet<(TopicPartition, Epoch)>,
@@ -245,7 +262,6 @@ impl<L: Lane + 'static> ThreadHost<L> {
         Ok(Self {
             threads,
             events,
-            idle: parts.idle,
             in_transit: BTreeSet::new(),
             revoke_on_arrival: BTreeSet::new(),
         })
@@ -282,7 +298,7 @@ fn thread_main<L: Lane, P: Processor>(
                 }
                 Ok(Command::Shutdown(deadline)) => {
                     while driver.flush_all() == Flush::Blocked && Instant::now() < deadline {
-                        std::thread::sleep(idle);
+                        std::thread::sleep(idle.min(SHUTDOWN_POLL));
                     }
                     return;
                 }
@@ -291,14 +307,16 @@ fn thread_main<L: Lane, P: Processor>(
             }
         }
         if failed {
-            std::thread::sleep(backoff.idle());
+            std::thread::park_timeout(backoff.idle());
             continue;
         }
         match driver.step(Instant::now()) {
             Ok(Step::Busy) => backoff.busy(),
-            // Not a wait on the command channel: D2 keeps these threads off
-            // channels; a command waits at most the cap.
-            Ok(Step::Idle) => std::thread::sleep(backoff.idle()),
+            // A park, not a wait on the command channel (D2 keeps these
+            // threads off channels): the host unparks the thread after each
+            // command (`ThreadSlot::command`); new data waits at most the
+            // cap. An early or spurious wake just polls again.
+            Ok(Step::Idle) => std::thread::park_timeout(backoff.idle()),
             Err(e) => {
                 let _ = events.send(LaneEvent::Failed(e));
                 failed = true;
@@ -314,7 +332,7 @@ impl<L: Lane + 'static> LaneHost<L> for ThreadHost<L> {
         let slot = &mut self.threads[i];
         slot.owned.insert(key);
         // A send error means the thread died; step() reports it.
-        let _ = slot.tx.send(Command::Assign(lane, issuer));
+        let _ = slot.command(Command::Assign(lane, issuer));
     }
 
     fn revoke(&mut self, partition: &TopicPartition, epoch: Epoch) {
@@ -326,7 +344,7 @@ impl<L: Lane + 'static> LaneHost<L> for ThreadHost<L> {
         match self.threads.iter_mut().find(|t| t.owned.contains(&key)) {
             Some(slot) => {
                 slot.owned.remove(&key);
-                if slot.tx.send(Command::Revoke(key.0, key.1)).is_err() {
+                if slot.command(Command::Revoke(key.0, key.1)).is_err() {
                     let _ = self.events.send(LaneEvent::Revoked {
                         partition: partition.clone(),
                         epoch,
@@ -376,8 +394,7 @@ impl<L: Lane + 'static> LaneHost<L> for ThreadHost<L> {
             let slot = &mut self.threads[from];
             let key = slot.owned.pop_last().expect("max > 0");
             if slot
-                .tx
-                .send(Command::Surrender(key.0.clone(), key.1))
+                .command(Command::Surrender(key.0.clone(), key.1))
                 .is_err()
             {
                 return;
@@ -404,7 +421,7 @@ impl<L: Lane + 'static> LaneHost<L> for ThreadHost<L> {
 
     async fn shutdown(&mut self, deadline: Instant) {
         for slot in &self.threads {
-            let _ = slot.tx.send(Command::Shutdown(deadline));
+            let _ = slot.command(Command::Shutdown(deadline));
         }
         let hard = deadline + DRAIN_GRACE;
         loop {
@@ -423,7 +440,8 @@ impl<L: Lane + 'static> LaneHost<L> for ThreadHost<L> {
                 );
                 return;
             }
-            tokio::time::sleep(self.idle.max(Duration::from_millis(1))).await;
+            // Not the idle sleep (up to 1 s): a stop should not wait on it.
+            tokio::time::sleep(SHUTDOWN_POLL).await;
         }
         for (i, slot) in self.threads.iter_mut().enumerate() {
             if let Some(join) = slot.join.take() {

@@ -90,6 +90,18 @@ fn bad_values_name_the_key() {
     assert!(e.contains("sink.clickhouse.shards[0][0]"), "{e}");
     let e = err(&MINIMAL.replace("{name: p}", "{name: p, threads: 0}"));
     assert!(e.contains("pipeline.threads"), "{e}");
+    let e = err(&MINIMAL.replace("{name: p}", "{name: p, threads: two}"));
+    assert_eq!(
+        e.matches("pipeline.threads").count(),
+        1,
+        "the key once: {e}"
+    );
+    let e = err(&MINIMAL.replace("table: t", "table: t, batch: {max_rows: 0}"));
+    assert_eq!(
+        e.matches("max_rows").count(),
+        1,
+        "the key once, in the YAML's spelling: {e}"
+    );
     let e = err(&format!("{MINIMAL}\non_error: {{policy: sikp}}"));
     assert!(
         e.contains("on_error.policy") && e.contains("did you mean `skip`"),
@@ -218,6 +230,19 @@ fn idle_poll_keys_reach_the_pipeline_and_are_checked() {
         (p.idle_poll, p.idle_poll_max),
         (Duration::from_millis(2), Duration::from_millis(50))
     );
-    let e = err(&MINIMAL.replace("{name: p}", "{name: p, idle_poll: 20ms}"));
+    let text = MINIMAL.replace("{name: p}", "{name: p, idle_poll: 50ms}");
+    let p = Config::from_yaml(&text, no_env).unwrap().pipeline_config();
+    assert_eq!(
+        (p.idle_poll, p.idle_poll_max),
+        (Duration::from_millis(50), Duration::from_millis(50)),
+        "raising idle_poll alone raises the cap with it"
+    );
+    let e = err(&MINIMAL.replace(
+        "{name: p}",
+        "{name: p, idle_poll: 20ms, idle_poll_max: 5ms}",
+    ));
     assert!(e.contains("pipeline.idle_poll_max"), "{e}");
+    let e = err(&MINIMAL.replace("{name: p}", "{name: p, idle_poll: 1h}"));
+    assert!(e.contains("`pipeline.idle_poll`"), "{e}");
+    assert_eq!(e.matches("pipeline.idle_poll").count(), 1, "{e}");
 }
