@@ -131,6 +131,25 @@ impl KafkaSourceConfig {
         Ok(())
     }
 
+    /// Has librdkafka accept the full property set, as
+    /// [`crate::KafkaSource::new`] will, by creating (and dropping) a
+    /// consumer that subscribes to nothing and contacts no broker: catches
+    /// a misspelt or out-of-range pass-through property before a run.
+    ///
+    /// # Errors
+    /// What [`KafkaSourceConfig::validate`] returns, or
+    /// [`ConfigError::Client`] with librdkafka's message naming the
+    /// property.
+    pub fn check_client(&self) -> Result<(), ConfigError> {
+        self.validate()?;
+        let mut client = rdkafka::ClientConfig::new();
+        for (key, value) in self.client_properties() {
+            client.set(key, value);
+        }
+        let _: rdkafka::consumer::BaseConsumer = client.create()?;
+        Ok(())
+    }
+
     /// The full property set handed to librdkafka: the pass-through
     /// properties plus [`OWNED_PROPERTIES`]. Call after
     /// [`KafkaSourceConfig::validate`].
@@ -195,6 +214,19 @@ mod tests {
                 other => panic!("{key}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn check_client_names_a_property_librdkafka_does_not_know() {
+        base().check_client().expect("a valid set");
+        let mut c = base();
+        c.set("session.timeout.msx", "10000");
+        let err = c.check_client().expect_err("misspelt").to_string();
+        assert!(err.contains("session.timeout.msx"), "{err}");
+        let mut c = base();
+        c.set("fetch.max.bytes", "lots");
+        let err = c.check_client().expect_err("not a number").to_string();
+        assert!(err.contains("fetch.max.bytes"), "{err}");
     }
 
     #[test]

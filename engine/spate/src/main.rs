@@ -156,10 +156,21 @@ pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 fn load(path: &std::path::Path) -> Result<Config, ExitCode> {
-    Config::load(path).map_err(|e| {
+    let config = Config::load(path).map_err(|e| {
         eprintln!("spate: {}: {}", path.display(), chain(&e));
         ExitCode::from(EXIT_CONFIG)
-    })
+    })?;
+    // librdkafka's own check of the pass-through properties: a typo there
+    // is a config error (exit 1) for `check` and `run` alike.
+    if let Err(e) = config.kafka_config().check_client() {
+        eprintln!(
+            "spate: {}: config key `source.kafka.properties`: {}",
+            path.display(),
+            chain(&e)
+        );
+        return Err(ExitCode::from(EXIT_CONFIG));
+    }
+    Ok(config)
 }
 
 fn install_metrics() -> Result<PrometheusHandle, ExitCode> {

@@ -302,7 +302,8 @@ fn check_prints_the_mapping_and_fails_on_an_unreachable_replica() {
             .expect("spawn spate check");
         (
             out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
         )
     };
     let good = config(
@@ -334,6 +335,13 @@ fn check_prints_the_mapping_and_fails_on_an_unreachable_replica() {
     let (code, out) = run_check(&bad);
     assert_eq!(code, Some(3), "{out}");
     assert!(out.contains("PROBLEM"), "{out}");
+    // A librdkafka property librdkafka does not know: a config error
+    // (exit 1) naming it, from `check` as from `run`.
+    let typo = good.replace("session.timeout.ms:", "session.timeout.msx:");
+    assert_ne!(typo, good, "the property was rewritten");
+    let (code, out) = run_check(&typo);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("session.timeout.msx"), "{out}");
 }
 
 /// A TCP gate in front of ClickHouse: forwards while open; once closed, it

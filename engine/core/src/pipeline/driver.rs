@@ -134,6 +134,8 @@ pub struct Driver<L, P> {
     counters: Arc<RecordCounters>,
     metrics: DriverMetrics,
     rows_reported: u64,
+    /// Records this driver skipped (`on_error: skip`), for the log's pacing.
+    skips: u64,
     failed: bool,
 }
 
@@ -162,6 +164,7 @@ impl<L: Lane, P: Processor> Driver<L, P> {
             counters,
             metrics: DriverMetrics::register(),
             rows_reported: 0,
+            skips: 0,
             failed: false,
         }
     }
@@ -295,7 +298,8 @@ impl<L: Lane, P: Processor> Driver<L, P> {
                         OnError::Skip => {
                             skipped += 1;
                             self.metrics.skipped[error.kind as usize].increment(1);
-                            skip(&self.dead_letter, &cx.payload, &error);
+                            self.skips += 1;
+                            skip(&self.dead_letter, &cx.payload, &error, self.skips);
                         }
                         OnError::Fail => {
                             // D1: the batch's watermark freezes in front of it.
@@ -351,8 +355,29 @@ impl<L: Lane, P: Processor> Driver<L, P> {
     }
 }
 
-fn skip(dead_letter: &Option<Arc<dyn DeadLetter>>, payload: &Payload<'_>, error: &RecordError) {
-    tracing::debug!(partition = %payload.partition, offset = payload.offset, %error, "record skipped");
+/// Logs and dead-letters a skipped record; `nth` counts this driver's
+/// skips. The first ten and then every power of two go out at WARN with
+/// partition, offset and reason, so a user without a dead-letter topic can
+/// find them, while a flood of bad records cannot flood the log (the
+/// `spate_records_skipped_total` metric counts every one); the rest at
+/// DEBUG.
+fn skip(
+    dead_letter: &Option<Arc<dyn DeadLetter>>,
+    payload: &Payload<'_>,
+    error: &RecordError,
+    nth: u64,
+) {
+    if nth <= 10 || nth.is_power_of_two() {
+        tracing::warn!(
+            partition = %payload.partition,
+            offset = payload.offset,
+            %error,
+            skipped_by_this_thread = nth,
+            "record skipped (on_error: skip)"
+        );
+    } else {
+        tracing::debug!(partition = %payload.partition, offset = payload.offset, %error, "record skipped");
+    }
     if let Some(dl) = dead_letter {
         dl.dead_letter(payload, error);
     }
