@@ -148,7 +148,12 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
                 LaneEvent::Surrendered(lane, issuer) => self.host.arrive(lane, issuer),
                 LaneEvent::Failed(e) => {
                     tracing::error!(error = %e, "pipeline driver stopped");
-                    if self.error.is_none() {
+                    // The refused record is the cause; its batch's failed
+                    // ack (D1) can reach the controller first and stop it
+                    // as AcksFailed, which names no column or reason.
+                    let cause_arrived_late = matches!(e, PipelineError::RecordFailed { .. })
+                        && matches!(self.error, Some(PipelineError::AcksFailed(_)));
+                    if self.error.is_none() || cause_arrived_late {
                         self.error = Some(e);
                     }
                 }
