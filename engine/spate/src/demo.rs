@@ -135,7 +135,7 @@ fn run(args: &DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let ch = HttpWriter::new(HttpWriterConfig::new("default", table, Vec::new()));
     let url = args.clickhouse_url.as_str();
     rt.block_on(ch.query(url, "SELECT 1"))
-        .map_err(|e| format!("ClickHouse at {url} does not answer ({e}); start one with `bash ci/clickhouse.sh start 1` or pass --clickhouse-url"))?;
+        .map_err(|e| format!("ClickHouse at {url} does not answer ({e}); `bash ci/demo.sh` starts one and runs the demo against it; or start one with `bash ci/clickhouse.sh start 1` and pass the URL it prints as --clickhouse-url"))?;
     rt.block_on(ch.query(
         url,
         &format!(
@@ -295,7 +295,7 @@ admin: {{ listen: "{admin}" }}
     .parse()?;
     let sample = count(&format!(
         "SELECT origin, count() AS flights, round(avg(delay), 1) AS avg_delay FROM default.{table} \
-         WHERE id >= {base} GROUP BY origin ORDER BY flights DESC LIMIT 5 FORMAT PrettyCompactMonoBlock"
+         WHERE id >= {base} GROUP BY origin ORDER BY flights DESC LIMIT 5 FORMAT PrettyCompactNoEscapes"
     ))?;
     let committed_text: Vec<String> = committed
         .iter()

@@ -131,8 +131,11 @@ fn main() -> ExitCode {
 fn init_tracing(format: LogFormat, default_filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
+    // Colour only on a terminal: redirected logs stay plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
@@ -274,6 +277,24 @@ fn check(path: &std::path::Path) -> ExitCode {
             Err(e) => {
                 problems += 1;
                 println!("kafka {brokers}: PROBLEM: {}", chain(&e));
+            }
+        }
+    }
+
+    // The dead-letter topic, on the same brokers: a skipped record must
+    // have somewhere to go.
+    if let Some(dl) = &config.on_error.dead_letter {
+        match kafka_tools::partition_count(&brokers, &dl.topic, KAFKA_RPC) {
+            Ok(n) => println!(
+                "kafka {brokers}: dead-letter topic {}: {n} partitions",
+                dl.topic
+            ),
+            Err(e) => {
+                problems += 1;
+                println!(
+                    "kafka {brokers}: PROBLEM: dead-letter topic (on_error.dead_letter.topic): {}",
+                    chain(&e)
+                );
             }
         }
     }

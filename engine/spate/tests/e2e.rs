@@ -342,6 +342,18 @@ fn check_prints_the_mapping_and_fails_on_an_unreachable_replica() {
     let (code, out) = run_check(&typo);
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("session.timeout.msx"), "{out}");
+    // A dead-letter topic the broker does not have: a problem.
+    let no_dlq = good.replace(
+        "{ policy: fail }",
+        "{ policy: skip, dead_letter: { topic: no-such-dlq } }",
+    );
+    assert_ne!(no_dlq, good, "the policy was rewritten");
+    let (code, out) = run_check(&no_dlq);
+    assert_eq!(code, Some(3), "{out}");
+    assert!(
+        out.contains("PROBLEM: dead-letter topic") && out.contains("no-such-dlq"),
+        "{out}"
+    );
 }
 
 /// A TCP gate in front of ClickHouse: forwards while open; once closed, it
