@@ -36,7 +36,7 @@ pub const DEAD_LETTER_DROPPED: &str = "spate_dead_letter_dropped_total";
 #[derive(Debug, thiserror::Error)]
 pub enum ServiceError {
     /// No replica answered the schema probe.
-    #[error("schema probe of {database}.{table}: no replica answered: {errors}")]
+    #[error("schema probe of {database}.{table}: no replica gave the schema: {errors}")]
     Probe {
         /// Target database.
         database: String,
