@@ -288,7 +288,9 @@ pub struct RunReport {
 }
 
 impl RunReport {
-    /// A one-line summary for logs.
+    /// A one-line summary for logs. `committed_by_this_run` lists the
+    /// offsets this run committed; a partition it committed nothing for
+    /// keeps what the group had before (not shown).
     pub fn summary(&self) -> String {
         let committed: Vec<String> = self
             .committed
@@ -296,7 +298,7 @@ impl RunReport {
             .map(|c| format!("{}={}", c.partition, c.offset))
             .collect();
         format!(
-            "status={:?} polled={} rows={} skipped={} delivered_rows={} abandoned_rows={} committed=[{}]{}",
+            "status={:?} polled={} rows={} skipped={} delivered_rows={} abandoned_rows={} committed_by_this_run=[{}]{}",
             self.status,
             self.polled,
             self.rows_encoded,
