@@ -9,7 +9,8 @@
 //!   and `expected` the rows a current ClickHouse must print for the file in
 //!   `JSONEachRow` (64-bit and wider integers and decimals quoted).
 //!
-//! `<dir>` is `$SPATE_CHDB_DIR`, default `target/chdb` in the workspace.
+//! `<dir>` is `$SPATE_CHDB_DIR`, else `$CARGO_TARGET_DIR/chdb`, else
+//! `target/chdb` in the workspace (`ci/test.sh` sets `SPATE_CHDB_DIR`).
 //! `ci/chdb_check.py` then decodes every `.bin` with chdb-core
 //! (`SELECT * FROM file(path, 'RowBinary', schema)`) and compares. The
 //! expectations are written from what the input JSON means, not from what the
@@ -29,8 +30,11 @@ struct Case {
 }
 
 fn out_dir() -> PathBuf {
-    match std::env::var_os("SPATE_CHDB_DIR") {
-        Some(d) => PathBuf::from(d),
+    if let Some(d) = std::env::var_os("SPATE_CHDB_DIR") {
+        return PathBuf::from(d);
+    }
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(t) => PathBuf::from(t).join("chdb"),
         None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/chdb"),
     }
 }

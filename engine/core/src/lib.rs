@@ -17,8 +17,8 @@
 //!   bounded drain (D5).
 //! - [`metrics`]: metric names and pre-registered handles.
 //!
-//! The invariants D1..D8 are numbered in `shared/DESIGN.md` (copied into the
-//! repository as `docs/DESIGN.md`) and cited by number throughout.
+//! The invariants D1..D8 are numbered in `docs/DESIGN.md` (each with the
+//! tests that check it) and cited by number throughout.
 //!
 //! Time is read only through tokio's clock and randomness only through seeded
 //! RNGs (D7), so the simulator can replay a run from one seed.
