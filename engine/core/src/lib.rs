@@ -27,6 +27,7 @@
 pub mod ack;
 pub mod budget;
 pub mod checkpoint;
+pub mod error;
 pub mod metrics;
 #[cfg(not(loom))]
 pub mod pipeline;

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 use spate_clickhouse::router::ShardKey;
-use spate_core::pipeline::{OnError, PipelineConfig};
+use spate_core::pipeline::{self, OnError, PipelineConfig};
 use spate_core::sink::{BatchConfig, RetryConfig, SinkConfig};
 use spate_kafka::KafkaSourceConfig;
 
@@ -160,6 +160,9 @@ pub struct Config {
     pub on_error: OnErrorSection,
     /// `sink`: where rows go.
     pub sink: SinkSection,
+    /// `rebalance`: how a revoke drains.
+    #[serde(default)]
+    pub rebalance: RebalanceSection,
     /// `shutdown`: drain bounds.
     #[serde(default)]
     pub shutdown: ShutdownSection,
@@ -209,7 +212,7 @@ pub struct CheckpointSection {
 impl Default for CheckpointSection {
     fn default() -> Self {
         Self {
-            interval: Dur(Duration::from_secs(5)),
+            interval: Dur(pipeline::DEFAULT_CHECKPOINT_INTERVAL),
         }
     }
 }
@@ -556,7 +559,27 @@ pub struct ShutdownSection {
 impl Default for ShutdownSection {
     fn default() -> Self {
         Self {
-            drain_timeout: Dur(Duration::from_secs(30)),
+            drain_timeout: Dur(pipeline::DEFAULT_SHUTDOWN_DRAIN_TIMEOUT),
+        }
+    }
+}
+
+/// `rebalance`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RebalanceSection {
+    /// How long a revoke waits for the revoked partitions' in-flight data
+    /// before committing what settled and releasing them (default 10s). The
+    /// revoke holds the group's rebalance meanwhile (docs/adr/0002), so it
+    /// must stay at most half of librdkafka's `max.poll.interval.ms` (the
+    /// rebalance timeout the member sends; 300 s by default), checked at load.
+    pub drain_timeout: Dur,
+}
+
+impl Default for RebalanceSection {
+    fn default() -> Self {
+        Self {
+            drain_timeout: Dur(pipeline::DEFAULT_REBALANCE_DRAIN_TIMEOUT),
         }
     }
 }
@@ -619,6 +642,39 @@ impl Config {
         Ok(config)
     }
 
+    /// `rebalance.drain_timeout` against librdkafka's `max.poll.interval.ms`
+    /// (from `source.kafka.properties`, else librdkafka's 300000): a revoke
+    /// that drains longer than the rebalance timeout gets the member evicted
+    /// (docs/adr/0002), so the drain may take at most half of it.
+    fn check_rebalance_drain(&self) -> Result<(), ConfigError> {
+        let drain = self.rebalance.drain_timeout.0;
+        if drain.is_zero() {
+            return Err(invalid("rebalance.drain_timeout", "must be greater than 0"));
+        }
+        let key = "max.poll.interval.ms";
+        let poll_ms = match self.source.kafka.properties.get(key) {
+            Some(v) => v.trim().parse::<u64>().map_err(|_| {
+                invalid(
+                    format!("source.kafka.properties.{key}"),
+                    format!("`{v}`: expected milliseconds"),
+                )
+            })?,
+            None => 300_000,
+        };
+        let poll = Duration::from_millis(poll_ms);
+        if drain * 2 > poll {
+            return Err(invalid(
+                "rebalance.drain_timeout",
+                format!(
+                    "{drain:?} is more than half of {key} ({poll:?}): a revoke holds the \
+                     group's rebalance while it drains, and a member silent for {key} is \
+                     evicted; lower it or raise source.kafka.properties.{key}"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Checks ranges and consistency by building the engine's configs.
     ///
     /// # Errors
@@ -657,6 +713,7 @@ impl Config {
                 ));
             }
         }
+        self.check_rebalance_drain()?;
         self.kafka_config()
             .validate()
             .map_err(|e| invalid("source.kafka", e.to_string()))?;
@@ -769,6 +826,7 @@ impl Config {
         }
         p.checkpoint_interval = self.checkpoint.interval.0;
         p.shutdown_drain_timeout = self.shutdown.drain_timeout.0;
+        p.rebalance_drain_timeout = self.rebalance.drain_timeout.0;
         p.on_error = match self.on_error.policy {
             Policy::Skip => OnError::Skip,
             Policy::Fail => OnError::Fail,

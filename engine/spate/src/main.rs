@@ -25,6 +25,7 @@ use spate::config::Config;
 use spate::kafka_tools;
 use spate::service;
 use spate_clickhouse::writer::HttpWriter;
+pub(crate) use spate_core::error::chain;
 use spate_core::sink::{Endpoint, Writer};
 
 /// Exit code for bad usage or an unusable config.
@@ -141,21 +142,6 @@ fn init_tracing(format: LogFormat, default_filter: &str) {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
-}
-
-/// An error and its sources, `: `-joined.
-pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let text = c.to_string();
-        if !s.contains(&text) {
-            s.push_str(": ");
-            s.push_str(&text);
-        }
-        cur = c.source();
-    }
-    s
 }
 
 fn load(path: &std::path::Path) -> Result<Config, ExitCode> {

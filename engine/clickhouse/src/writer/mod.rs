@@ -304,7 +304,7 @@ impl HttpWriter {
         let resp = self.client.request(req).await.map_err(|e| {
             // A failed connect never reached the server; anything later
             // (reset, closed mid-request) may have inserted the batch.
-            let message = format!("{where_}: {}", error_chain(&e));
+            let message = format!("{where_}: {}", spate_core::error::chain(&e));
             if e.is_connect() {
                 WriteError::retryable(message)
             } else {
@@ -463,19 +463,6 @@ pub enum SchemaProbeError {
     /// The answer was unusable or named no table.
     #[error(transparent)]
     Schema(#[from] crate::schema::SchemaError),
-}
-
-/// An error and its sources, `: `-joined (hyper's top-level messages alone
-/// say little: "client error (Connect)").
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 impl Writer for HttpWriter {

@@ -98,6 +98,13 @@ pub trait DeadLetter: Send + Sync {
     fn dead_letter(&self, payload: &Payload<'_>, error: &RecordError);
 }
 
+/// Default `checkpoint.interval`: how often watermarks are committed.
+pub const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(5);
+/// Default `rebalance.drain_timeout`: how long a revoke waits for acks.
+pub const DEFAULT_REBALANCE_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default `shutdown.drain_timeout`: how long shutdown drains (D5).
+pub const DEFAULT_SHUTDOWN_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Pipeline settings besides the sink's.
 #[derive(Clone, Debug)]
 pub struct PipelineConfig {
@@ -143,9 +150,9 @@ impl PipelineConfig {
     pub fn new(sink: SinkConfig) -> Self {
         Self {
             threads: 1,
-            checkpoint_interval: Duration::from_secs(5),
-            rebalance_drain_timeout: Duration::from_secs(10),
-            shutdown_drain_timeout: Duration::from_secs(30),
+            checkpoint_interval: DEFAULT_CHECKPOINT_INTERVAL,
+            rebalance_drain_timeout: DEFAULT_REBALANCE_DRAIN_TIMEOUT,
+            shutdown_drain_timeout: DEFAULT_SHUTDOWN_DRAIN_TIMEOUT,
             on_error: OnError::Fail,
             chunk: ChunkConfig::default(),
             budget_bytes: 256 << 20,

@@ -246,3 +246,44 @@ fn idle_poll_keys_reach_the_pipeline_and_are_checked() {
     assert!(e.contains("`pipeline.idle_poll`"), "{e}");
     assert_eq!(e.matches("pipeline.idle_poll").count(), 1, "{e}");
 }
+
+#[test]
+fn rebalance_drain_timeout_reaches_the_pipeline_and_is_checked_against_max_poll() {
+    let c = Config::from_yaml(MINIMAL, no_env).unwrap();
+    let p = c.pipeline_config();
+    assert_eq!(
+        (
+            p.rebalance_drain_timeout,
+            p.shutdown_drain_timeout,
+            p.checkpoint_interval
+        ),
+        (
+            pipeline::DEFAULT_REBALANCE_DRAIN_TIMEOUT,
+            pipeline::DEFAULT_SHUTDOWN_DRAIN_TIMEOUT,
+            pipeline::DEFAULT_CHECKPOINT_INTERVAL
+        ),
+        "YAML defaults and PipelineConfig::new agree"
+    );
+    let text = format!("{MINIMAL}rebalance: {{drain_timeout: 20s}}\n");
+    let p = Config::from_yaml(&text, no_env).unwrap().pipeline_config();
+    assert_eq!(p.rebalance_drain_timeout, Duration::from_secs(20));
+    // 200 s is more than half of librdkafka's default 300 s.
+    let e = err(&format!("{MINIMAL}rebalance: {{drain_timeout: 200s}}\n"));
+    assert!(
+        e.contains("rebalance.drain_timeout") && e.contains("max.poll.interval.ms"),
+        "{e}"
+    );
+    // Raising max.poll.interval.ms makes room for it.
+    let text = MINIMAL.replace(
+        "group_id: g}",
+        "group_id: g, properties: {max.poll.interval.ms: '600000'}}",
+    ) + "rebalance: {drain_timeout: 200s}\n";
+    let p = Config::from_yaml(&text, no_env).unwrap().pipeline_config();
+    assert_eq!(p.rebalance_drain_timeout, Duration::from_secs(200));
+    let text = MINIMAL.replace(
+        "group_id: g}",
+        "group_id: g, properties: {max.poll.interval.ms: '15000'}}",
+    );
+    let e = err(&text);
+    assert!(e.contains("rebalance.drain_timeout"), "{e}");
+}
