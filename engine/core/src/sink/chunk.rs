@@ -82,6 +82,19 @@ pub struct BatchRange {
     pub last: Offset,
 }
 
+/// A hash of a batch's token and bytes (std's SipHash with fixed keys, so
+/// it does not depend on the process).
+#[cfg(debug_assertions)]
+fn fingerprint(token: &str, segments: &[Bytes]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    token.hash(&mut h);
+    for s in segments {
+        h.write(s);
+    }
+    h.finish()
+}
+
 /// An immutable batch ready to write: every attempt sends these bytes with this
 /// token (D4).
 #[derive(Debug)]
@@ -93,6 +106,10 @@ pub struct SealedBatch {
     rows: u64,
     bytes: u64,
     ranges: Vec<BatchRange>,
+    /// Hash of token and bytes taken at seal, checked again before every
+    /// attempt ([`SealedBatch::debug_assert_unchanged`]): the D4 seam.
+    #[cfg(debug_assertions)]
+    sealed_fingerprint: u64,
 }
 
 impl SealedBatch {
@@ -106,6 +123,8 @@ impl SealedBatch {
     ) -> Self {
         debug_assert!(!segments.is_empty(), "a sealed batch is never empty");
         let bytes = segments.iter().map(|s| s.len() as u64).sum();
+        #[cfg(debug_assertions)]
+        let sealed_fingerprint = fingerprint(&token, &segments);
         Self {
             shard,
             seq,
@@ -114,7 +133,23 @@ impl SealedBatch {
             rows,
             bytes,
             ranges: ranges_of(acks),
+            #[cfg(debug_assertions)]
+            sealed_fingerprint,
         }
+    }
+
+    /// In debug builds, panics unless the token and bytes are those the batch
+    /// was sealed with: every attempt of one sealed batch carries identical
+    /// bytes and the identical token (D4), checked where it is sealed and
+    /// again where each attempt is written. A no-op in release builds.
+    pub fn debug_assert_unchanged(&self) {
+        #[cfg(debug_assertions)]
+        assert_eq!(
+            fingerprint(&self.token, &self.segments),
+            self.sealed_fingerprint,
+            "batch {} changed between seal and write (D4)",
+            self.token
+        );
     }
 
     /// The shard it is written to (never another: rows are not rerouted).

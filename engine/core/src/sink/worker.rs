@@ -306,6 +306,7 @@ async fn write_batch<W: Writer>(
             }
         };
         let endpoint = &shared.endpoints[replica];
+        batch.debug_assert_unchanged();
         let result =
             match tokio::time::timeout(config.write_timeout, writer.write(endpoint, batch)).await {
                 Ok(r) => r,
