@@ -71,7 +71,10 @@ pub(crate) enum Builder {
     /// Null mask, then the inner column (a default value for NULL rows).
     Nullable { nulls: Vec<u8>, inner: Box<Builder> },
     /// Cumulative element counts, then the flattened elements.
-    Array { offsets: Vec<u64>, inner: Box<Builder> },
+    Array {
+        offsets: Vec<u64>,
+        inner: Box<Builder>,
+    },
     /// Cumulative entry counts, then all keys, then all values.
     Map {
         offsets: Vec<u64>,
@@ -190,7 +193,9 @@ impl Builder {
     /// Reads one RowBinary value from the front of `input` into the column.
     pub(crate) fn read(&mut self, input: &mut &[u8]) -> Result<(), ColumnError> {
         match self {
-            Builder::Fixed { width, data } => data.extend_from_slice(take(input, *width, "a value")?),
+            Builder::Fixed { width, data } => {
+                data.extend_from_slice(take(input, *width, "a value")?)
+            }
             Builder::String { data } => {
                 let before = *input;
                 let n = leb128(input)?;
@@ -256,7 +261,8 @@ impl Builder {
                 match shape {
                     KeyShape::String => {
                         let n = leb128(input)?;
-                        let n = usize::try_from(n).map_err(|_| ColumnError::Malformed("a string"))?;
+                        let n =
+                            usize::try_from(n).map_err(|_| ColumnError::Malformed("a string"))?;
                         take(input, n, "a string")?;
                     }
                     KeyShape::Fixed(w) => {

@@ -3,8 +3,8 @@
 //! (`tests/real_server.rs`) check every type end to end.
 
 use super::*;
-use crate::rowbinary::{Value, encode};
 use crate::num::Wide;
+use crate::rowbinary::{Value, encode};
 
 fn plan(cols: &[(&str, &str)]) -> BlockPlan {
     let cols: Vec<(String, String)> = cols
@@ -106,10 +106,7 @@ fn arrays_and_maps_are_cumulative_offsets_then_elements() {
 
 #[test]
 fn tuples_are_element_columns_and_prefixes_come_first() {
-    let cols = [(
-        "t",
-        "Tuple(LowCardinality(String), UInt8)",
-    )];
+    let cols = [("t", "Tuple(LowCardinality(String), UInt8)")];
     let rb = rowbinary(
         &cols,
         &[
@@ -226,7 +223,9 @@ fn bytes_that_are_not_whole_rows_are_an_error_naming_the_column() {
     let cols = [("id", "UInt32"), ("s", "String")];
     let mut rb = rowbinary(&cols, &[vec![int(1), s("abc")]]);
     rb.truncate(rb.len() - 1);
-    let e = plan(&cols).transcode([&rb[..]], &mut Vec::new()).unwrap_err();
+    let e = plan(&cols)
+        .transcode([&rb[..]], &mut Vec::new())
+        .unwrap_err();
     let msg = e.to_string();
     assert!(msg.contains("row 0") && msg.contains("`s`"), "{msg}");
 
