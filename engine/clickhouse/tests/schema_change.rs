@@ -187,7 +187,6 @@ async fn repro(
     let late = encode(&mut enc, 10..15);
     send(10, 10..15, late.clone());
     let second = rx.recv().await.unwrap().outcome;
-    drop(send);
     drop(issuer);
     pool.drain(tokio::time::Instant::now() + Duration::from_secs(10))
         .await;
