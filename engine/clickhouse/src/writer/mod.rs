@@ -739,7 +739,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             uri.to_string(),
-            "http://h:1/?query=INSERT%20INTO%20%60db%60.%60t%60%20%28%60a%60%29%20FORMAT%20RowBinary\
+            "http://h:1/?query=INSERT%20INTO%20%60db%60.%60t%60%20%28%60a%60%29%20FORMAT%20Native\
              &insert_deduplication_token=p-1-0-7"
         );
     }
