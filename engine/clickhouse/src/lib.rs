@@ -19,7 +19,8 @@
 //!
 //! Invariants (docs/DESIGN.md): a value that cannot map is a record error,
 //! never a type's default (D6); every retry sends the same bytes with the same
-//! token (D4, the writer only forwards `SealedBatch` bytes).
+//! token (D4: the writer sends a `SealedBatch`'s bytes, or their Native
+//! transcode, a pure function of them).
 #![forbid(unsafe_code)]
 
 pub mod mapping;
