@@ -692,6 +692,7 @@ fn a_column_type_changed_while_running_stops_without_wrong_rows_or_commits() {
     produce(&brokers, topic, partitions, &after);
     let (code, out) = spate.wait_exit(DELIVERY);
     let logs = spate.logs();
+    println!("column type changed: exit {code:?}: {}", out.trim());
     assert_ne!(code, Some(0), "stdout: {out}\n{logs}");
     assert!(code.is_some(), "exited by itself: {out}\n{logs}");
     assert!(
