@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Decode spate's RowBinary with a current ClickHouse engine (chdb-core).
+"""Decode spate's RowBinary and Native with a current ClickHouse engine (chdb-core).
 
 ClickHouse 18.16, the server the real-server tests run against, lacks
 DateTime64, Map, Bool, Date32, Int128/256, IPv4/IPv6 and Decimal256, and
@@ -15,6 +15,8 @@ the shard router's vectors ({"case", "hash_vectors": [{"key", "hash",
 "shards": {"N": shard}}]}), recomputed as xxHash64(key) % N. The check runs
 
     SELECT * FROM file('<case>.bin', 'RowBinary', '<schema>') FORMAT JSONEachRow
+    SELECT * FROM file('<case>.native', 'Native') FORMAT JSONEachRow
+    DESCRIBE file('<case>.native', 'Native')   -- the block's declared types
 
 (64-bit and wider integers and decimals quoted, decimals with all their
 scale digits) and compares each row with
@@ -123,32 +125,56 @@ def main():
             rows_ok += n
             continue
         path = os.path.join(case_dir, case["case"] + ".bin")
-        query = (
-            f"SELECT * FROM file({sql_string(path)}, 'RowBinary', {sql_string(case['schema'])}) "
-            f"SETTINGS {SETTINGS}"
-        )
-        print(f"\n== {case['case']}: {case['schema']}")
-        try:
-            out = chdb.query(query, "JSONEachRow").bytes().decode()
-        except Exception as e:  # chdb raises its own error types
-            print(f"  DECODE ERROR: {e}")
+        native = os.path.join(case_dir, case["case"] + ".native")
+        queries = [
+            ("RowBinary", f"SELECT * FROM file({sql_string(path)}, 'RowBinary', {sql_string(case['schema'])}) "
+             f"SETTINGS {SETTINGS}"),
+        ]
+        if os.path.exists(native):
+            # The block names its own columns and types; the schema is the
+            # check that they are the ones spate was given.
+            queries.append(("Native", f"SELECT * FROM file({sql_string(native)}, 'Native') SETTINGS {SETTINGS}"))
+            queries.append(("Native structure", f"DESCRIBE file({sql_string(native)}, 'Native')"))
+        else:
+            print(f"  MISSING: {native} (the fixtures predate the Native transcoder?)")
             failures += 1
-            continue
-        got = [json.loads(line) for line in out.splitlines() if line.strip()]
-        want = case["expected"]
-        if len(got) != len(want):
-            print(f"  MISMATCH: {len(got)} rows decoded, {len(want)} expected")
-            failures += 1
-        for i, (g, w, src) in enumerate(zip(got, want, case["inputs"])):
-            status = "ok" if g == w else "MISMATCH"
-            print(f"  row {i + 1} {status}")
-            print(f"    input    {src}")
-            print(f"    decoded  {json.dumps(g, ensure_ascii=False, sort_keys=True)}")
-            if g != w:
-                print(f"    expected {json.dumps(w, ensure_ascii=False, sort_keys=True)}")
+        for fmt, query in queries:
+            print(f"\n== {case['case']} ({fmt}): {case['schema']}")
+            try:
+                out = chdb.query(query, "JSONEachRow").bytes().decode()
+            except Exception as e:  # chdb raises its own error types
+                print(f"  DECODE ERROR: {e}")
                 failures += 1
-            else:
-                rows_ok += 1
+                continue
+            got = [json.loads(line) for line in out.splitlines() if line.strip()]
+            if fmt == "Native structure":
+                # Compared as the engine normalises both (enum order, tuple layout).
+                want_out = chdb.query(
+                    f"DESCRIBE file({sql_string(path)}, 'RowBinary', {sql_string(case['schema'])})",
+                    "JSONEachRow",
+                ).bytes().decode()
+                want_cols = [(c["name"], c["type"]) for c in map(json.loads, want_out.splitlines()) if c]
+                got_cols = [(c["name"], c["type"]) for c in got]
+                status = "ok" if got_cols == want_cols else "MISMATCH"
+                print(f"  {status}: block declares {got_cols}")
+                if got_cols != want_cols:
+                    print(f"    schema   {want_cols}")
+                    failures += 1
+                continue
+            want = case["expected"]
+            if len(got) != len(want):
+                print(f"  MISMATCH: {len(got)} rows decoded, {len(want)} expected")
+                failures += 1
+            for i, (g, w, src) in enumerate(zip(got, want, case["inputs"])):
+                status = "ok" if g == w else "MISMATCH"
+                print(f"  row {i + 1} {status}")
+                print(f"    input    {src}")
+                print(f"    decoded  {json.dumps(g, ensure_ascii=False, sort_keys=True)}")
+                if g != w:
+                    print(f"    expected {json.dumps(w, ensure_ascii=False, sort_keys=True)}")
+                    failures += 1
+                else:
+                    rows_ok += 1
     print()
     if failures:
         print(f"chdb_check: FAILED: {failures} mismatches ({rows_ok} rows matched)")

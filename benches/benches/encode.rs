@@ -745,6 +745,30 @@ fn encode(c: &mut Criterion<CpuTime>) {
             check(&buf, &set.rowbinary, "mapper", set.name);
         }
     }
+
+    // What `format: native` adds per row on the client: the writer's
+    // transcode of a sealed batch's RowBinary into Native blocks.
+    for set in &sets {
+        let cols: Vec<(String, String)> = set
+            .types
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (format!("c{i}"), t.to_string()))
+            .collect();
+        let plan = spate_clickhouse::native::BlockPlan::new(&cols).unwrap();
+        let mut native = Vec::with_capacity(set.rowbinary.len() * 2);
+        g.throughput(Throughput::Elements(set.rows.len() as u64));
+        g.bench_function(BenchmarkId::new("rowbinary_to_native", set.name), |b| {
+            b.iter(|| {
+                native.clear();
+                let rows = plan
+                    .transcode([black_box(&set.rowbinary[..])], &mut native)
+                    .unwrap();
+                assert_eq!(rows as usize, set.rows.len());
+                black_box(&native);
+            });
+        });
+    }
     g.finish();
 }
 

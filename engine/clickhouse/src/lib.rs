@@ -6,6 +6,9 @@
 //! - [`mapping`]: JSON messages to RowBinary rows for a table's columns, with
 //!   the coercions users expect and no more; implements the chain's
 //!   `Encoder<Payload>` seam.
+//! - [`native`]: the Native insert format, transcoded from a sealed batch's
+//!   RowBinary rows; its blocks name each column's type, so a table whose
+//!   column type changed refuses them.
 //! - [`schema`]: the target table's columns from `system.columns`, and the
 //!   plan of which columns an INSERT names.
 //! - [`writer`]: the HTTP insert writer implementing `spate_core::sink::Writer`.
@@ -16,10 +19,12 @@
 //!
 //! Invariants (docs/DESIGN.md): a value that cannot map is a record error,
 //! never a type's default (D6); every retry sends the same bytes with the same
-//! token (D4, the writer only forwards `SealedBatch` bytes).
+//! token (D4: the writer sends a `SealedBatch`'s bytes, or their Native
+//! transcode, a pure function of them).
 #![forbid(unsafe_code)]
 
 pub mod mapping;
+pub mod native;
 pub mod num;
 pub mod router;
 pub mod rowbinary;

@@ -3,7 +3,9 @@
 //! LowCardinality(Nullable(String)), Decimal256): each case maps JSON rows
 //! through the real JSON-to-RowBinary encoder and writes
 //!
-//! - `<dir>/<case>.bin`: the RowBinary rows, and
+//! - `<dir>/<case>.bin`: the RowBinary rows,
+//! - `<dir>/<case>.native`: the same rows transcoded into a Native block
+//!   by the writer's transcoder (`spate_clickhouse::native`), and
 //! - `<dir>/<case>.json`: `{"case", "schema", "inputs", "expected"}`, where
 //!   `schema` is the ClickHouse structure (`id UInt32, t DateTime64(3, 'UTC')`)
 //!   and `expected` the rows a current ClickHouse must print for the file in
@@ -12,7 +14,8 @@
 //! `<dir>` is `$SPATE_CHDB_DIR`, else `$CARGO_TARGET_DIR/chdb`, else
 //! `target/chdb` in the workspace (`ci/test.sh` sets `SPATE_CHDB_DIR`).
 //! `ci/chdb_check.py` then decodes every `.bin` with chdb-core
-//! (`SELECT * FROM file(path, 'RowBinary', schema)`) and compares. The
+//! (`SELECT * FROM file(path, 'RowBinary', schema)`) and every `.native`
+//! (`file(path, 'Native')`, the block's own column types) and compares. The
 //! expectations are written from what the input JSON means, not from what the
 //! encoder produced.
 
@@ -20,6 +23,7 @@ use std::path::PathBuf;
 
 use serde_json::{Value, json};
 use spate_clickhouse::mapping::{JsonRowEncoder, MappingOptions, simple_columns};
+use spate_clickhouse::native::BlockPlan;
 use spate_clickhouse::types::ChType;
 
 struct Case {
@@ -142,6 +146,37 @@ fn cases() -> Vec<Case> {
             ]),
         },
         Case {
+            // The types 18.16 also has, nested the ways Native lays out
+            // differently from RowBinary (offsets, null maps, tuples of
+            // element columns, LowCardinality inside a tuple).
+            name: "nested_native",
+            columns: &[
+                ("id", "UInt32"),
+                ("i16", "Int16"),
+                ("e8", "Enum8('a' = 1, 'b' = -2)"),
+                ("e16", "Enum16('x' = 1000, 'y' = -1000)"),
+                ("fs", "FixedString(3)"),
+                ("u", "UUID"),
+                ("d9", "Decimal(9, 2)"),
+                ("dd", "Date"),
+                ("dt", "DateTime('UTC')"),
+                ("ns", "Nullable(String)"),
+                ("t", "Tuple(a UInt8, b LowCardinality(String))"),
+                ("aa", "Array(Array(UInt8))"),
+                ("mna", "Map(String, Array(Nullable(UInt8)))"),
+            ],
+            inputs: &[
+                r#"{"id":1,"i16":-32768,"e8":"b","e16":"y","fs":"ab","u":"61f0c404-5cb3-11e7-907b-a6006ad3dba0","d9":"1.5","dd":"2000-03-01","dt":"2018-02-07T01:26:13Z","ns":null,"t":{"a":1,"b":"x"},"aa":[[1,2],[],[3]],"mna":{"k":[1,null]}}"#,
+                r#"{"id":2,"i16":7,"e8":"a","e16":"x","fs":"xyz","u":"00000000000000000000000000000001","d9":-0.01,"dd":"1970-01-01","dt":0,"ns":"q","t":{"a":0,"b":""},"aa":[],"mna":{}}"#,
+                r#"{"id":3,"i16":0,"e8":1,"e16":"x","fs":"","u":"FFFFFFFF-FFFF-FFFF-FFFF-FFFFFFFFFFFF","d9":0,"dd":"2149-06-06","dt":"2018-02-07 01:26:14","ns":"","t":{"a":255,"b":"x"},"aa":[[]],"mna":{"a":[],"b":[null]}}"#,
+            ],
+            expected: json!([
+                {"id":1,"i16":-32768,"e8":"b","e16":"y","fs":"ab\u{0}","u":"61f0c404-5cb3-11e7-907b-a6006ad3dba0","d9":"1.50","dd":"2000-03-01","dt":"2018-02-07 01:26:13","ns":null,"t":{"a":1,"b":"x"},"aa":[[1,2],[],[3]],"mna":{"k":[1,null]}},
+                {"id":2,"i16":7,"e8":"a","e16":"x","fs":"xyz","u":"00000000-0000-0000-0000-000000000001","d9":"-0.01","dd":"1970-01-01","dt":"1970-01-01 00:00:00","ns":"q","t":{"a":0,"b":""},"aa":[],"mna":{}},
+                {"id":3,"i16":0,"e8":"a","e16":"x","fs":"\u{0}\u{0}\u{0}","u":"ffffffff-ffff-ffff-ffff-ffffffffffff","d9":"0.00","dd":"2149-06-06","dt":"2018-02-07 01:26:14","ns":"","t":{"a":255,"b":"x"},"aa":[[]],"mna":{"a":[],"b":[null]}},
+            ]),
+        },
+        Case {
             name: "decimal256",
             columns: &[
                 ("id", "UInt32"),
@@ -235,6 +270,18 @@ fn write_fixtures_for_chdb() {
             "expected": case.expected,
         });
         std::fs::write(dir.join(format!("{}.bin", case.name)), &bin).unwrap();
+        let typed: Vec<(String, String)> = case
+            .columns
+            .iter()
+            .map(|&(n, t)| (n.to_owned(), t.to_owned()))
+            .collect();
+        let mut native = Vec::new();
+        let rows = BlockPlan::new(&typed)
+            .unwrap()
+            .transcode([&bin[..]], &mut native)
+            .unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        assert_eq!(rows as usize, case.inputs.len(), "{}", case.name);
+        std::fs::write(dir.join(format!("{}.native", case.name)), &native).unwrap();
         std::fs::write(
             dir.join(format!("{}.json", case.name)),
             serde_json::to_string_pretty(&manifest).unwrap(),

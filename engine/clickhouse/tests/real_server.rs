@@ -15,7 +15,9 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 use spate_clickhouse::mapping::{JsonRowEncoder, MappingOptions};
 use spate_clickhouse::schema::{InsertOptions, plan_insert};
-use spate_clickhouse::writer::{Compression, HttpWriter, HttpWriterConfig, TlsOptions, tls};
+use spate_clickhouse::writer::{
+    Compression, HttpWriter, HttpWriterConfig, InsertFormat, TlsOptions, tls,
+};
 use spate_core::ack::{AckIssuer, AckSet, Outcome, ack_channel};
 use spate_core::budget::BudgetPermit;
 use spate_core::record::TopicPartition;
@@ -95,12 +97,26 @@ impl TestDb {
 /// Probes the table, plans the INSERT, encodes `json_rows` and returns the
 /// encoder's writer config plus the encoded body.
 async fn encode_for(db: &TestDb, table: &str, json_rows: &[&str]) -> (HttpWriter, Bytes) {
+    encode_as(db, table, json_rows, InsertFormat::Native).await
+}
+
+/// [`encode_for`] with a writer for `format`; the writer's columns carry the
+/// server's type text, as the service's plan does.
+async fn encode_as(
+    db: &TestDb,
+    table: &str,
+    json_rows: &[&str],
+    format: InsertFormat,
+) -> (HttpWriter, Bytes) {
     let probe = HttpWriter::new(HttpWriterConfig::new(&db.name, table, Vec::new()));
     let schema = probe.table_schema(&db.url).await.unwrap();
     let columns = plan_insert(&schema, &InsertOptions::default()).unwrap();
     let writer_columns = columns
         .iter()
-        .map(|c| (c.name.clone(), c.ty.to_string()))
+        .map(|c| {
+            let t = schema.columns.iter().find(|t| t.name == c.name).unwrap();
+            (c.name.clone(), t.type_text.clone())
+        })
         .collect();
     let mut enc = JsonRowEncoder::new(columns, MappingOptions::default()).unwrap();
     let mut buf = Vec::new();
@@ -108,16 +124,24 @@ async fn encode_for(db: &TestDb, table: &str, json_rows: &[&str]) -> (HttpWriter
         enc.encode_json(row.as_bytes(), &mut buf)
             .unwrap_or_else(|e| panic!("{e}: {row}"));
     }
-    (
-        HttpWriter::new(HttpWriterConfig::new(&db.name, table, writer_columns)),
-        Bytes::from(buf),
-    )
+    let mut config = HttpWriterConfig::new(&db.name, table, writer_columns);
+    config.format = format;
+    (HttpWriter::new(config), Bytes::from(buf))
 }
 
 #[tokio::test]
 async fn types_round_trip_through_a_real_server() {
+    types_round_trip(InsertFormat::Native, "types").await;
+}
+
+#[tokio::test]
+async fn types_round_trip_as_rowbinary() {
+    types_round_trip(InsertFormat::RowBinary, "types_rb").await;
+}
+
+async fn types_round_trip(format: InsertFormat, tag: &str) {
     let Some(url) = server() else { return };
-    let db = TestDb::create(&url, "types").await;
+    let db = TestDb::create(&url, tag).await;
     db.sql(&format!(
         "CREATE TABLE {}.t (id UInt32, i8 Int8, u8 UInt8, i64 Int64, u64 UInt64, f32 Float32, \
          f64 Float64, s String, fs FixedString(3), d Date, dt DateTime('UTC'), dec Decimal(18, 4), \
@@ -140,7 +164,7 @@ async fn types_round_trip_through_a_real_server() {
             "fs":"xyz","d":"1970-01-01","dt":"2106-02-07 06:28:15","dec":-0.0001,
             "u":"FFFFFFFF-FFFF-FFFF-FFFF-FFFFFFFFFFFF","e":1,"an":[null],"lc":"z"}"#,
     ];
-    let (writer, body) = encode_for(&db, "t", &rows).await;
+    let (writer, body) = encode_as(&db, "t", &rows, format).await;
     let ep = endpoint(&url);
     writer.probe(&ep).await.unwrap();
     writer.insert(&ep, vec![body], "it-types-1").await.unwrap();
@@ -199,7 +223,8 @@ async fn fatal_errors_carry_the_servers_message() {
         .await
         .unwrap_err();
     assert!(e.is_fatal(), "{e}");
-    assert!(e.message.contains("doesn't exist"), "{e}");
+    // The schema re-read before the first insert finds no table.
+    assert!(e.message.contains("nope does not exist"), "{e}");
     let e = nope.probe(&ep).await.unwrap_err();
     assert!(e.is_fatal() && e.message.contains("does not exist"), "{e}");
 
@@ -631,5 +656,59 @@ async fn named_tuples_round_trip_from_objects_and_arrays() {
             json!({"id":4,"t":[9,"pos",null]}),
         ]
     );
+    db.drop().await;
+}
+
+/// The Native layouts that differ from RowBinary, nested, on 18.16: arrays
+/// of arrays, arrays of LowCardinality and of Nullable, Nested columns,
+/// tuples holding LowCardinality, Enum16, FixedString, Decimal widths.
+#[tokio::test]
+async fn nested_native_layouts_land_on_a_real_server() {
+    let Some(url) = server() else { return };
+    let db = TestDb::create(&url, "nested").await;
+    db.sql(&format!(
+        "CREATE TABLE {}.t (id UInt32, i16 Int16, u32 UInt32, e16 Enum16('x' = 1000, 'y' = -1000), \
+         fs FixedString(2), d9 Decimal(9, 2), d38 Decimal(38, 10), dt DateTime, ns Nullable(String), \
+         aa Array(Array(UInt8)), alc Array(LowCardinality(String)), ans Array(Nullable(String)), \
+         tup Tuple(LowCardinality(String), Nullable(UInt8)), lcd LowCardinality(UInt32), \
+         n Nested(a UInt8, b String)) ENGINE = MergeTree ORDER BY id",
+        db.name
+    ))
+    .await;
+    let rows = [
+        r#"{"id":1,"i16":-32768,"u32":4294967295,"e16":"y","fs":"ab","d9":"1.5","d38":"-12345.0000000001",
+            "dt":"2018-02-07 01:26:13","ns":null,"aa":[[1,2],[],[3]],"alc":["a","b","a"],"ans":[null,"x"],
+            "tup":["k",null],"lcd":7,"n.a":[1,2],"n.b":["p","q"]}"#,
+        r#"{"id":2,"i16":0,"u32":0,"e16":"x","fs":"","d9":0,"d38":0,"dt":0,"ns":"","aa":[],"alc":[],
+            "ans":[],"tup":["",0],"lcd":7,"n.a":[],"n.b":[]}"#,
+        r#"{"id":3,"i16":32767,"u32":1,"e16":1000,"fs":"z","d9":"-9999999.99","d38":"1e-10","dt":1,"ns":"s",
+            "aa":[[]],"alc":[""],"ans":[""],"tup":["k",255],"lcd":8,"n.a":[9],"n.b":[""]}"#,
+    ];
+    let (writer, body) = encode_for(&db, "t", &rows).await;
+    let ep = endpoint(&url);
+    writer.probe(&ep).await.unwrap();
+    writer.insert(&ep, vec![body], "it-nested-1").await.unwrap();
+    let got = db
+        .rows(&format!(
+            "SELECT id, i16, u32, toString(e16) AS e16, fs, toString(d9) AS d9, toString(d38) AS d38, \
+             toUInt32(dt) AS dt, ns, aa, alc, ans, tup, lcd, n.a, n.b FROM {}.t ORDER BY id \
+             FORMAT JSONEachRow",
+            db.name
+        ))
+        .await;
+    let want = [
+        json!({"id":1,"i16":-32768,"u32":4294967295u32,"e16":"y","fs":"ab","d9":"1.50",
+            "d38":"-12345.0000000001","dt":1517966773,"ns":null,"aa":[[1,2],[],[3]],"alc":["a","b","a"],
+            "ans":[null,"x"],"tup":["k",null],"lcd":7,"n.a":[1,2],"n.b":["p","q"]}),
+        json!({"id":2,"i16":0,"u32":0,"e16":"x","fs":"\u{0}\u{0}","d9":"0.00","d38":"0.0000000000",
+            "dt":0,"ns":"","aa":[],"alc":[],"ans":[],"tup":["",0],"lcd":7,"n.a":[],"n.b":[]}),
+        json!({"id":3,"i16":32767,"u32":1,"e16":"x","fs":"z\u{0}","d9":"-9999999.99",
+            "d38":"0.0000000001","dt":1,"ns":"s","aa":[[]],"alc":[""],"ans":[""],"tup":["k",255],
+            "lcd":8,"n.a":[9],"n.b":[""]}),
+    ];
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(g, w);
+    }
     db.drop().await;
 }

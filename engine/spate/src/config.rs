@@ -415,6 +415,38 @@ pub struct ClickHouseSection {
     /// TLS for `https://` replica URLs.
     #[serde(default)]
     pub tls: TlsSection,
+    /// Insert format: `native` (default; blocks name each column's type,
+    /// so a table whose column type changed refuses them) or `rowbinary`.
+    #[serde(default)]
+    pub format: FormatName,
+    /// How often the writer re-reads the table's columns before an insert
+    /// where the server checks a Native block's types itself (default
+    /// 60s). Where it does not (RowBinary, or a server without
+    /// `input_format_native_allow_types_conversion` such as 18.16) the
+    /// columns are re-read before every insert whatever this says.
+    #[serde(default)]
+    pub schema_refresh: Option<Dur>,
+}
+
+/// `sink.clickhouse.format`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FormatName {
+    /// `FORMAT Native`.
+    #[default]
+    Native,
+    /// `FORMAT RowBinary`.
+    RowBinary,
+}
+
+impl FormatName {
+    /// The writer's insert format.
+    pub fn insert_format(self) -> spate_clickhouse::writer::InsertFormat {
+        match self {
+            FormatName::Native => spate_clickhouse::writer::InsertFormat::Native,
+            FormatName::RowBinary => spate_clickhouse::writer::InsertFormat::RowBinary,
+        }
+    }
 }
 
 /// `sink.clickhouse.compression`.

@@ -130,6 +130,11 @@ pub fn writer_config(
     let ch = &config.sink.clickhouse;
     let mut w = HttpWriterConfig::new(&ch.database, &ch.table, columns);
     w.compression = ch.compression()?;
+    w.format = ch.format.insert_format();
+    w.schema_refresh = Some(
+        ch.schema_refresh
+            .map_or(spate_clickhouse::writer::DEFAULT_SCHEMA_REFRESH, |d| d.0),
+    );
     if ch.tls != TlsSection::default() {
         let options = TlsOptions {
             ca_file: ch.tls.ca_file.clone(),

@@ -652,3 +652,79 @@ fn a_second_signal_during_the_drain_exits_at_once() {
         "nothing was written, so nothing may be committed (D1)"
     );
 }
+
+/// Issue 19 item 1 through the binary: a column's type changed while spate
+/// runs (`MODIFY COLUMN distance UInt64` under a plan for UInt32). The rows
+/// after the change are not written under the old plan: the batch fails
+/// naming the table and both types, the process exits non-zero, nothing
+/// wrong lands, and no offset past the refused rows is committed (D1).
+#[test]
+fn a_column_type_changed_while_running_stops_without_wrong_rows_or_commits() {
+    let Some(url) = clickhouse_url() else {
+        return;
+    };
+    let table = Table::create(&url, "altered");
+    let (topic, partitions) = ("flights", 1);
+    let mock = kafka_tools::start_broker(topic, partitions).unwrap();
+    let brokers = mock.bootstrap_servers();
+    let before: Vec<String> = (0..300).map(flight_row).collect();
+    produce(&brokers, topic, partitions, &before);
+    let port = free_port();
+    let group = format!("e2e-altered-{}", std::process::id());
+    let mut spate = Spate::start(
+        "altered",
+        &config(
+            &group,
+            &brokers,
+            topic,
+            &url,
+            &table.name,
+            port,
+            "{ policy: fail }",
+        ),
+    );
+    await_commits(&spate, &brokers, &group, topic, partitions, port);
+    table.query(&format!(
+        "ALTER TABLE default.{} MODIFY COLUMN distance UInt64",
+        table.name
+    ));
+    let after: Vec<String> = (300..400).map(flight_row).collect();
+    produce(&brokers, topic, partitions, &after);
+    let (code, out) = spate.wait_exit(DELIVERY);
+    let logs = spate.logs();
+    println!("column type changed: exit {code:?}: {}", out.trim());
+    assert_ne!(code, Some(0), "stdout: {out}\n{logs}");
+    assert!(code.is_some(), "exited by itself: {out}\n{logs}");
+    assert!(
+        logs.contains(&format!("{} changed while spate runs", table.name))
+            && logs.contains("`distance` was UInt32")
+            && logs.contains("now UInt64"),
+        "the error names the table and both types:\n{logs}"
+    );
+    assert!(
+        logs.contains("table columns changed: before ["),
+        "the change is logged with both column lists:\n{logs}"
+    );
+    assert_eq!(
+        committed(&brokers, &group, topic, partitions)[&0],
+        Some(300),
+        "D1: nothing committed past the rows before the change"
+    );
+    // Only the 300 rows of the old schema, each as produced.
+    assert_eq!(
+        table.number(&format!("SELECT count() FROM default.{}", table.name)),
+        300
+    );
+    let want_distance: u64 = before
+        .iter()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["distance"]
+                .as_u64()
+                .unwrap()
+        })
+        .sum();
+    assert_eq!(
+        table.number(&format!("SELECT sum(distance) FROM default.{}", table.name)),
+        want_distance
+    );
+}

@@ -25,6 +25,24 @@ pub const RETRYABLE_CODES: &[u32] = &[
     999, // KEEPER_EXCEPTION
 ];
 
+/// ClickHouse error codes that can mean the table is no longer what the
+/// insert's bytes were planned for (a column's type changed, a column is
+/// gone): after one, the writer re-reads the table's columns at once and,
+/// when the plan is stale, reports the old and new types (`watch`). Every
+/// one of them is also fatal for the batch, as before.
+pub const SCHEMA_CHANGE_CODES: &[u32] = &[
+    10,  // NOT_FOUND_COLUMN_IN_BLOCK
+    16,  // NO_SUCH_COLUMN_IN_TABLE
+    20,  // NUMBER_OF_COLUMNS_DOESNT_MATCH
+    27,  // CANNOT_PARSE_INPUT_ASSERTION_FAILED
+    33,  // CANNOT_READ_ALL_DATA (RowBinary rows of the old width)
+    47,  // UNKNOWN_IDENTIFIER
+    53,  // TYPE_MISMATCH
+    70,  // CANNOT_CONVERT_TYPE
+    117, // INCORRECT_DATA
+    368, // BAD_CAST (a Native block's type is not the table's, 18.16)
+];
+
 /// The `N` of a body starting `Code: N` (leading whitespace allowed).
 pub fn exception_code(body: &str) -> Option<u32> {
     let rest = body.trim_start().strip_prefix("Code:")?.trim_start();
@@ -83,5 +101,13 @@ mod tests {
         assert!(!classify(502, None, "proxy").is_fatal());
         assert!(!classify(503, None, "proxy").is_fatal());
         assert!(classify(403, None, "forbidden").is_fatal());
+    }
+
+    #[test]
+    fn schema_change_codes_are_fatal() {
+        for &c in SCHEMA_CHANGE_CODES {
+            assert!(!RETRYABLE_CODES.contains(&c), "{c}");
+            assert!(classify(500, Some(c), "x").is_fatal(), "{c}");
+        }
     }
 }

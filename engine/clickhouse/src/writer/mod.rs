@@ -2,9 +2,14 @@
 //! interface (hyper 1 client, HTTP/1.1, plain TCP).
 //!
 //! A write is one `POST {replica}/?query=INSERT INTO db.table (cols) FORMAT
-//! RowBinary` whose body is the sealed batch's segments, streamed as they are
-//! with an exact `Content-Length` (no copy, D4: every attempt sends the same
-//! bytes), or compressed into one buffer when [`HttpWriterConfig::compression`]
+//! Native` (or `RowBinary`, [`InsertFormat`]). The sealed batch holds
+//! RowBinary rows; for Native the writer transcodes them into Native blocks
+//! that name each column's server type ([`crate::native`]), so a table
+//! whose column type changed refuses the insert. For RowBinary the body is
+//! the batch's segments, streamed as they are with an exact
+//! `Content-Length` (no copy). Either way every attempt sends the same
+//! bytes (D4: the transcode is a pure function of the batch). A body is
+//! compressed into one buffer when [`HttpWriterConfig::compression`]
 //! asks for `gzip` or `deflate` ([`compress`]). The batch token goes along as `insert_deduplication_token` only
 //! where the server knows that setting: each endpoint is asked once
 //! (`system.settings`), and an endpoint that does not know it (18.16) is
@@ -24,6 +29,13 @@
 //! compares them with `system.columns`. [`HttpWriter::table_schema`] is the
 //! schema probe the start-up uses to plan the INSERT.
 //!
+//! Schema changes ([`watch`]): the writer re-reads the table's columns
+//! every [`HttpWriterConfig::schema_refresh`] before an insert and at once
+//! after an insert error in [`SCHEMA_CHANGE_CODES`]; a planned column whose
+//! type changed or that is gone fails the batch fatally with an error
+//! naming the table and both types, so nothing is written under the old
+//! plan once the change is known.
+//!
 //! `https://` URLs go over rustls ([`tls`]); `http://` URLs over plain TCP,
 //! through the same client.
 
@@ -31,6 +43,7 @@ mod body;
 mod classify;
 pub mod compress;
 pub mod tls;
+pub mod watch;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -46,11 +59,41 @@ use hyper_util::rt::TokioExecutor;
 use spate_core::sink::{Endpoint, SealedBatch, WriteError, Writer};
 
 pub use body::SegmentsBody;
-pub use classify::{RETRYABLE_CODES, classify, exception_code};
+pub use classify::{RETRYABLE_CODES, SCHEMA_CHANGE_CODES, classify, exception_code};
 pub use compress::Compression;
 pub use tls::{TlsError, TlsOptions};
 
+use crate::native::BlockPlan;
 use crate::schema::{TableSchema, columns_query};
+use watch::{SchemaVerdict, SchemaWatch, compare, stale_message};
+
+/// The insert body's format (`sink.clickhouse.format`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum InsertFormat {
+    /// `FORMAT Native`: columnar blocks that name each column's type, so a
+    /// block whose types are not the table's is refused (the default).
+    /// <https://clickhouse.com/docs/interfaces/formats/Native>
+    #[default]
+    Native,
+    /// `FORMAT RowBinary`: rows without types; a column type changed under
+    /// a running plan is caught only by the schema re-read
+    /// ([`HttpWriterConfig::schema_refresh`]).
+    /// <https://clickhouse.com/docs/interfaces/formats/RowBinary>
+    RowBinary,
+}
+
+impl InsertFormat {
+    /// The format's name in `INSERT ... FORMAT name`.
+    pub fn name(self) -> &'static str {
+        match self {
+            InsertFormat::Native => "Native",
+            InsertFormat::RowBinary => "RowBinary",
+        }
+    }
+}
+
+/// How often the writer re-reads the table's columns by default.
+pub const DEFAULT_SCHEMA_REFRESH: Duration = Duration::from_secs(60);
 
 /// User and password for the HTTP interface (sent as HTTP Basic auth, which
 /// every ClickHouse version accepts). `Debug` hides the password.
@@ -152,6 +195,13 @@ pub struct HttpWriterConfig {
     /// The rustls config for `https://` URLs (build it with
     /// [`tls::client_config`]); `None`: the system's root certificates.
     pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// The insert body's format (default Native).
+    pub format: InsertFormat,
+    /// Re-read the table's columns before an insert when the last read of
+    /// that replica is older than this (`Some(ZERO)`: before every insert;
+    /// `None`: only after an insert error that means the schema changed).
+    /// Default [`DEFAULT_SCHEMA_REFRESH`].
+    pub schema_refresh: Option<Duration>,
 }
 
 impl HttpWriterConfig {
@@ -172,6 +222,8 @@ impl HttpWriterConfig {
             settings: Vec::new(),
             compression: Compression::None,
             tls: None,
+            format: InsertFormat::Native,
+            schema_refresh: Some(DEFAULT_SCHEMA_REFRESH),
         }
     }
 }
@@ -181,7 +233,22 @@ impl HttpWriterConfig {
 pub struct ServerCaps {
     /// Whether the server knows `insert_deduplication_token`.
     pub dedup_token: bool,
+    /// Whether the server knows `input_format_native_allow_types_conversion`
+    /// (current releases): spate sends it as 0 with Native inserts, so a
+    /// block whose column types are not the table's is refused rather than
+    /// converted. A server without it (18.16) does not compare a Native
+    /// block's types with the table's before it writes the part: a UInt32
+    /// block into a UInt64 column fails there (code 368), but one into a
+    /// `Nullable(UInt32)` column crashed the 18.16 server (measured,
+    /// SIGSEGV in `ColumnNullable::checkConsistency`). Against such a server
+    /// the writer re-reads the table's columns before every insert.
+    pub native_type_check: bool,
 }
+
+/// The setting that makes a current server refuse, not convert, a Native
+/// block whose column types differ from the table's
+/// (<https://clickhouse.com/docs/operations/settings/formats#input_format_native_allow_types_conversion>).
+const NATIVE_TYPES_CONVERSION: &str = "input_format_native_allow_types_conversion";
 
 /// Response bodies kept for error messages and query answers: at most this
 /// many bytes (a schema of thousands of columns fits).
@@ -198,6 +265,25 @@ pub struct HttpWriter {
     config: HttpWriterConfig,
     insert_query: String,
     caps: Mutex<HashMap<Arc<str>, ServerCaps>>,
+    /// The Native block plan, or why the columns cannot be written as
+    /// Native (every insert then fails with it); `None` for RowBinary.
+    native: Option<Result<Arc<BlockPlan>, String>>,
+    /// When each replica's columns were last read (schema refresh).
+    schema_read: Mutex<HashMap<Arc<str>, tokio::time::Instant>>,
+    watch: SchemaWatch,
+}
+
+/// A failed request: the classified error and the ClickHouse code, if any.
+#[derive(Debug)]
+struct Failure {
+    error: WriteError,
+    code: Option<u32>,
+}
+
+impl From<WriteError> for Failure {
+    fn from(error: WriteError) -> Self {
+        Failure { error, code: None }
+    }
 }
 
 impl HttpWriter {
@@ -240,16 +326,25 @@ impl HttpWriter {
             .map(|(n, _)| crate::schema::quote_ident(n))
             .collect();
         let insert = format!(
-            "INSERT INTO {}.{} ({}) FORMAT RowBinary",
+            "INSERT INTO {}.{} ({}) FORMAT {}",
             crate::schema::quote_ident(&config.database),
             crate::schema::quote_ident(&config.table),
-            cols.join(", ")
+            cols.join(", "),
+            config.format.name()
         );
+        let native = (config.format == InsertFormat::Native).then(|| {
+            BlockPlan::new(&config.columns)
+                .map(Arc::new)
+                .map_err(|e| e.to_string())
+        });
         Self {
             client,
             insert_query: percent_encode(&insert),
             config,
             caps: Mutex::new(HashMap::new()),
+            native,
+            schema_read: Mutex::new(HashMap::new()),
+            watch: SchemaWatch::default(),
         }
     }
 
@@ -299,8 +394,9 @@ impl HttpWriter {
             .map_err(|e| WriteError::fatal(format!("cannot build request: {e}")))
     }
 
-    /// Sends one request; `Ok(body)` for a success, else the classified error.
-    async fn send(&self, where_: &str, req: Request<SegmentsBody>) -> Result<Bytes, WriteError> {
+    /// Sends one request; `Ok(body)` for a success, else the classified
+    /// error with the ClickHouse code.
+    async fn send(&self, where_: &str, req: Request<SegmentsBody>) -> Result<Bytes, Failure> {
         let resp = self.client.request(req).await.map_err(|e| {
             // A failed connect never reached the server; anything later
             // (reset, closed mid-request) may have inserted the batch.
@@ -326,11 +422,11 @@ impl HttpWriter {
             return Ok(body);
         }
         let text = String::from_utf8_lossy(&body);
-        Err(classify(
-            status.as_u16(),
-            header_code.or_else(|| exception_code(&text)),
-            &format!("{where_}: {}", text.trim()),
-        ))
+        let code = header_code.or_else(|| exception_code(&text));
+        Err(Failure {
+            error: classify(status.as_u16(), code, &format!("{where_}: {}", text.trim())),
+            code,
+        })
     }
 
     /// Runs one SQL statement on `url` and returns the answer's text.
@@ -353,7 +449,8 @@ impl HttpWriter {
                     "{url}: query timed out after {:?}",
                     self.config.query_timeout
                 ))
-            })??;
+            })?
+            .map_err(|f| f.error)?;
         Ok(String::from_utf8_lossy(&body).into_owned())
     }
 
@@ -374,12 +471,30 @@ impl HttpWriter {
         let answer = self
             .query(
                 &endpoint.url,
-                "SELECT name FROM system.settings WHERE name = 'insert_deduplication_token'",
+                &format!(
+                    "SELECT name FROM system.settings WHERE name IN \
+                     ('insert_deduplication_token', '{NATIVE_TYPES_CONVERSION}')"
+                ),
             )
             .await?;
+        let known: Vec<&str> = answer.lines().map(str::trim).collect();
         let caps = ServerCaps {
-            dedup_token: answer.trim() == "insert_deduplication_token",
+            dedup_token: known.contains(&"insert_deduplication_token"),
+            native_type_check: known.contains(&NATIVE_TYPES_CONVERSION),
         };
+        if self.config.format == InsertFormat::Native
+            && !caps.native_type_check
+            && !self.config.columns.is_empty()
+        {
+            tracing::warn!(
+                endpoint = %endpoint,
+                "ClickHouse at {} does not check a Native block's column types against the \
+                 table's (it lacks {NATIVE_TYPES_CONVERSION}): spate re-reads the table's \
+                 columns before every insert there, so a column type changed while spate runs \
+                 stops the batch instead of reaching the server",
+                endpoint.url
+            );
+        }
         if !caps.dedup_token {
             tracing::warn!(
                 endpoint = %endpoint,
@@ -416,12 +531,20 @@ impl HttpWriter {
         )?)
     }
 
-    /// Inserts `segments` (whole RowBinary rows for the configured columns)
-    /// into `endpoint`, with `token` as `insert_deduplication_token` where the
-    /// endpoint knows it. What [`Writer::write`] does with a sealed batch.
+    /// Inserts `segments` (whole RowBinary rows for the configured columns,
+    /// in order) into `endpoint`, with `token` as
+    /// `insert_deduplication_token` where the endpoint knows it. What
+    /// [`Writer::write`] does with a sealed batch.
+    ///
+    /// Before sending, re-reads the table's columns when the last read of
+    /// this replica is older than [`HttpWriterConfig::schema_refresh`]; for
+    /// Native, transcodes the rows into Native blocks. After a failure whose
+    /// code is in [`SCHEMA_CHANGE_CODES`], re-reads the columns at once.
     ///
     /// # Errors
-    /// [`WriteError`], classified (see the module docs).
+    /// [`WriteError`], classified (see the module docs); fatal, naming the
+    /// table and the old and new types, when the table changed under the
+    /// plan.
     pub async fn insert(
         &self,
         endpoint: &Endpoint,
@@ -430,18 +553,35 @@ impl HttpWriter {
     ) -> Result<(), WriteError> {
         debug_assert!(!segments.is_empty(), "an insert has rows");
         let caps = self.caps(endpoint).await?;
-        let extra: &[(&str, &str)] = if caps.dedup_token {
-            &[("insert_deduplication_token", token)]
-        } else {
-            &[]
-        };
-        let uri = self.uri(&endpoint.url, &self.insert_query, extra)?;
+        if self.schema_read_due(endpoint, caps) {
+            self.check_schema(endpoint).await?;
+        }
+        let mut extra: Vec<(&str, &str)> = Vec::with_capacity(2);
+        if caps.dedup_token {
+            extra.push(("insert_deduplication_token", token));
+        }
+        if self.native.is_some() && caps.native_type_check {
+            extra.push((NATIVE_TYPES_CONVERSION, "0"));
+        }
+        let uri = self.uri(&endpoint.url, &self.insert_query, &extra)?;
         let compression = self.config.compression;
-        let segments = match compression {
-            Compression::None => segments,
-            // CPU-bound (milliseconds per MiB): off the I/O threads, so other
-            // shards' inserts and probes keep moving.
-            c => tokio::task::spawn_blocking(move || c.apply(segments))
+        let segments = match (&self.native, compression) {
+            (None, Compression::None) => segments,
+            (Some(Err(e)), _) => return Err(WriteError::fatal(format!("{endpoint}: {e}"))),
+            (Some(Ok(plan)), _) => {
+                // CPU-bound (milliseconds per MiB): off the I/O threads, so
+                // other shards' inserts and probes keep moving.
+                let plan = Arc::clone(plan);
+                tokio::task::spawn_blocking(move || {
+                    let mut body = Vec::with_capacity(segments.iter().map(|s| s.len()).sum());
+                    plan.transcode(segments.iter().map(|s| &s[..]), &mut body)
+                        .map(|_| compression.apply(vec![Bytes::from(body)]))
+                })
+                .await
+                .map_err(|e| WriteError::fatal(format!("{endpoint}: transcoding: {e}")))?
+                .map_err(|e| WriteError::fatal(format!("{endpoint}: {e}")))?
+            }
+            (None, c) => tokio::task::spawn_blocking(move || c.apply(segments))
                 .await
                 .map_err(|e| WriteError::fatal(format!("{endpoint}: compressing: {e}")))?,
         };
@@ -450,7 +590,69 @@ impl HttpWriter {
             SegmentsBody::new(segments),
             compression.content_encoding(),
         )?;
-        self.send(&endpoint.to_string(), req).await.map(drop)
+        match self.send(&endpoint.to_string(), req).await {
+            Ok(_) => Ok(()),
+            Err(f) if f.code.is_some_and(|c| SCHEMA_CHANGE_CODES.contains(&c)) => {
+                // The server could not take our bytes as its columns: did
+                // the table change? A stale plan's error names the types.
+                match self.check_schema(endpoint).await {
+                    Err(stale) if stale.is_fatal() => Err(WriteError::fatal(format!(
+                        "{}; the server said: {}",
+                        stale.message, f.error.message
+                    ))),
+                    _ => Err(f.error),
+                }
+            }
+            Err(f) => Err(f.error),
+        }
+    }
+
+    /// Whether `endpoint`'s columns are due for a re-read before an insert:
+    /// always where the server does not check the body's types itself
+    /// (RowBinary, or Native without [`ServerCaps::native_type_check`]),
+    /// else when the last read is older than the refresh; never when the
+    /// refresh is `None`.
+    fn schema_read_due(&self, endpoint: &Endpoint, caps: ServerCaps) -> bool {
+        let Some(refresh) = self.config.schema_refresh else {
+            return false;
+        };
+        if self.config.columns.is_empty() {
+            return false;
+        }
+        if self.native.is_none() || !caps.native_type_check {
+            return true;
+        }
+        let read = self.schema_read.lock().unwrap_or_else(|p| p.into_inner());
+        read.get(&endpoint.url)
+            .is_none_or(|t| t.elapsed() >= refresh)
+    }
+
+    /// Re-reads `endpoint`'s columns and compares them with the plan
+    /// ([`watch`]); logs a change at INFO.
+    ///
+    /// # Errors
+    /// Fatal when the plan is stale (a planned column gone or of another
+    /// type) or the table is gone; the probe query's error when it fails.
+    pub async fn check_schema(&self, endpoint: &Endpoint) -> Result<(), WriteError> {
+        let schema = match self.table_schema(&endpoint.url).await {
+            Ok(s) => s,
+            Err(SchemaProbeError::Query(e)) => return Err(e),
+            Err(SchemaProbeError::Schema(e)) => {
+                return Err(WriteError::fatal(format!("{endpoint}: {e}")));
+            }
+        };
+        self.schema_read
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(endpoint.url.clone(), tokio::time::Instant::now());
+        self.watch.observe(&self.config.columns, &schema);
+        match compare(&self.config.columns, &schema) {
+            SchemaVerdict::Stale(stale) => Err(WriteError::fatal(format!(
+                "{endpoint}: {}",
+                stale_message(&schema, &stale)
+            ))),
+            SchemaVerdict::Unchanged | SchemaVerdict::Added(_) => Ok(()),
+        }
     }
 }
 
@@ -483,31 +685,8 @@ impl Writer for HttpWriter {
         if self.config.columns.is_empty() {
             return Ok(());
         }
-        let schema = match self.table_schema(&endpoint.url).await {
-            Ok(s) => s,
-            Err(SchemaProbeError::Query(e)) => return Err(e),
-            Err(SchemaProbeError::Schema(e)) => {
-                return Err(WriteError::fatal(format!("{endpoint}: {e}")));
-            }
-        };
-        for (name, ty) in &self.config.columns {
-            match schema.columns.iter().find(|c| &c.name == name) {
-                None => {
-                    return Err(WriteError::fatal(format!(
-                        "{endpoint}: table {}.{} has no column `{name}`",
-                        schema.database, schema.table
-                    )));
-                }
-                Some(c) if &c.type_text != ty => {
-                    return Err(WriteError::fatal(format!(
-                        "{endpoint}: column `{name}` is {} on the server, the encoder was built for {ty}",
-                        c.type_text
-                    )));
-                }
-                Some(_) => {}
-            }
-        }
-        Ok(())
+        // Fatal when a planned column is missing or of another type.
+        self.check_schema(endpoint).await
     }
 }
 
@@ -547,7 +726,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             uri.to_string(),
-            "http://h:1/?query=INSERT%20INTO%20%60db%60.%60t%60%20%28%60a%60%29%20FORMAT%20RowBinary\
+            "http://h:1/?query=INSERT%20INTO%20%60db%60.%60t%60%20%28%60a%60%29%20FORMAT%20Native\
              &insert_deduplication_token=p-1-0-7"
         );
     }

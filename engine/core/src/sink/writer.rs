@@ -92,8 +92,10 @@ impl WriteError {
 /// Writes sealed batches to replicas. Shared by every shard worker and every
 /// concurrent write, so it takes `&self`.
 ///
-/// An implementation must send `batch.segments()` byte for byte and pass
-/// `batch.token()` as the dedup token on every attempt (D4). It need not
+/// An implementation must send the same bytes on every attempt of a batch:
+/// `batch.segments()` byte for byte, or a pure function of them (the
+/// ClickHouse writer's Native transcode), and pass `batch.token()` as the
+/// dedup token every time (D4). It need not
 /// impose its own timeout: the pool bounds each attempt by
 /// `sink.write_timeout` and drops the future when it expires.
 pub trait Writer: Send + Sync + 'static {

@@ -287,3 +287,31 @@ fn rebalance_drain_timeout_reaches_the_pipeline_and_is_checked_against_max_poll(
     let e = err(&text);
     assert!(e.contains("rebalance.drain_timeout"), "{e}");
 }
+
+#[test]
+fn insert_format_and_schema_refresh_parse_and_name_bad_keys() {
+    use spate_clickhouse::writer::{DEFAULT_SCHEMA_REFRESH, InsertFormat};
+    let c = Config::from_yaml(MINIMAL, no_env).unwrap();
+    assert_eq!(c.sink.clickhouse.format, FormatName::Native);
+    let w = crate::service::writer_config(&c, Vec::new()).unwrap();
+    assert_eq!(w.format, InsertFormat::Native);
+    assert_eq!(w.schema_refresh, Some(DEFAULT_SCHEMA_REFRESH));
+
+    let c = Config::from_yaml(
+        &MINIMAL.replace(
+            "table: t}",
+            "table: t, format: rowbinary, schema_refresh: 5s}",
+        ),
+        no_env,
+    )
+    .unwrap();
+    let w = crate::service::writer_config(&c, Vec::new()).unwrap();
+    assert_eq!(w.format, InsertFormat::RowBinary);
+    assert_eq!(w.schema_refresh, Some(std::time::Duration::from_secs(5)));
+
+    let e = err(&MINIMAL.replace("table: t}", "table: t, format: json}"));
+    assert!(e.contains("sink.clickhouse.format"), "{e}");
+    assert!(e.contains("native"), "{e}");
+    let e = err(&MINIMAL.replace("table: t}", "table: t, schema_refresh: soon}"));
+    assert!(e.contains("sink.clickhouse.schema_refresh"), "{e}");
+}
