@@ -152,6 +152,9 @@ pub struct HttpWriterConfig {
     /// The rustls config for `https://` URLs (build it with
     /// [`tls::client_config`]); `None`: the system's root certificates.
     pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// The rows' format, as the plan decided it
+    /// ([`crate::schema::row_format`]; default RowBinary).
+    pub row_format: crate::schema::RowFormat,
 }
 
 impl HttpWriterConfig {
@@ -172,6 +175,7 @@ impl HttpWriterConfig {
             settings: Vec::new(),
             compression: Compression::None,
             tls: None,
+            row_format: crate::schema::RowFormat::RowBinary,
         }
     }
 }
@@ -240,10 +244,11 @@ impl HttpWriter {
             .map(|(n, _)| crate::schema::quote_ident(n))
             .collect();
         let insert = format!(
-            "INSERT INTO {}.{} ({}) FORMAT RowBinary",
+            "INSERT INTO {}.{} ({}) FORMAT {}",
             crate::schema::quote_ident(&config.database),
             crate::schema::quote_ident(&config.table),
-            cols.join(", ")
+            cols.join(", "),
+            config.row_format.name()
         );
         Self {
             client,
@@ -414,6 +419,26 @@ impl HttpWriter {
             &self.config.table,
             &answer,
         )?)
+    }
+
+    /// Whether the server at `url` accepts `RowBinaryWithDefaults` input
+    /// ([`crate::schema::formats_query`]; 18.16 does not).
+    ///
+    /// # Errors
+    /// [`SchemaProbeError`] when the query fails or its answer is not a count.
+    pub async fn accepts_row_binary_with_defaults(
+        &self,
+        url: &str,
+    ) -> Result<bool, SchemaProbeError> {
+        let answer = self.query(url, crate::schema::formats_query()).await?;
+        match answer.trim() {
+            "0" => Ok(false),
+            "1" => Ok(true),
+            other => Err(crate::schema::SchemaError::BadAnswer(format!(
+                "system.formats count: `{other}`"
+            ))
+            .into()),
+        }
     }
 
     /// Inserts `segments` (whole RowBinary rows for the configured columns)
