@@ -125,6 +125,18 @@ pub enum SchemaError {
     /// A rename or pointer targets a column the INSERT cannot name.
     #[error("mapping gives a source to column `{0}`, which is {1:?} and cannot be inserted")]
     NotInsertable(String, DefaultKind),
+    /// A per-column option set for a column of a type it does not apply to.
+    #[error("column `{column}` has type `{type_text}`: option `{option}` applies only to {applies_to}")]
+    OptionNotApplicable {
+        /// The column.
+        column: String,
+        /// Its type text.
+        type_text: String,
+        /// The option.
+        option: &'static str,
+        /// The types it applies to.
+        applies_to: &'static str,
+    },
     /// A bad JSON pointer.
     #[error(transparent)]
     Mapping(#[from] crate::mapping::MappingError),
@@ -341,6 +353,19 @@ pub fn plan_insert(
             type_text: c.type_text.clone(),
             source,
         })?;
+        let column_options = options
+            .column_options
+            .get(&c.name)
+            .cloned()
+            .unwrap_or_default();
+        if column_options.epoch_unit.is_some() && !c.type_text.contains("DateTime") {
+            return Err(SchemaError::OptionNotApplicable {
+                column: c.name.clone(),
+                type_text: c.type_text.clone(),
+                option: "epoch_unit",
+                applies_to: "DateTime and DateTime64 columns",
+            });
+        }
         let missing = if c.default_kind == DefaultKind::Default {
             match constant_default(&c.default_expression, &ty) {
                 Some(lit) => MissingValue::Literal(lit.to_owned()),
@@ -357,11 +382,7 @@ pub fn plan_insert(
             ty,
             path,
             missing,
-            options: options
-                .column_options
-                .get(&c.name)
-                .cloned()
-                .unwrap_or_default(),
+            options: column_options,
         });
     }
     Ok(out)
@@ -519,6 +540,22 @@ mod tests {
     fn plan_errors_name_the_column() {
         let mut opts = InsertOptions::default();
         opts.pointers.insert("nope".into(), "/a".into());
+        assert!(
+            matches!(plan_insert(&schema(), &opts), Err(SchemaError::UnknownColumn(c)) if c == "nope")
+        );
+        let mut opts = InsertOptions::default();
+        opts.column_options.insert(
+            "status".into(),
+            ColumnOptions {
+                epoch_unit: Some(crate::mapping::EpochUnit::Millis),
+                ..ColumnOptions::default()
+            },
+        );
+        let e = plan_insert(&schema(), &opts).unwrap_err().to_string();
+        assert!(e.contains("`status`") && e.contains("epoch_unit"), "{e}");
+        opts.column_options.clear();
+        opts.column_options
+            .insert("nope".into(), ColumnOptions::default());
         assert!(
             matches!(plan_insert(&schema(), &opts), Err(SchemaError::UnknownColumn(c)) if c == "nope")
         );

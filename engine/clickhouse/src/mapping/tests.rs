@@ -1745,3 +1745,100 @@ fn refused_per_row_defaults_name_the_column() {
         [int(1), Value::Null]
     );
 }
+
+/// The JSON-to-type conversions listed in engine/spate/README.md
+/// ("JSON to column conversions"), one assertion per table row, so the
+/// table cannot drift from the code.
+#[test]
+fn conversion_table_of_the_readme() {
+    let i = |v| int(v);
+    // Numbers into integer columns: exact values only.
+    for (ty, v, want) in [
+        ("Int32", "\"5\"", 5),
+        ("Int32", "\"+5\"", 5),
+        ("Int32", "\"007\"", 7),
+        ("Int32", "1e3", 1000),
+        ("Int32", "\"1e3\"", 1000),
+        ("Int32", "1.0", 1),
+        ("UInt8", "-0", 0),
+    ] {
+        assert_eq!(ok(ty, v), i(want), "{ty} <- {v}");
+    }
+    for (ty, v, reason) in [
+        ("Int32", "1.5", "not an integer"),
+        ("UInt8", "300", "out of range"),
+        ("UInt64", "18446744073709551616", "out of range"),
+        ("Int32", "\" 5\"", "not a number"),
+        ("Int32", "\"0x10\"", "not a number"),
+        ("Int32", "\"\"", "not a number"),
+        ("Int32", "true", "cannot put a bool"),
+        ("UInt8", "\"true\"", "not a number"),
+    ] {
+        assert!(err(ty, v).reason.contains(reason), "{ty} <- {v}");
+    }
+    // Floats and decimals.
+    assert_eq!(ok("Float64", "\"+1.5\""), Value::Float64(1.5));
+    assert_eq!(ok("Float64", "\"1e3\""), Value::Float64(1000.0));
+    assert!(err("Float64", "1e400").reason.contains("out of range"));
+    assert!(err("Float32", "1e39").reason.contains("out of range"));
+    assert!(err("Float64", "true").reason.contains("cannot put a bool"));
+    assert_eq!(
+        ok("Decimal(9,2)", "\"1.5e1\""),
+        Value::Decimal(Wide::from_i128(1500))
+    );
+    assert!(err("Decimal(9,2)", "1.005").reason.contains("truncated"));
+    // Strings take any scalar as its JSON text, composites as raw JSON.
+    assert_eq!(ok("String", "true"), s("true"));
+    assert_eq!(ok("String", "1.50"), s("1.50"));
+    assert_eq!(ok("String", "-0.0"), s("-0.0"));
+    assert_eq!(ok("String", r#"{"a": 1}"#), s(r#"{"a": 1}"#));
+    assert_eq!(ok("String", "[1, 2]"), s("[1, 2]"));
+    assert_eq!(ok("LowCardinality(String)", "5"), s("5"));
+    assert_eq!(ok("FixedString(2)", "12"), s("12"));
+    // Bools.
+    assert_eq!(ok("Bool", "\"true\""), Value::Bool(true));
+    assert!(err("Bool", "\"True\"").reason.contains("not a bool"));
+    // Dates and times.
+    assert_eq!(
+        ok("Date", "\"2020-01-02T23:30:00-05:00\""),
+        Value::Date(days_from_civil(2020, 1, 2)),
+        "a date-time's written date, not its UTC date"
+    );
+    assert!(err("Date", "20200102").reason.contains("date text"));
+    assert_eq!(ok("DateTime", "\"2020-01-02\""), Value::DateTime(1_577_923_200));
+    assert_eq!(
+        ok("DateTime", "\"2020-01-02T10:00:00.5+01:00\""),
+        Value::DateTime(1_577_955_600)
+    );
+    assert_eq!(ok("DateTime", "1e9"), Value::DateTime(1_000_000_000));
+    assert_eq!(ok("DateTime", "\"1.5e9\""), Value::DateTime(1_500_000_000));
+    assert!(err("DateTime", "true").reason.contains("cannot put a bool"));
+    // Enums, IPs: numbers only as JSON numbers.
+    assert_eq!(ok("Enum8('a' = 1)", "1"), Value::Enum(1));
+    assert!(err("Enum8('a' = 1)", "\"1\"").reason.contains("not a value"));
+    assert_eq!(
+        ok("IPv4", "167772161"),
+        Value::Ipv4(Ipv4Addr::new(10, 0, 0, 1))
+    );
+    assert!(err("IPv4", "\"167772161\"").reason.contains("not an IPv4"));
+    // Composites: JSON arrays and objects only, never their text.
+    assert!(err("Array(UInt8)", "\"[1]\"").reason.contains("cannot put a string"));
+    assert_eq!(
+        ok("Array(String)", "[1, true]"),
+        Value::Array(vec![s("1"), s("true")])
+    );
+    assert_eq!(
+        ok("Map(String, UInt8)", r#"{"a":"1"}"#),
+        Value::Map(vec![(s("a"), i(1))])
+    );
+    assert!(err("Tuple(UInt8, String)", r#"{"a":1}"#).reason.contains("no names"));
+    // Null and missing; repeated keys: the last one wins, null included.
+    assert_eq!(ok("Nullable(String)", "null"), Value::Null);
+    assert!(err("String", "null").reason.contains("missing or null"));
+    assert_eq!(one(&[("c", "UInt8")], r#"{"c":1,"c":2}"#).unwrap(), i(2));
+    assert!(one(&[("c", "UInt8")], r#"{"c":1,"c":null}"#).is_err());
+    assert_eq!(
+        one(&[("c", "Nullable(UInt8)")], r#"{"c":1,"c":null}"#).unwrap(),
+        Value::Null
+    );
+}
