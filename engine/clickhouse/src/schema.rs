@@ -126,7 +126,9 @@ pub enum SchemaError {
     #[error("mapping gives a source to column `{0}`, which is {1:?} and cannot be inserted")]
     NotInsertable(String, DefaultKind),
     /// A per-column option set for a column of a type it does not apply to.
-    #[error("column `{column}` has type `{type_text}`: option `{option}` applies only to {applies_to}")]
+    #[error(
+        "column `{column}` has type `{type_text}`: option `{option}` applies only to {applies_to}"
+    )]
     OptionNotApplicable {
         /// The column.
         column: String,
@@ -521,7 +523,11 @@ mod tests {
                 Some("'2020-01-01 00:00:00'"),
             ),
             ("CAST('a, b', 'String')", "String", Some("'a, b'")),
-            ("CAST(NULL, 'Nullable(UInt8)')", "Nullable(UInt8)", Some("NULL")),
+            (
+                "CAST(NULL, 'Nullable(UInt8)')",
+                "Nullable(UInt8)",
+                Some("NULL"),
+            ),
             // The cast's type must be the column's.
             ("CAST(0, 'UInt64')", "UInt32", None),
             ("CAST(now(), 'DateTime')", "DateTime", None),

@@ -638,7 +638,6 @@ async fn named_tuples_round_trip_from_objects_and_arrays() {
     db.drop().await;
 }
 
-
 /// Plans `table` as `spate run` does (probing RowBinaryWithDefaults),
 /// encodes `json_rows` under `options` and inserts them. Returns the
 /// encoding errors by row index.
@@ -778,8 +777,14 @@ async fn default_columns_keep_present_fields_and_apply_constant_defaults() {
     )
     .await;
     assert_eq!(errors.len(), 2, "{errors:?}");
-    assert!(errors[0].0 == 1 && errors[0].1.contains("`at`"), "{errors:?}");
-    assert!(errors[1].0 == 2 && errors[1].1.contains("`nx`"), "{errors:?}");
+    assert!(
+        errors[0].0 == 1 && errors[0].1.contains("`at`"),
+        "{errors:?}"
+    );
+    assert!(
+        errors[1].0 == 2 && errors[1].1.contains("`nx`"),
+        "{errors:?}"
+    );
     let got = db
         .rows(&format!(
             "SELECT id, toUInt32(at) AS at, nx FROM {}.p ORDER BY id FORMAT JSONEachRow",

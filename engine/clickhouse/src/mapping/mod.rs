@@ -10,12 +10,13 @@
 //! (String columns) while nested columns read inside it.
 //!
 //! **Missing fields and nulls** ([`MissingValue`]): NULL for Nullable
-//! columns; the column's constant DEFAULT where the schema layer keeps a
-//! DEFAULT column in the INSERT (RowBinary on 18.16 has no per-value "use the
-//! default" marker, so a constant default is encoded here and a non-constant
-//! one is refused); otherwise a record error naming the column. Columns with a
-//! DEFAULT and no source field are left out of the INSERT by the schema layer
-//! ([`crate::schema`]) so the server fills them.
+//! columns; for a column with a DEFAULT (always in the INSERT, so a field
+//! present in the record lands) the constant DEFAULT encoded here, or the
+//! server's per-row DEFAULT through `RowBinaryWithDefaults`'s marker byte
+//! where the server has that format ([`JsonRowEncoder::with_defaults`]);
+//! otherwise a record error naming the column ([`crate::schema`] decides
+//! which). A JSON `null` into a non-Nullable column counts as missing. With
+//! [`MappingOptions::empty_as_null`] a `""` counts as missing too.
 //!
 //! **Coercions**: see [`coerce`]. A value that cannot map is a
 //! [`RecordError`] (kind Encode) naming the column and the reason; it is never

@@ -1474,7 +1474,6 @@ fn in_order_rows_with_any_one_byte_edit_read_as_serde_does() {
     assert!(checked > 10_000, "{checked}");
 }
 
-
 /// Columns as a table plan would give them: `(name, type, missing rule)`.
 fn planned(cols: &[(&str, &str, MissingValue)]) -> Vec<ColumnSpec> {
     cols.iter()
@@ -1580,10 +1579,7 @@ fn epochs_truncate_toward_zero_and_ranges_are_enforced() {
     // DateTime64's range, by number and by text, both paths.
     let lo = -2_208_988_800i64;
     let hi = 10_413_791_999i64;
-    assert_eq!(
-        ok("DateTime64(0)", &lo.to_string()),
-        Value::DateTime64(lo)
-    );
+    assert_eq!(ok("DateTime64(0)", &lo.to_string()), Value::DateTime64(lo));
     assert_eq!(
         ok("DateTime64(3)", &format!("{hi}.999")),
         Value::DateTime64(hi * 1000 + 999)
@@ -1663,7 +1659,11 @@ fn empty_strings_as_null() {
     let e = row(&mut off, json).unwrap_err();
     assert_eq!(e.column.as_deref(), Some("num"), "{e}");
     assert_eq!(
-        row(&mut off, r#"{"n":"","lc":"","d":"","plain":"","num":1,"arr":[]}"#).unwrap(),
+        row(
+            &mut off,
+            r#"{"n":"","lc":"","d":"","plain":"","num":1,"arr":[]}"#
+        )
+        .unwrap(),
         [s(""), s(""), s(""), s(""), int(1), Value::Array(vec![])]
     );
     // Per column, overriding the global setting both ways.
@@ -1703,7 +1703,11 @@ fn server_defaults_write_a_marker_before_every_cell() {
     assert_eq!(buf, [0, 1, 0, 0, 0, 0, 5, 0, 0, 0, 0, 2, 0, 0, 3]);
     buf.clear();
     enc.encode_json(br#"{"id":1}"#, &mut buf).unwrap();
-    assert_eq!(buf, [0, 1, 0, 0, 0, 1, 0, 7, 1], "missing: markers and the constant");
+    assert_eq!(
+        buf,
+        [0, 1, 0, 0, 0, 1, 0, 7, 1],
+        "missing: markers and the constant"
+    );
     buf.clear();
     enc.encode_json(br#"{"n":null,"id":2,"at":null}"#, &mut buf)
         .unwrap();
@@ -1805,7 +1809,10 @@ fn conversion_table_of_the_readme() {
         "a date-time's written date, not its UTC date"
     );
     assert!(err("Date", "20200102").reason.contains("date text"));
-    assert_eq!(ok("DateTime", "\"2020-01-02\""), Value::DateTime(1_577_923_200));
+    assert_eq!(
+        ok("DateTime", "\"2020-01-02\""),
+        Value::DateTime(1_577_923_200)
+    );
     assert_eq!(
         ok("DateTime", "\"2020-01-02T10:00:00.5+01:00\""),
         Value::DateTime(1_577_955_600)
@@ -1815,14 +1822,22 @@ fn conversion_table_of_the_readme() {
     assert!(err("DateTime", "true").reason.contains("cannot put a bool"));
     // Enums, IPs: numbers only as JSON numbers.
     assert_eq!(ok("Enum8('a' = 1)", "1"), Value::Enum(1));
-    assert!(err("Enum8('a' = 1)", "\"1\"").reason.contains("not a value"));
+    assert!(
+        err("Enum8('a' = 1)", "\"1\"")
+            .reason
+            .contains("not a value")
+    );
     assert_eq!(
         ok("IPv4", "167772161"),
         Value::Ipv4(Ipv4Addr::new(10, 0, 0, 1))
     );
     assert!(err("IPv4", "\"167772161\"").reason.contains("not an IPv4"));
     // Composites: JSON arrays and objects only, never their text.
-    assert!(err("Array(UInt8)", "\"[1]\"").reason.contains("cannot put a string"));
+    assert!(
+        err("Array(UInt8)", "\"[1]\"")
+            .reason
+            .contains("cannot put a string")
+    );
     assert_eq!(
         ok("Array(String)", "[1, true]"),
         Value::Array(vec![s("1"), s("true")])
@@ -1831,7 +1846,11 @@ fn conversion_table_of_the_readme() {
         ok("Map(String, UInt8)", r#"{"a":"1"}"#),
         Value::Map(vec![(s("a"), i(1))])
     );
-    assert!(err("Tuple(UInt8, String)", r#"{"a":1}"#).reason.contains("no names"));
+    assert!(
+        err("Tuple(UInt8, String)", r#"{"a":1}"#)
+            .reason
+            .contains("no names")
+    );
     // Null and missing; repeated keys: the last one wins, null included.
     assert_eq!(ok("Nullable(String)", "null"), Value::Null);
     assert!(err("String", "null").reason.contains("missing or null"));

@@ -395,7 +395,12 @@ struct Scalar<'t, 'x, 'c, 'p, 'b> {
 
 impl Scalar<'_, '_, '_, '_, '_> {
     fn put<E: de::Error>(self, tok: Tok<'_>) -> Result<bool, E> {
-        match put_scalar(self.ty, tok, &self.ctx.row.rules[self.col], self.ctx.out.buf) {
+        match put_scalar(
+            self.ty,
+            tok,
+            &self.ctx.row.rules[self.col],
+            self.ctx.out.buf,
+        ) {
             Ok(Put::Written) => Ok(true),
             Ok(Put::NullForNonNullable) => Ok(false),
             Err(reason) => Err(self.ctx.fail(self.col, reason)),

@@ -264,7 +264,10 @@ fn epoch_units_and_empty_strings_parse_globally_and_per_column() {
     assert_eq!(c.time.epoch_unit.unit(), EpochUnit::Millis);
     assert!(c.mapping.empty_as_null);
     let at = &c.mapping.column_options["at"];
-    assert_eq!(at.epoch_unit.map(EpochUnitName::unit), Some(EpochUnit::Micros));
+    assert_eq!(
+        at.epoch_unit.map(EpochUnitName::unit),
+        Some(EpochUnit::Micros)
+    );
     assert_eq!(at.empty_as_null, None);
     assert_eq!(c.mapping.column_options["name"].empty_as_null, Some(false));
     for (text, unit) in [
@@ -272,8 +275,8 @@ fn epoch_units_and_empty_strings_parse_globally_and_per_column() {
         ("s", EpochUnit::Seconds),
         ("ns", EpochUnit::Nanos),
     ] {
-        let c = Config::from_yaml(&format!("{MINIMAL}\ntime: {{epoch_unit: {text}}}"), no_env)
-            .unwrap();
+        let c =
+            Config::from_yaml(&format!("{MINIMAL}\ntime: {{epoch_unit: {text}}}"), no_env).unwrap();
         assert_eq!(c.time.epoch_unit.unit(), unit);
     }
     let e = err(&format!("{MINIMAL}\ntime: {{epoch_unit: millis}}"));
