@@ -123,11 +123,12 @@ def main():
             rows_ok += n
             continue
         path = os.path.join(case_dir, case["case"] + ".bin")
+        fmt = case.get("format", "RowBinary")
         query = (
-            f"SELECT * FROM file({sql_string(path)}, 'RowBinary', {sql_string(case['schema'])}) "
+            f"SELECT * FROM file({sql_string(path)}, {sql_string(fmt)}, {sql_string(case['schema'])}) "
             f"SETTINGS {SETTINGS}"
         )
-        print(f"\n== {case['case']}: {case['schema']}")
+        print(f"\n== {case['case']} ({fmt}): {case['schema']}")
         try:
             out = chdb.query(query, "JSONEachRow").bytes().decode()
         except Exception as e:  # chdb raises its own error types
@@ -136,6 +137,22 @@ def main():
             continue
         got = [json.loads(line) for line in out.splitlines() if line.strip()]
         want = case["expected"]
+        if case.get("clickhouse_parses_inputs"):
+            # ClickHouse's own reading of the same JSON must give the same
+            # rows (a check of spate's rules, not only of its encoding).
+            own = chdb.query(
+                f"SELECT * FROM format(JSONEachRow, {sql_string(case['schema'])}, "
+                f"{sql_string(chr(10).join(case['inputs']))}) SETTINGS {SETTINGS}",
+                "JSONEachRow",
+            ).bytes().decode()
+            own_rows = [json.loads(line) for line in own.splitlines() if line.strip()]
+            if own_rows != want:
+                print("  MISMATCH: ClickHouse parses the inputs as")
+                for r in own_rows:
+                    print(f"    {json.dumps(r, ensure_ascii=False, sort_keys=True)}")
+                failures += 1
+            else:
+                print("  ClickHouse's own JSON parse of the inputs agrees")
         if len(got) != len(want):
             print(f"  MISMATCH: {len(got)} rows decoded, {len(want)} expected")
             failures += 1
