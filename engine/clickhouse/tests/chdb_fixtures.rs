@@ -240,7 +240,14 @@ fn write_fixtures_for_chdb() {
 }
 
 /// Writes one case's `.bin` and `.json` (with `extra` manifest keys).
-fn write_case(name: &str, schema: &str, inputs: &[&str], bin: &[u8], expected: Value, extra: Value) {
+fn write_case(
+    name: &str,
+    schema: &str,
+    inputs: &[&str],
+    bin: &[u8],
+    expected: Value,
+    extra: Value,
+) {
     let dir = out_dir();
     std::fs::create_dir_all(&dir).unwrap();
     let mut manifest = json!({
