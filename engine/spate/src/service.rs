@@ -277,6 +277,12 @@ pub async fn plan(config: &Config) -> Result<Plan, ServiceError> {
         columns,
         options,
     };
+    if config.mapping.include_default_columns {
+        tracing::warn!(
+            "mapping.include_default_columns has no effect any more: DEFAULT columns are \
+             always in the INSERT, so a field present in a record lands"
+        );
+    }
     for (column, expr) in plan.refused_defaults() {
         tracing::warn!(
             %column,
