@@ -1853,6 +1853,14 @@ fn conversion_table_of_the_readme() {
     );
     // Null and missing; repeated keys: the last one wins, null included.
     assert_eq!(ok("Nullable(String)", "null"), Value::Null);
+    let cols = [("n", "Nullable(UInt8)", MissingValue::Literal("5".into()))];
+    let mut enc = JsonRowEncoder::new(planned(&cols), MappingOptions::default()).unwrap();
+    assert_eq!(row(&mut enc, "{}").unwrap(), [i(5)], "missing: the DEFAULT");
+    assert_eq!(
+        row(&mut enc, r#"{"n":null}"#).unwrap(),
+        [Value::Null],
+        "null into a Nullable column with a DEFAULT: NULL"
+    );
     assert!(err("String", "null").reason.contains("missing or null"));
     assert_eq!(one(&[("c", "UInt8")], r#"{"c":1,"c":2}"#).unwrap(), i(2));
     assert!(one(&[("c", "UInt8")], r#"{"c":1,"c":null}"#).is_err());
