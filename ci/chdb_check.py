@@ -126,11 +126,32 @@ def main():
             continue
         path = os.path.join(case_dir, case["case"] + ".bin")
         native = os.path.join(case_dir, case["case"] + ".native")
+        row_fmt = case.get("format", "RowBinary")
         queries = [
-            ("RowBinary", f"SELECT * FROM file({sql_string(path)}, 'RowBinary', {sql_string(case['schema'])}) "
+            (row_fmt, f"SELECT * FROM file({sql_string(path)}, {sql_string(row_fmt)}, {sql_string(case['schema'])}) "
              f"SETTINGS {SETTINGS}"),
         ]
-        if os.path.exists(native):
+        if case.get("clickhouse_parses_inputs"):
+            # ClickHouse's own reading of the same JSON must give the same
+            # rows (a check of spate's rules, not only of its encoding).
+            own = chdb.query(
+                f"SELECT * FROM format(JSONEachRow, {sql_string(case['schema'])}, "
+                f"{sql_string(chr(10).join(case['inputs']))}) SETTINGS {SETTINGS}",
+                "JSONEachRow",
+            ).bytes().decode()
+            own_rows = [json.loads(line) for line in own.splitlines() if line.strip()]
+            if own_rows != case["expected"]:
+                print(f"\n== {case['case']}: MISMATCH: ClickHouse parses the inputs as")
+                for r in own_rows:
+                    print(f"    {json.dumps(r, ensure_ascii=False, sort_keys=True)}")
+                failures += 1
+            else:
+                print(f"\n== {case['case']}: ClickHouse's own JSON parse of the inputs agrees")
+        if row_fmt != "RowBinary":
+            # Native has no per-row defaults: such plans insert in their own
+            # row format, so there is no Native file to check.
+            pass
+        elif os.path.exists(native):
             # The block names its own columns and types; the schema is the
             # check that they are the ones spate was given.
             queries.append(("Native", f"SELECT * FROM file({sql_string(native)}, 'Native') SETTINGS {SETTINGS}"))
@@ -150,7 +171,7 @@ def main():
             if fmt == "Native structure":
                 # Compared as the engine normalises both (enum order, tuple layout).
                 want_out = chdb.query(
-                    f"DESCRIBE file({sql_string(path)}, 'RowBinary', {sql_string(case['schema'])})",
+                    f"DESCRIBE file({sql_string(path)}, {sql_string(row_fmt)}, {sql_string(case['schema'])})",
                     "JSONEachRow",
                 ).bytes().decode()
                 want_cols = [(c["name"], c["type"]) for c in map(json.loads, want_out.splitlines()) if c]

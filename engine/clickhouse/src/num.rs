@@ -261,8 +261,11 @@ pub enum NumError {
 pub enum Rounding {
     /// Refuse them ([`NumError::Inexact`]): numbers are never truncated.
     Exact,
-    /// Round toward negative infinity (times into a coarser column).
+    /// Round toward negative infinity.
     Floor,
+    /// Drop them: round toward zero (epoch numbers into a time column, as
+    /// ClickHouse converts a number to DateTime64).
+    TowardZero,
 }
 
 /// A number as written: `(-1)^negative * digits * 10^exp`, exact.
@@ -421,7 +424,7 @@ impl DecimalText {
                 Rounding::Floor if self.negative => {
                     q = q.checked_add_small(1).ok_or(NumError::Overflow)?;
                 }
-                Rounding::Floor => {}
+                Rounding::Floor | Rounding::TowardZero => {}
             }
         }
         Ok(Wide::new(self.negative, q))

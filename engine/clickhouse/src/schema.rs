@@ -11,13 +11,23 @@
 //!
 //! - MATERIALIZED and ALIAS columns are never named (the server refuses them),
 //!   nor EPHEMERAL ones.
-//! - A column with a DEFAULT is named only when the mapping gives it an
-//!   explicit source (a rename or a JSON pointer) or
-//!   [`InsertOptions::include_default_columns`] is set; otherwise it is left
-//!   to the server, which computes it for every row. When it is named, a row
-//!   missing the field gets the DEFAULT if it is a constant literal, NULL if
-//!   the column is Nullable, else a record error (RowBinary on 18.16 has no
-//!   per-value "use the default" marker; RowBinaryWithDefaults came later).
+//! - A column with a DEFAULT is always named (a field present in the record
+//!   lands: issue 19). A row missing the field (or with `null` in a
+//!   non-Nullable column) gets:
+//!   - the DEFAULT written by spate when it is a constant: a number, a
+//!     quoted string, `NULL`, or such a literal inside `CAST(lit, 'Type')`
+//!     where `Type` is the column's type (18.16 shows `UInt32 DEFAULT 0`
+//!     as `CAST(0, 'UInt32')`); the literal must encode as the column's
+//!     type, else the plan fails naming the column;
+//!   - otherwise (a per-row DEFAULT such as `now()` or `id + 1`) the
+//!     server's DEFAULT through `RowBinaryWithDefaults`'s per-cell marker
+//!     when the server accepts that format
+//!     ([`InsertOptions::server_defaults`], probed in `system.formats`;
+//!     <https://clickhouse.com/docs/interfaces/formats/RowBinaryWithDefaults>);
+//!   - else a record error under `on_error` ([`MissingValue::Reject`], also
+//!     for a Nullable column: NULL would not be the DEFAULT). Such columns
+//!     are listed by [`per_row_defaults_refused`] so the caller says so at
+//!     start.
 //! - Every other column is named; a missing field is NULL for Nullable
 //!   columns, else a record error.
 //! - A named column whose type string does not parse (a type this crate
@@ -28,7 +38,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::mapping::{ColumnSpec, MissingValue, parse_pointer};
+use crate::mapping::{ColumnOptions, ColumnSpec, MissingValue, parse_pointer};
 use crate::types::{ChType, TypeParseError};
 
 /// How a column's value is produced when an INSERT does not give it.
@@ -115,6 +125,20 @@ pub enum SchemaError {
     /// A rename or pointer targets a column the INSERT cannot name.
     #[error("mapping gives a source to column `{0}`, which is {1:?} and cannot be inserted")]
     NotInsertable(String, DefaultKind),
+    /// A per-column option set for a column of a type it does not apply to.
+    #[error(
+        "column `{column}` has type `{type_text}`: option `{option}` applies only to {applies_to}"
+    )]
+    OptionNotApplicable {
+        /// The column.
+        column: String,
+        /// Its type text.
+        type_text: String,
+        /// The option.
+        option: &'static str,
+        /// The types it applies to.
+        applies_to: &'static str,
+    },
     /// A bad JSON pointer.
     #[error(transparent)]
     Mapping(#[from] crate::mapping::MappingError),
@@ -214,10 +238,77 @@ pub struct InsertOptions {
     pub renames: BTreeMap<String, String>,
     /// Column -> JSON pointer (`/properties/mag`).
     pub pointers: BTreeMap<String, String>,
-    /// Name DEFAULT columns in the INSERT even without an explicit source
-    /// (read from the field of their name; a missing field then needs a
-    /// constant DEFAULT or Nullable).
+    /// Kept for old configs: DEFAULT columns are now always named (see the
+    /// module docs); this has no effect.
     pub include_default_columns: bool,
+    /// The server accepts `INSERT ... FORMAT RowBinaryWithDefaults`
+    /// ([`formats_query`]): per-row DEFAULTs are then left to the server
+    /// for rows missing the field ([`MissingValue::ServerDefault`]).
+    pub server_defaults: bool,
+    /// Column -> per-column mapping options.
+    pub column_options: BTreeMap<String, ColumnOptions>,
+}
+
+/// The wire format of the INSERT's rows, decided by the plan: the writer
+/// names it in the INSERT and the mapper writes its rows
+/// ([`crate::mapping::JsonRowEncoder::with_defaults`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RowFormat {
+    /// Plain RowBinary.
+    #[default]
+    RowBinary,
+    /// RowBinary with a marker byte before each cell (`0x01`: the column's
+    /// DEFAULT, nothing follows; `0x00`: the value follows):
+    /// <https://clickhouse.com/docs/interfaces/formats/RowBinaryWithDefaults>.
+    RowBinaryWithDefaults,
+}
+
+impl RowFormat {
+    /// The format's name in `FORMAT ...`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RowFormat::RowBinary => "RowBinary",
+            RowFormat::RowBinaryWithDefaults => "RowBinaryWithDefaults",
+        }
+    }
+}
+
+/// The row format a plan needs: `RowBinaryWithDefaults` when some column
+/// takes the server's DEFAULT per row, else RowBinary.
+pub fn row_format(columns: &[ColumnSpec]) -> RowFormat {
+    if columns
+        .iter()
+        .any(|c| c.missing == MissingValue::ServerDefault)
+    {
+        RowFormat::RowBinaryWithDefaults
+    } else {
+        RowFormat::RowBinary
+    }
+}
+
+/// The query whose answer (`1` or `0`) says whether the server accepts
+/// `RowBinaryWithDefaults` input. `system.formats` exists on 18.16 (which
+/// answers 0).
+pub fn formats_query() -> &'static str {
+    "SELECT count() FROM system.formats WHERE name = 'RowBinaryWithDefaults' AND is_input"
+}
+
+/// The planned DEFAULT columns whose DEFAULT neither spate nor the server
+/// can apply to a row missing the field: `(column, default expression)`.
+/// A record missing such a field is a record error (`on_error`).
+pub fn per_row_defaults_refused(
+    schema: &TableSchema,
+    columns: &[ColumnSpec],
+) -> Vec<(String, String)> {
+    columns
+        .iter()
+        .filter(|c| c.missing == MissingValue::Reject)
+        .filter_map(|c| {
+            let t = schema.columns.iter().find(|t| t.name == c.name)?;
+            (t.default_kind == DefaultKind::Default)
+                .then(|| (c.name.clone(), t.default_expression.clone()))
+        })
+        .collect()
 }
 
 /// Plans the INSERT: the columns it names, in table order, with their JSON
@@ -230,7 +321,12 @@ pub fn plan_insert(
     schema: &TableSchema,
     options: &InsertOptions,
 ) -> Result<Vec<ColumnSpec>, SchemaError> {
-    for name in options.renames.keys().chain(options.pointers.keys()) {
+    for name in options
+        .renames
+        .keys()
+        .chain(options.pointers.keys())
+        .chain(options.column_options.keys())
+    {
         match schema.columns.iter().find(|c| &c.name == name) {
             None => return Err(SchemaError::UnknownColumn(name.clone())),
             Some(c) if !matches!(c.default_kind, DefaultKind::None | DefaultKind::Default) => {
@@ -248,7 +344,7 @@ pub fn plan_insert(
         };
         let named = match c.default_kind {
             DefaultKind::None => true,
-            DefaultKind::Default => path.is_some() || options.include_default_columns,
+            DefaultKind::Default => true,
             DefaultKind::Materialized | DefaultKind::Alias | DefaultKind::Ephemeral => false,
         };
         if !named {
@@ -259,10 +355,25 @@ pub fn plan_insert(
             type_text: c.type_text.clone(),
             source,
         })?;
-        let missing = if c.default_kind == DefaultKind::Default
-            && is_constant_literal(&c.default_expression)
-        {
-            MissingValue::Literal(c.default_expression.clone())
+        let column_options = options
+            .column_options
+            .get(&c.name)
+            .cloned()
+            .unwrap_or_default();
+        if column_options.epoch_unit.is_some() && !c.type_text.contains("DateTime") {
+            return Err(SchemaError::OptionNotApplicable {
+                column: c.name.clone(),
+                type_text: c.type_text.clone(),
+                option: "epoch_unit",
+                applies_to: "DateTime and DateTime64 columns",
+            });
+        }
+        let missing = if c.default_kind == DefaultKind::Default {
+            match constant_default(&c.default_expression, &ty) {
+                Some(lit) => MissingValue::Literal(lit.to_owned()),
+                None if options.server_defaults => MissingValue::ServerDefault,
+                None => MissingValue::Reject,
+            }
         } else if ty.is_nullable() {
             MissingValue::Null
         } else {
@@ -273,27 +384,69 @@ pub fn plan_insert(
             ty,
             path,
             missing,
+            options: column_options,
         });
     }
     Ok(out)
 }
 
-/// Whether a default expression is a literal we can encode once: a number
-/// or a single-quoted string.
-fn is_constant_literal(expr: &str) -> bool {
+/// The literal of a constant DEFAULT expression, or `None` when it is not
+/// one (it is then computed per row): a number, a single-quoted string or
+/// `NULL`, bare or as `CAST(literal, 'Type')` with `Type` the column's own
+/// type (how 18.16 stores a DEFAULT whose literal has another type:
+/// `UInt32 DEFAULT 0` is `CAST(0, 'UInt32')`). Whether the literal encodes
+/// as the column's type is checked when the encoder is built
+/// ([`crate::mapping::MappingError::BadDefault`]).
+pub fn constant_default<'e>(expr: &'e str, ty: &ChType) -> Option<&'e str> {
     let e = expr.trim();
-    (e.len() >= 2 && e.starts_with('\'') && e.ends_with('\''))
-        || (!e.is_empty() && crate::num::DecimalText::parse(e.as_bytes()).is_ok())
+    if let Some(args) = e
+        .strip_prefix("CAST(")
+        .or_else(|| e.strip_prefix("cast("))
+        .and_then(|r| r.strip_suffix(')'))
+    {
+        // The type argument is the last quoted string; the literal before
+        // the comma that precedes it.
+        let (lit, ty_arg) = args.rsplit_once(',')?;
+        let ty_text = ty_arg.trim().strip_prefix('\'')?.strip_suffix('\'')?;
+        let cast_ty = ChType::parse(&ty_text.replace("\\'", "'")).ok()?;
+        if &cast_ty != ty {
+            return None;
+        }
+        let lit = lit.trim();
+        return is_literal(lit).then_some(lit);
+    }
+    is_literal(e).then_some(e)
 }
 
-/// The INSERT statement for `columns` of `database.table` in RowBinary.
+/// A number, a single-quoted string (no unescaped quote inside) or `NULL`.
+fn is_literal(e: &str) -> bool {
+    if e == "NULL" {
+        return true;
+    }
+    if let Some(inner) = e.strip_prefix('\'').and_then(|r| r.strip_suffix('\'')) {
+        let mut escaped = false;
+        for c in inner.chars() {
+            match (escaped, c) {
+                (false, '\\') => escaped = true,
+                (false, '\'') => return false,
+                _ => escaped = false,
+            }
+        }
+        return !escaped;
+    }
+    !e.is_empty() && crate::num::DecimalText::parse(e.as_bytes()).is_ok()
+}
+
+/// The INSERT statement for `columns` of `database.table` in their
+/// [`row_format`].
 pub fn insert_statement(database: &str, table: &str, columns: &[ColumnSpec]) -> String {
     let cols: Vec<String> = columns.iter().map(|c| quote_ident(&c.name)).collect();
     format!(
-        "INSERT INTO {}.{} ({}) FORMAT RowBinary",
+        "INSERT INTO {}.{} ({}) FORMAT {}",
         quote_ident(database),
         quote_ident(table),
-        cols.join(", ")
+        cols.join(", "),
+        row_format(columns).name()
     )
 }
 
@@ -313,38 +466,102 @@ mod tests {
     }
 
     #[test]
-    fn default_columns_are_left_to_the_server_unless_sourced() {
-        let plan = plan_insert(&schema(), &InsertOptions::default()).unwrap();
-        let names: Vec<_> = plan.iter().map(|c| c.name.as_str()).collect();
-        assert_eq!(names, ["id", "mag"]);
-        assert_eq!(plan[0].missing, MissingValue::Reject);
-        assert_eq!(plan[1].missing, MissingValue::Null);
-
+    fn default_columns_are_always_named() {
+        // Issue 19: a field present in the record must land, so DEFAULT
+        // columns are in the INSERT whatever include_default_columns says.
+        for include in [false, true] {
+            let opts = InsertOptions {
+                include_default_columns: include,
+                ..InsertOptions::default()
+            };
+            let plan = plan_insert(&schema(), &opts).unwrap();
+            let names: Vec<_> = plan.iter().map(|c| c.name.as_str()).collect();
+            assert_eq!(names, ["id", "mag", "status", "ingested"]);
+            assert_eq!(plan[0].missing, MissingValue::Reject);
+            assert_eq!(plan[1].missing, MissingValue::Null);
+            assert_eq!(plan[2].missing, MissingValue::Literal("'n/a'".into()));
+            assert_eq!(plan[3].missing, MissingValue::Reject, "now() per row");
+            assert_eq!(row_format(&plan), RowFormat::RowBinary);
+            assert_eq!(
+                per_row_defaults_refused(&schema(), &plan),
+                [("ingested".to_string(), "now()".to_string())]
+            );
+        }
         let mut opts = InsertOptions::default();
         opts.renames.insert("status".into(), "state".into());
         let plan = plan_insert(&schema(), &opts).unwrap();
-        let names: Vec<_> = plan.iter().map(|c| c.name.as_str()).collect();
-        assert_eq!(names, ["id", "mag", "status"]);
         assert_eq!(plan[2].path, Some(vec!["state".to_string()]));
-        assert_eq!(plan[2].missing, MissingValue::Literal("'n/a'".into()));
 
+        // A server with RowBinaryWithDefaults computes now() per row.
         let opts = InsertOptions {
-            include_default_columns: true,
+            server_defaults: true,
             ..InsertOptions::default()
         };
         let plan = plan_insert(&schema(), &opts).unwrap();
-        assert_eq!(plan.len(), 4);
-        assert_eq!(
-            plan[3].missing,
-            MissingValue::Reject,
-            "now() is not a constant"
-        );
+        assert_eq!(plan[3].missing, MissingValue::ServerDefault);
+        assert_eq!(plan[2].missing, MissingValue::Literal("'n/a'".into()));
+        assert_eq!(row_format(&plan), RowFormat::RowBinaryWithDefaults);
+        assert!(per_row_defaults_refused(&schema(), &plan).is_empty());
+        assert!(insert_statement("d", "t", &plan).ends_with("FORMAT RowBinaryWithDefaults"));
+    }
+
+    #[test]
+    fn constant_defaults_include_18_16_casts() {
+        let ty = |s: &str| ChType::parse(s).unwrap();
+        for (expr, t, want) in [
+            ("0", "UInt32", Some("0")),
+            ("-1.5", "Float64", Some("-1.5")),
+            ("'n/a'", "String", Some("'n/a'")),
+            ("'it\\'s'", "String", Some("'it\\'s'")),
+            ("NULL", "Nullable(UInt8)", Some("NULL")),
+            ("CAST(0, 'UInt32')", "UInt32", Some("0")),
+            ("CAST(-3, 'Int8')", "Int8", Some("-3")),
+            ("CAST('2020-01-01', 'Date')", "Date", Some("'2020-01-01'")),
+            (
+                "CAST('2020-01-01 00:00:00', 'DateTime')",
+                "DateTime",
+                Some("'2020-01-01 00:00:00'"),
+            ),
+            ("CAST('a, b', 'String')", "String", Some("'a, b'")),
+            (
+                "CAST(NULL, 'Nullable(UInt8)')",
+                "Nullable(UInt8)",
+                Some("NULL"),
+            ),
+            // The cast's type must be the column's.
+            ("CAST(0, 'UInt64')", "UInt32", None),
+            ("CAST(now(), 'DateTime')", "DateTime", None),
+            ("now()", "DateTime", None),
+            ("id + 1", "UInt64", None),
+            ("toDateTime('2020-01-01 00:00:00')", "DateTime", None),
+            ("'a' || 'b'", "String", None),
+            ("'a', 'b'", "String", None),
+            ("", "String", None),
+        ] {
+            assert_eq!(constant_default(expr, &ty(t)), want, "{expr} as {t}");
+        }
     }
 
     #[test]
     fn plan_errors_name_the_column() {
         let mut opts = InsertOptions::default();
         opts.pointers.insert("nope".into(), "/a".into());
+        assert!(
+            matches!(plan_insert(&schema(), &opts), Err(SchemaError::UnknownColumn(c)) if c == "nope")
+        );
+        let mut opts = InsertOptions::default();
+        opts.column_options.insert(
+            "status".into(),
+            ColumnOptions {
+                epoch_unit: Some(crate::mapping::EpochUnit::Millis),
+                ..ColumnOptions::default()
+            },
+        );
+        let e = plan_insert(&schema(), &opts).unwrap_err().to_string();
+        assert!(e.contains("`status`") && e.contains("epoch_unit"), "{e}");
+        opts.column_options.clear();
+        opts.column_options
+            .insert("nope".into(), ColumnOptions::default());
         assert!(
             matches!(plan_insert(&schema(), &opts), Err(SchemaError::UnknownColumn(c)) if c == "nope")
         );
@@ -371,7 +588,7 @@ mod tests {
         let plan = plan_insert(&schema(), &InsertOptions::default()).unwrap();
         assert_eq!(
             insert_statement("d b", "t`x", &plan),
-            "INSERT INTO `d b`.`t\\`x` (`id`, `mag`) FORMAT RowBinary"
+            "INSERT INTO `d b`.`t\\`x` (`id`, `mag`, `status`, `ingested`) FORMAT RowBinary"
         );
         assert_eq!(
             columns_query("db", "it's"),

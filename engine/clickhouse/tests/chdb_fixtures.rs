@@ -289,3 +289,128 @@ fn write_fixtures_for_chdb() {
         .unwrap();
     }
 }
+
+/// Writes one case's `.bin` and `.json` (with `extra` manifest keys), and
+/// its `.native` transcode when `native` gives the columns (a RowBinary
+/// case; Native has no per-row defaults, so a `RowBinaryWithDefaults` case
+/// has none).
+fn write_case(
+    name: &str,
+    schema: &str,
+    inputs: &[&str],
+    bin: &[u8],
+    expected: Value,
+    extra: Value,
+    native: Option<&[(&str, &str)]>,
+) {
+    let dir = out_dir();
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut manifest = json!({
+        "case": name,
+        "schema": schema,
+        "inputs": inputs,
+        "expected": expected,
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        manifest[k] = v.clone();
+    }
+    std::fs::write(dir.join(format!("{name}.bin")), bin).unwrap();
+    if let Some(columns) = native {
+        let typed: Vec<(String, String)> = columns
+            .iter()
+            .map(|&(n, t)| (n.to_owned(), t.to_owned()))
+            .collect();
+        let mut out = Vec::new();
+        let rows = BlockPlan::new(&typed)
+            .unwrap()
+            .transcode([bin], &mut out)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(rows as usize, inputs.len(), "{name}");
+        std::fs::write(dir.join(format!("{name}.native")), &out).unwrap();
+    }
+    std::fs::write(
+        dir.join(format!("{name}.json")),
+        serde_json::to_string_pretty(&manifest).unwrap(),
+    )
+    .unwrap();
+}
+
+/// Issue 19: per-row DEFAULTs sent as `RowBinaryWithDefaults` (a current
+/// server computes `id + 100` for the row missing `at`), and fractional
+/// negative epochs, which the check also has ClickHouse parse from the
+/// same JSON (`clickhouse_parses_inputs`): -1.2345 into DateTime64(3) is
+/// .766 in both.
+#[test]
+fn write_defaults_and_epoch_fixtures_for_chdb() {
+    use spate_clickhouse::mapping::{ColumnOptions, ColumnSpec, EpochUnit, MissingValue};
+    let spec = |name: &str, ty: &str, missing| ColumnSpec {
+        name: name.into(),
+        ty: ChType::parse(ty).unwrap(),
+        path: None,
+        missing,
+        options: ColumnOptions::default(),
+    };
+    let columns = vec![
+        spec("id", "UInt32", MissingValue::Reject),
+        spec("at", "UInt32", MissingValue::ServerDefault),
+        spec("n", "Nullable(UInt8)", MissingValue::ServerDefault),
+        spec("s", "String", MissingValue::Literal("'x'".into())),
+    ];
+    let inputs = [
+        r#"{"id":1,"at":7,"n":null,"s":"y"}"#,
+        r#"{"id":2}"#,
+        r#"{"n":3,"id":3,"at":null}"#,
+    ];
+    let mut enc = JsonRowEncoder::new(columns, MappingOptions::default()).unwrap();
+    assert!(enc.with_defaults());
+    let mut bin = Vec::new();
+    for row in inputs {
+        enc.encode_json(row.as_bytes(), &mut bin).unwrap();
+    }
+    write_case(
+        "row_binary_with_defaults",
+        "id UInt32, at UInt32 DEFAULT id + 100, n Nullable(UInt8) DEFAULT 5, s String DEFAULT 'x'",
+        &inputs,
+        &bin,
+        json!([
+            {"id":1,"at":7,"n":null,"s":"y"},
+            {"id":2,"at":102,"n":5,"s":"x"},
+            {"id":3,"at":103,"n":3,"s":"x"},
+        ]),
+        json!({"format": "RowBinaryWithDefaults"}),
+        None,
+    );
+
+    let mut columns = simple_columns([
+        ("id", ChType::UInt32),
+        ("t", ChType::parse("DateTime64(3, 'UTC')").unwrap()),
+    ]);
+    columns[1].options.epoch_unit = Some(EpochUnit::Seconds);
+    let inputs = [
+        r#"{"id":1,"t":-1.2345}"#,
+        r#"{"id":2,"t":1.2345}"#,
+        r#"{"id":3,"t":-0.0005}"#,
+        r#"{"id":4,"t":1517966773.8409}"#,
+        r#"{"id":5,"t":-86400.9999}"#,
+    ];
+    let mut enc = JsonRowEncoder::new(columns, MappingOptions::default()).unwrap();
+    let mut bin = Vec::new();
+    for row in inputs {
+        enc.encode_json(row.as_bytes(), &mut bin).unwrap();
+    }
+    write_case(
+        "epoch_fractions",
+        "id UInt32, t DateTime64(3, 'UTC')",
+        &inputs,
+        &bin,
+        json!([
+            {"id":1,"t":"1969-12-31 23:59:58.766"},
+            {"id":2,"t":"1970-01-01 00:00:01.234"},
+            {"id":3,"t":"1970-01-01 00:00:00.000"},
+            {"id":4,"t":"2018-02-07 01:26:13.840"},
+            {"id":5,"t":"1969-12-30 23:59:59.001"},
+        ]),
+        json!({"clickhouse_parses_inputs": true}),
+        Some(&[("id", "UInt32"), ("t", "DateTime64(3, 'UTC')")]),
+    );
+}

@@ -13,8 +13,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use serde_json::{Value, json};
-use spate_clickhouse::mapping::{JsonRowEncoder, MappingOptions};
-use spate_clickhouse::schema::{InsertOptions, plan_insert};
+use spate_clickhouse::mapping::{
+    ColumnOptions, EpochUnit, JsonRowEncoder, MappingOptions, MissingValue, TimeRules,
+};
+use spate_clickhouse::schema::{
+    InsertOptions, RowFormat, per_row_defaults_refused, plan_insert, row_format,
+};
 use spate_clickhouse::writer::{
     Compression, HttpWriter, HttpWriterConfig, InsertFormat, TlsOptions, tls,
 };
@@ -147,7 +151,7 @@ async fn types_round_trip(format: InsertFormat, tag: &str) {
          f64 Float64, s String, fs FixedString(3), d Date, dt DateTime('UTC'), dec Decimal(18, 4), \
          u UUID, e Enum8('a' = 1, 'b' = -2), n Nullable(Int32), an Array(Nullable(Float64)), \
          lc LowCardinality(String), lcn LowCardinality(Nullable(String)), tup Tuple(UInt8, String), \
-         def String DEFAULT 'dflt', ins DateTime DEFAULT now()) ENGINE = MergeTree ORDER BY id",
+         def String DEFAULT 'dflt', ins DateTime MATERIALIZED now()) ENGINE = MergeTree ORDER BY id",
         db.name
     ))
     .await;
@@ -710,5 +714,221 @@ async fn nested_native_layouts_land_on_a_real_server() {
     for (g, w) in got.iter().zip(&want) {
         assert_eq!(g, w);
     }
+    db.drop().await;
+}
+
+/// Plans `table` as `spate run` does (probing RowBinaryWithDefaults),
+/// encodes `json_rows` under `options` and inserts them. Returns the
+/// encoding errors by row index.
+async fn insert_mapped(
+    db: &TestDb,
+    table: &str,
+    insert: InsertOptions,
+    options: MappingOptions,
+    json_rows: &[&str],
+) -> Vec<(usize, String)> {
+    let probe = HttpWriter::new(HttpWriterConfig::new(&db.name, table, Vec::new()));
+    let schema = probe.table_schema(&db.url).await.unwrap();
+    let insert = InsertOptions {
+        server_defaults: probe
+            .accepts_row_binary_with_defaults(&db.url)
+            .await
+            .unwrap(),
+        ..insert
+    };
+    let columns = plan_insert(&schema, &insert).unwrap();
+    let mut config = HttpWriterConfig::new(
+        &db.name,
+        table,
+        columns
+            .iter()
+            .map(|c| (c.name.clone(), c.ty.to_string()))
+            .collect(),
+    );
+    config.row_format = row_format(&columns);
+    let mut enc = JsonRowEncoder::new(columns, options).unwrap();
+    let mut buf = Vec::new();
+    let mut errors = Vec::new();
+    for (i, row) in json_rows.iter().enumerate() {
+        let len = buf.len();
+        if let Err(e) = enc.encode_json(row.as_bytes(), &mut buf) {
+            buf.truncate(len);
+            errors.push((i, e.to_string()));
+        }
+    }
+    let writer = HttpWriter::new(config);
+    let ep = endpoint(&db.url);
+    writer.probe(&ep).await.unwrap();
+    if !buf.is_empty() {
+        writer
+            .insert(&ep, vec![Bytes::from(buf)], &format!("it-{table}-1"))
+            .await
+            .unwrap();
+    }
+    errors
+}
+
+/// Issue 19 item 2 on 18.16: a field present for a DEFAULT column lands
+/// (it was replaced by the DEFAULT), a missing one gets the constant
+/// DEFAULT, including 18.16's `CAST(0, 'UInt32')` form (it was a record
+/// error), and a per-row DEFAULT the server cannot apply is a record error
+/// naming the column, listed before any row.
+#[tokio::test]
+async fn default_columns_keep_present_fields_and_apply_constant_defaults() {
+    let Some(url) = server() else { return };
+    let db = TestDb::create(&url, "defaults").await;
+    db.sql(&format!(
+        "CREATE TABLE {}.t (id UInt32, withdef UInt32 DEFAULT 7, z UInt32 DEFAULT 0, \
+         s String DEFAULT 'x', d Date DEFAULT '2020-01-01', i Int8 DEFAULT -3, \
+         n Nullable(UInt8) DEFAULT NULL, f Float64 DEFAULT -1.5) ENGINE = MergeTree ORDER BY id",
+        db.name
+    ))
+    .await;
+    let errors = insert_mapped(
+        &db,
+        "t",
+        InsertOptions::default(),
+        MappingOptions::default(),
+        &[
+            r#"{"id":1,"withdef":99}"#,
+            r#"{"id":2}"#,
+            r#"{"id":3,"withdef":1,"z":2,"s":"y","d":"2001-02-03","i":4,"n":5,"f":0.5}"#,
+            r#"{"id":4,"withdef":null,"n":null,"s":null}"#,
+        ],
+    )
+    .await;
+    assert!(errors.is_empty(), "{errors:?}");
+    let got = db
+        .rows(&format!(
+            "SELECT id, withdef, z, s, toString(d) AS d, i, n, f FROM {}.t ORDER BY id \
+             FORMAT JSONEachRow",
+            db.name
+        ))
+        .await;
+    assert_eq!(
+        got,
+        [
+            json!({"id":1,"withdef":99,"z":0,"s":"x","d":"2020-01-01","i":-3,"n":null,"f":-1.5}),
+            json!({"id":2,"withdef":7,"z":0,"s":"x","d":"2020-01-01","i":-3,"n":null,"f":-1.5}),
+            json!({"id":3,"withdef":1,"z":2,"s":"y","d":"2001-02-03","i":4,"n":5,"f":0.5}),
+            json!({"id":4,"withdef":7,"z":0,"s":"x","d":"2020-01-01","i":-3,"n":null,"f":-1.5}),
+        ]
+    );
+
+    // A per-row DEFAULT on a server without RowBinaryWithDefaults.
+    db.sql(&format!(
+        "CREATE TABLE {}.p (id UInt32, at DateTime DEFAULT now(), nx Nullable(UInt64) DEFAULT id + 1) \
+         ENGINE = MergeTree ORDER BY id",
+        db.name
+    ))
+    .await;
+    let probe = HttpWriter::new(HttpWriterConfig::new(&db.name, "p", Vec::new()));
+    assert!(
+        !probe.accepts_row_binary_with_defaults(&url).await.unwrap(),
+        "18.16 has no RowBinaryWithDefaults"
+    );
+    let schema = probe.table_schema(&url).await.unwrap();
+    let plan = plan_insert(&schema, &InsertOptions::default()).unwrap();
+    assert_eq!(row_format(&plan), RowFormat::RowBinary);
+    assert_eq!(
+        per_row_defaults_refused(&schema, &plan),
+        [
+            ("at".to_string(), "now()".to_string()),
+            // 18.16 wraps it in a cast to the column's type: a cast of a
+            // non-literal stays per row.
+            (
+                "nx".to_string(),
+                "CAST(id + 1, 'Nullable(UInt64)')".to_string()
+            )
+        ]
+    );
+    assert!(plan[1..].iter().all(|c| c.missing == MissingValue::Reject));
+    let errors = insert_mapped(
+        &db,
+        "p",
+        InsertOptions::default(),
+        MappingOptions::default(),
+        &[
+            r#"{"id":1,"at":"2020-01-01 00:00:00","nx":9}"#,
+            r#"{"id":2,"nx":9}"#,
+            r#"{"id":3,"at":0}"#,
+        ],
+    )
+    .await;
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(
+        errors[0].0 == 1 && errors[0].1.contains("`at`"),
+        "{errors:?}"
+    );
+    assert!(
+        errors[1].0 == 2 && errors[1].1.contains("`nx`"),
+        "{errors:?}"
+    );
+    let got = db
+        .rows(&format!(
+            "SELECT id, toUInt32(at) AS at, nx FROM {}.p ORDER BY id FORMAT JSONEachRow",
+            db.name
+        ))
+        .await;
+    assert_eq!(got, [json!({"id":1,"at":1_577_836_800u32,"nx":"9"})]);
+    db.drop().await;
+}
+
+/// Issue 19 items 5 and 6 on 18.16: `time.epoch_unit` (86400000 ms is
+/// 1970-01-02, auto reads it as seconds: 1972-09-27), per column too, and
+/// `empty_as_null`.
+#[tokio::test]
+async fn epoch_units_and_empty_strings_land_as_configured() {
+    let Some(url) = server() else { return };
+    let db = TestDb::create(&url, "epochs").await;
+    db.sql(&format!(
+        "CREATE TABLE {}.t (id UInt32, a DateTime('UTC'), b DateTime('UTC'), \
+         ns Nullable(String), sd String DEFAULT 'dflt', plain String) \
+         ENGINE = MergeTree ORDER BY id",
+        db.name
+    ))
+    .await;
+    let mut insert = InsertOptions::default();
+    insert.column_options.insert(
+        "b".into(),
+        ColumnOptions {
+            epoch_unit: Some(EpochUnit::Seconds),
+            ..ColumnOptions::default()
+        },
+    );
+    let options = MappingOptions {
+        time: TimeRules {
+            epoch_unit: EpochUnit::Millis,
+            ..TimeRules::default()
+        },
+        empty_as_null: true,
+        ..MappingOptions::default()
+    };
+    let errors = insert_mapped(
+        &db,
+        "t",
+        insert,
+        options,
+        &[
+            r#"{"id":1,"a":86400000,"b":86400,"ns":"","sd":"","plain":""}"#,
+            r#"{"id":2,"a":"86400999","b":"86400.9","ns":"v","sd":"w","plain":"p"}"#,
+        ],
+    )
+    .await;
+    assert!(errors.is_empty(), "{errors:?}");
+    let got = db
+        .rows(&format!(
+            "SELECT id, toString(a) AS a, toString(b) AS b, ns, sd, plain FROM {}.t ORDER BY id \
+             FORMAT JSONEachRow",
+            db.name
+        ))
+        .await;
+    assert_eq!(
+        got,
+        [
+            json!({"id":1,"a":"1970-01-02 00:00:00","b":"1970-01-02 00:00:00","ns":null,"sd":"dflt","plain":""}),
+            json!({"id":2,"a":"1970-01-02 00:00:00","b":"1970-01-02 00:00:00","ns":"v","sd":"w","plain":"p"}),
+        ]
+    );
     db.drop().await;
 }

@@ -155,6 +155,9 @@ pub struct Config {
     /// `mapping`: JSON fields onto table columns.
     #[serde(default)]
     pub mapping: MappingSection,
+    /// `time`: how JSON values become DateTime/DateTime64 values.
+    #[serde(default)]
+    pub time: TimeSection,
     /// `on_error`: the record error policy.
     #[serde(default)]
     pub on_error: OnErrorSection,
@@ -320,10 +323,73 @@ pub struct MappingSection {
     /// `{"a":{"b":..}}` with `flatten: "_"`.
     #[serde(default)]
     pub flatten: Option<String>,
-    /// Also name DEFAULT columns in the INSERT, read from the field of their
-    /// name (default false: the server computes them).
+    /// Kept so old configs load; it no longer has an effect: DEFAULT
+    /// columns are always in the INSERT, so a field present in a record
+    /// lands (issue 19).
     #[serde(default)]
     pub include_default_columns: bool,
+    /// A JSON `""` counts as missing: NULL in a Nullable column, the
+    /// DEFAULT in a column whose DEFAULT spate can apply, else kept as a
+    /// value (default false).
+    #[serde(default)]
+    pub empty_as_null: bool,
+    /// Column -> options for that column alone (override the global ones).
+    #[serde(default)]
+    pub column_options: BTreeMap<String, ColumnOptionsSection>,
+}
+
+/// `mapping.column_options.<column>`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ColumnOptionsSection {
+    /// The column's own `time.epoch_unit` (DateTime/DateTime64 columns).
+    #[serde(default)]
+    pub epoch_unit: Option<EpochUnitName>,
+    /// The column's own `mapping.empty_as_null`.
+    #[serde(default)]
+    pub empty_as_null: Option<bool>,
+}
+
+/// `time`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimeSection {
+    /// How epoch numbers are read into DateTime/DateTime64 columns: `auto`
+    /// (default: guessed from the number's size, see the README), `s`,
+    /// `ms`, `us`, `ns`.
+    #[serde(default)]
+    pub epoch_unit: EpochUnitName,
+}
+
+/// An epoch unit as written in the config.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EpochUnitName {
+    /// `auto`.
+    #[default]
+    Auto,
+    /// `s`.
+    S,
+    /// `ms`.
+    Ms,
+    /// `us`.
+    Us,
+    /// `ns`.
+    Ns,
+}
+
+impl EpochUnitName {
+    /// The mapper's unit.
+    pub fn unit(self) -> spate_clickhouse::mapping::EpochUnit {
+        use spate_clickhouse::mapping::EpochUnit;
+        match self {
+            EpochUnitName::Auto => EpochUnit::Auto,
+            EpochUnitName::S => EpochUnit::Seconds,
+            EpochUnitName::Ms => EpochUnit::Millis,
+            EpochUnitName::Us => EpochUnit::Micros,
+            EpochUnitName::Ns => EpochUnit::Nanos,
+        }
+    }
 }
 
 /// `on_error`.

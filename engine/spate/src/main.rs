@@ -320,6 +320,17 @@ fn check(path: &std::path::Path) -> ExitCode {
             skipped.join(", ")
         );
     }
+    println!("a record without the field gets:");
+    for c in &plan.columns {
+        println!("  {}: {}", c.name, plan.when_missing(c));
+    }
+    println!("rows sent as {}", plan.row_format.name());
+    for (column, expr) in plan.refused_defaults() {
+        println!(
+            "clickhouse: NOTE: column {column} has DEFAULT {expr}, computed per row; this server \
+             has no RowBinaryWithDefaults, so a record without `{column}` is a record error (on_error)"
+        );
+    }
     println!();
     let writer = match service::writer_config(&config, plan.typed_columns()) {
         Ok(w) => HttpWriter::new(w),

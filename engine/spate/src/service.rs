@@ -13,9 +13,13 @@ use std::time::Duration;
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientConfig, ClientContext};
-use spate_clickhouse::mapping::{ColumnSpec, JsonRowEncoder, MappingOptions, TimeRules};
+use spate_clickhouse::mapping::{
+    ColumnOptions, ColumnSpec, JsonRowEncoder, MappingOptions, MissingValue, TimeRules,
+};
 use spate_clickhouse::router::ShardRouter;
-use spate_clickhouse::schema::{InsertOptions, TableSchema, plan_insert};
+use spate_clickhouse::schema::{
+    InsertOptions, RowFormat, TableSchema, per_row_defaults_refused, plan_insert, row_format,
+};
 use spate_clickhouse::time::TimeFormat;
 use spate_clickhouse::writer::{Credentials, HttpWriter, HttpWriterConfig, TlsOptions, tls};
 use spate_core::pipeline::chain::{Decoder, PayloadDecoder, RecordCx, RecordError, Stage};
@@ -85,6 +89,9 @@ pub struct Plan {
     pub columns: Vec<ColumnSpec>,
     /// The mapper's options.
     pub options: MappingOptions,
+    /// The rows' wire format (RowBinaryWithDefaults when a per-row DEFAULT
+    /// is left to the server); the writer names it in the INSERT.
+    pub row_format: RowFormat,
 }
 
 impl Plan {
@@ -103,6 +110,23 @@ impl Plan {
                 (c.name.clone(), ty)
             })
             .collect()
+    }
+
+    /// What a row missing column `c`'s field gets, in words.
+    pub fn when_missing(&self, c: &ColumnSpec) -> String {
+        match &c.missing {
+            MissingValue::Null => "NULL".into(),
+            MissingValue::Literal(lit) => format!("DEFAULT {lit} (written by spate)"),
+            MissingValue::ServerDefault => "the server's DEFAULT (RowBinaryWithDefaults)".into(),
+            MissingValue::Reject => "record error (on_error)".into(),
+        }
+    }
+
+    /// DEFAULT columns whose per-row DEFAULT cannot be applied to a record
+    /// missing the field (the server lacks RowBinaryWithDefaults): such a
+    /// record is a record error. `(column, expression)`.
+    pub fn refused_defaults(&self) -> Vec<(String, String)> {
+        per_row_defaults_refused(&self.schema, &self.columns)
     }
 
     /// How column `c` is sourced, in words: (source field, rule).
@@ -171,8 +195,10 @@ pub fn mapping_options(config: &Config) -> MappingOptions {
                 .iter()
                 .filter_map(|f| TimeFormat::compile(f).ok())
                 .collect(),
+            epoch_unit: config.time.epoch_unit.unit(),
             ..TimeRules::default()
         },
+        empty_as_null: config.mapping.empty_as_null,
     }
 }
 
@@ -201,10 +227,44 @@ pub async fn plan(config: &Config) -> Result<Plan, ServiceError> {
         table: ch.table.clone(),
         errors: errors.join("; "),
     })?;
+    // Per-row DEFAULTs go to the server only if every replica that
+    // answers accepts RowBinaryWithDefaults (an insert may land on any).
+    let mut server_defaults = true;
+    let mut answered = false;
+    for url in ch.shards.iter().flatten() {
+        match probe.accepts_row_binary_with_defaults(url).await {
+            Ok(yes) => {
+                answered = true;
+                server_defaults &= yes;
+            }
+            Err(e) => {
+                tracing::warn!(
+                    replica = %url,
+                    "cannot ask for RowBinaryWithDefaults ({e}); per-row DEFAULTs stay refused"
+                );
+                server_defaults = false;
+            }
+        }
+    }
     let insert = InsertOptions {
         renames: config.mapping.rename.clone(),
         pointers: config.mapping.columns.clone(),
         include_default_columns: config.mapping.include_default_columns,
+        server_defaults: server_defaults && answered,
+        column_options: config
+            .mapping
+            .column_options
+            .iter()
+            .map(|(col, o)| {
+                (
+                    col.clone(),
+                    ColumnOptions {
+                        epoch_unit: o.epoch_unit.map(|u| u.unit()),
+                        empty_as_null: o.empty_as_null,
+                    },
+                )
+            })
+            .collect(),
     };
     let mapping_err = |reason: String| ServiceError::Mapping {
         table: ch.table.clone(),
@@ -216,11 +276,27 @@ pub async fn plan(config: &Config) -> Result<Plan, ServiceError> {
     // pipeline thread.
     JsonRowEncoder::new(columns.clone(), options.clone())
         .map_err(|e| mapping_err(e.to_string()))?;
-    Ok(Plan {
+    let plan = Plan {
+        row_format: row_format(&columns),
         schema,
         columns,
         options,
-    })
+    };
+    if config.mapping.include_default_columns {
+        tracing::warn!(
+            "mapping.include_default_columns has no effect any more: DEFAULT columns are \
+             always in the INSERT, so a field present in a record lands"
+        );
+    }
+    for (column, expr) in plan.refused_defaults() {
+        tracing::warn!(
+            %column,
+            default = %expr,
+            "DEFAULT is computed per row and the server has no RowBinaryWithDefaults: \
+             a record without this field is a record error (on_error), not the DEFAULT"
+        );
+    }
+    Ok(plan)
 }
 
 /// Produces skipped records to the dead-letter topic with their original
@@ -412,7 +488,9 @@ pub fn build(
     config: &Config,
     plan: &Plan,
 ) -> Result<(SpatePipeline, Option<Arc<KafkaDeadLetter>>), ServiceError> {
-    let writer = HttpWriter::new(writer_config(config, plan.typed_columns())?);
+    let mut wc = writer_config(config, plan.typed_columns())?;
+    wc.row_format = plan.row_format;
+    let writer = HttpWriter::new(wc);
     let source = KafkaSource::new(config.kafka_config())?;
     let columns = plan.columns.clone();
     let options = plan.options.clone();

@@ -728,3 +728,89 @@ fn a_column_type_changed_while_running_stops_without_wrong_rows_or_commits() {
         want_distance
     );
 }
+
+/// Issue 19 items 2, 5, 6 through the binary and its config: on 18.16 a
+/// field present for a DEFAULT column lands (it was replaced by the
+/// DEFAULT), `CAST(0, 'UInt32')` is a constant DEFAULT (a record missing it
+/// failed), `mapping.column_options.<col>.epoch_unit: ms` reads 86400000
+/// as 1970-01-02 (auto: 1972-09-27), `mapping.empty_as_null` makes `""`
+/// NULL; `spate check` says what a missing field gets and names the
+/// per-row DEFAULT the server cannot apply.
+#[test]
+fn default_columns_epoch_units_and_empty_strings_through_the_binary() {
+    let Some(url) = clickhouse_url() else {
+        return;
+    };
+    let table = Table::create(&url, "defaults");
+    table.query(&format!(
+        "ALTER TABLE default.{} ADD COLUMN withdef UInt32 DEFAULT 7, \
+         ADD COLUMN z UInt32 DEFAULT 0, ADD COLUMN ms DateTime DEFAULT now(), \
+         ADD COLUMN note Nullable(String)",
+        table.name
+    ));
+    let (topic, partitions, rows) = ("flights", 2, 200u64);
+    let mock = kafka_tools::start_broker(topic, partitions).unwrap();
+    let brokers = mock.bootstrap_servers();
+    let lines: Vec<String> = (0..rows)
+        .map(|id| {
+            let row = flight_row(id);
+            let extra = if id % 2 == 0 {
+                r#""withdef":99,"note":"","#
+            } else {
+                r#""note":"n","#
+            };
+            format!("{{{extra}\"ms\":86400000,{}", &row[1..])
+        })
+        .collect();
+    produce(&brokers, topic, partitions, &lines);
+    let port = free_port();
+    let group = format!("e2e-defaults-{}", std::process::id());
+    let yaml = config(
+        &group,
+        &brokers,
+        topic,
+        &url,
+        &table.name,
+        port,
+        "{ policy: fail }",
+    ) + "mapping: { empty_as_null: true, column_options: { ms: { epoch_unit: ms } } }\n";
+
+    let path = std::env::temp_dir().join(format!("spate-e2e-defaults-{}.yaml", std::process::id()));
+    std::fs::write(&path, &yaml).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_spate"))
+        .args(["check", "-c"])
+        .arg(&path)
+        .output()
+        .expect("spawn spate check");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let _ = std::fs::remove_file(&path);
+    assert!(
+        text.contains("withdef: DEFAULT 7 (written by spate)"),
+        "{text}"
+    );
+    assert!(text.contains("z: DEFAULT 0 (written by spate)"), "{text}");
+    assert!(text.contains("ms: record error (on_error)"), "{text}");
+    assert!(
+        text.contains("column ms has DEFAULT now(), computed per row"),
+        "{text}"
+    );
+    assert!(text.contains("rows sent as RowBinary"), "{text}");
+
+    let spate = Spate::start("defaults", &yaml);
+    await_commits(&spate, &brokers, &group, topic, partitions, port);
+    let logs = spate.logs();
+    assert!(
+        logs.contains("DEFAULT is computed per row") && logs.contains("ms"),
+        "the start-up warning names the column: {logs}"
+    );
+    let (code, out) = spate.terminate();
+    assert_eq!(code, Some(0), "stdout: {out}\nlog: {logs}");
+    let q = |sql: &str| table.number(&format!("{sql} FROM default.{}", table.name));
+    assert_eq!(q("SELECT uniqExact(id)"), rows);
+    assert_eq!(q("SELECT countIf(withdef = 99 AND id % 2 = 0)"), rows / 2);
+    assert_eq!(q("SELECT countIf(withdef = 7 AND id % 2 = 1)"), rows / 2);
+    assert_eq!(q("SELECT countIf(z = 0)"), rows);
+    assert_eq!(q("SELECT countIf(toUInt32(ms) = 86400)"), rows);
+    assert_eq!(q("SELECT countIf(isNull(note) AND id % 2 = 0)"), rows / 2);
+    assert_eq!(q("SELECT countIf(note = 'n' AND id % 2 = 1)"), rows / 2);
+}

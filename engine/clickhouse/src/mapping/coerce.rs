@@ -12,10 +12,12 @@
 //!   JSON text (a title that is sometimes a number still lands);
 //! - Date from `YYYY-MM-DD` (or any accepted date-time text: its written date);
 //! - DateTime and DateTime64 from RFC 3339, `YYYY-MM-DD HH:MM:SS[.fff]`, the
-//!   configured formats, or an epoch number (seconds, milliseconds,
-//!   microseconds or nanoseconds, fractional allowed) scaled to the column's
-//!   precision; digits finer than the column keeps are floored, as
-//!   ClickHouse's own parser truncates them;
+//!   configured formats, or an epoch number (unit: [`EpochUnit`], fractional
+//!   allowed) scaled to the column's precision; digits finer than the column
+//!   keeps are dropped (text: the written digits are cut, as ClickHouse's
+//!   parser does; numbers: toward zero, as ClickHouse converts numbers);
+//!   DateTime takes 1970-01-01..2106-02-07 06:28:15, DateTime64
+//!   1900-01-01..2299-12-31 (outside: an error);
 //! - UUID, IPv4, IPv6 from their text forms; Enum from a declared name or
 //!   value.
 //!
@@ -58,26 +60,41 @@ impl Tok<'_> {
     }
 }
 
-/// How epoch numbers are read.
+/// How epoch numbers (JSON numbers, or strings holding only a number) are
+/// read into DateTime and DateTime64 columns (`time.epoch_unit`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum EpochUnit {
-    /// By magnitude of the absolute value: below 1e11 seconds, below 1e14
-    /// milliseconds, below 1e17 microseconds, else nanoseconds. (1e11 s is
-    /// the year 5138; 1e11 ms is 1973-03-03, so millisecond epochs before
-    /// March 1973 need an explicit unit.)
+    /// Guessed from the magnitude of the number's integer part `|n|`:
+    /// `|n| < 10^11` seconds, `10^11 <= |n| < 10^14` milliseconds,
+    /// `10^14 <= |n| < 10^17` microseconds, `|n| >= 10^17` nanoseconds.
+    /// (10^11 s is the year 5138; 10^11 ms is 1973-03-03T09:46:40Z, so
+    /// millisecond epochs before March 1973, such as 86400000 for
+    /// 1970-01-02, read as seconds: give the unit when it is known.)
     #[default]
     Auto,
-    /// Seconds.
+    /// Seconds (`s`).
     Seconds,
-    /// Milliseconds.
+    /// Milliseconds (`ms`).
     Millis,
-    /// Microseconds.
+    /// Microseconds (`us`).
     Micros,
-    /// Nanoseconds.
+    /// Nanoseconds (`ns`).
     Nanos,
 }
 
 impl EpochUnit {
+    /// Reads `auto`, `s`, `ms`, `us` or `ns`.
+    pub fn parse(s: &str) -> Option<EpochUnit> {
+        Some(match s {
+            "auto" => EpochUnit::Auto,
+            "s" => EpochUnit::Seconds,
+            "ms" => EpochUnit::Millis,
+            "us" => EpochUnit::Micros,
+            "ns" => EpochUnit::Nanos,
+            _ => return None,
+        })
+    }
+
     /// The unit as a power of ten below a second (0, 3, 6, 9) for `value`.
     fn exponent(self, value: &DecimalText) -> i32 {
         match self {
@@ -87,7 +104,7 @@ impl EpochUnit {
             EpochUnit::Nanos => 9,
             EpochUnit::Auto => {
                 let whole = value
-                    .scaled(0, Rounding::Floor)
+                    .scaled(0, Rounding::TowardZero)
                     .ok()
                     .and_then(Wide::to_i128)
                     .map_or(u128::MAX, i128::unsigned_abs);
@@ -100,6 +117,22 @@ impl EpochUnit {
             }
         }
     }
+}
+
+/// DateTime64's range in seconds since the epoch: 1900-01-01 00:00:00 to
+/// 2299-12-31 23:59:59 UTC (ClickHouse's documented range; precision 9
+/// also ends where Int64 nanoseconds end, 2262-04-11, checked by the
+/// Int64 conversion).
+pub const DATETIME64_MIN_SECS: i64 = -2_208_988_800;
+/// See [`DATETIME64_MIN_SECS`].
+pub const DATETIME64_MAX_SECS: i64 = 10_413_791_999;
+
+/// Whether `ticks` of `10^-precision` s lie in DateTime64's range.
+#[inline]
+pub(super) fn datetime64_in_range(ticks: i128, precision: u8) -> bool {
+    let scale = 10i128.pow(u32::from(precision.min(9)));
+    (i128::from(DATETIME64_MIN_SECS) * scale..(i128::from(DATETIME64_MAX_SECS) + 1) * scale)
+        .contains(&ticks)
 }
 
 /// Time settings shared by every column of a mapping.
@@ -254,7 +287,14 @@ pub fn put_scalar(
         ChType::DateTime64 { precision, tz } => {
             let ticks = time_ticks(tok, i32::from(*precision), tz.as_deref(), rules)?;
             let ticks = i64::try_from(ticks)
-                .map_err(|_| format!("{} is outside {ty}'s range", show(tok)))?;
+                .ok()
+                .filter(|&t| datetime64_in_range(i128::from(t), *precision))
+                .ok_or_else(|| {
+                    format!(
+                        "{} is outside {ty}'s range 1900-01-01 00:00:00..2299-12-31 23:59:59",
+                        show(tok)
+                    )
+                })?;
             out.extend_from_slice(&ticks.to_le_bytes());
         }
         ChType::Decimal { precision, scale } => {
@@ -530,8 +570,11 @@ fn time_ticks(
     let d =
         DecimalText::parse(number).map_err(|e| format!("{} is not an epoch: {e}", show(tok)))?;
     let unit = rules.epoch_unit.exponent(&d);
+    // Digits below the column's precision are dropped toward zero, as
+    // ClickHouse converts a number to DateTime64 (-1.2345 into
+    // DateTime64(3) is -1234 ms, 1969-12-31 23:59:58.766).
     let w = d
-        .scaled(precision - unit, Rounding::Floor)
+        .scaled(precision - unit, Rounding::TowardZero)
         .map_err(|e| format!("{} is not an epoch: {e}", show(tok)))?;
     w.to_i128()
         .ok_or_else(|| format!("{} is out of range", show(tok)))

@@ -10,12 +10,13 @@
 //! (String columns) while nested columns read inside it.
 //!
 //! **Missing fields and nulls** ([`MissingValue`]): NULL for Nullable
-//! columns; the column's constant DEFAULT where the schema layer keeps a
-//! DEFAULT column in the INSERT (RowBinary on 18.16 has no per-value "use the
-//! default" marker, so a constant default is encoded here and a non-constant
-//! one is refused); otherwise a record error naming the column. Columns with a
-//! DEFAULT and no source field are left out of the INSERT by the schema layer
-//! ([`crate::schema`]) so the server fills them.
+//! columns; for a column with a DEFAULT (always in the INSERT, so a field
+//! present in the record lands) the constant DEFAULT encoded here, or the
+//! server's per-row DEFAULT through `RowBinaryWithDefaults`'s marker byte
+//! where the server has that format ([`JsonRowEncoder::with_defaults`]);
+//! otherwise a record error naming the column ([`crate::schema`] decides
+//! which). A JSON `null` into a non-Nullable column counts as missing. With
+//! [`MappingOptions::empty_as_null`] a `""` counts as missing too.
 //!
 //! **Coercions**: see [`coerce`]. A value that cannot map is a
 //! [`RecordError`] (kind Encode) naming the column and the reason; it is never
@@ -67,9 +68,27 @@ pub enum MissingValue {
     /// The column's constant DEFAULT, as its SQL literal text (`0`, `'n/a'`,
     /// `-1.5`); encoded once when the encoder is built.
     Literal(String),
-    /// A record error: the column has no DEFAULT we can encode and is not
-    /// Nullable.
+    /// The server's DEFAULT, computed per row: the row is sent with
+    /// `RowBinaryWithDefaults` and this cell is the marker byte `0x01`
+    /// (<https://clickhouse.com/docs/interfaces/formats/RowBinaryWithDefaults>).
+    /// Only planned for servers that accept that input format
+    /// ([`crate::schema::InsertOptions::server_defaults`]).
+    ServerDefault,
+    /// A record error: the column has no DEFAULT we can apply and is not
+    /// Nullable (or its DEFAULT is per-row and the server cannot compute it
+    /// for a row that names the column).
     Reject,
+}
+
+/// Per-column mapping settings that override the mapping-wide ones
+/// ([`MappingOptions`]); `None` keeps the mapping-wide value.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ColumnOptions {
+    /// How epoch numbers are read into this DateTime/DateTime64 column.
+    pub epoch_unit: Option<EpochUnit>,
+    /// Whether a JSON `""` counts as missing for this column (see
+    /// [`MappingOptions::empty_as_null`]).
+    pub empty_as_null: Option<bool>,
 }
 
 /// One column of the INSERT, in INSERT order.
@@ -84,6 +103,8 @@ pub struct ColumnSpec {
     pub path: Option<Vec<String>>,
     /// What a missing field or a null means.
     pub missing: MissingValue,
+    /// Per-column overrides of the mapping's options.
+    pub options: ColumnOptions,
 }
 
 /// Settings of a mapping beyond the columns.
@@ -91,8 +112,18 @@ pub struct ColumnSpec {
 pub struct MappingOptions {
     /// Read nested objects as flattened with this join (`"_"`, `"."`).
     pub flatten_join: Option<String>,
-    /// Time parsing rules.
+    /// Time parsing rules (the epoch unit may be overridden per column,
+    /// [`ColumnOptions::epoch_unit`]).
     pub time: TimeRules,
+    /// A JSON `""` (exactly the empty string, at the column's own path, not
+    /// inside an array) counts as missing: NULL in a Nullable column
+    /// (even one with a DEFAULT), the DEFAULT in a non-Nullable column
+    /// whose DEFAULT spate can apply ([`MissingValue::Literal`] or
+    /// [`MissingValue::ServerDefault`]); in any other column the `""` is
+    /// mapped as usual (a String column stores it, a number column refuses
+    /// it). Per column: [`ColumnOptions::empty_as_null`]. Such a column takes
+    /// the general path (no fast path).
+    pub empty_as_null: bool,
 }
 
 /// Splits a JSON pointer (RFC 6901: `/properties/mag`, `~1` is `/`, `~0` is
@@ -396,6 +427,19 @@ pub struct JsonRowEncoder {
     elem_fast: Vec<fast::Fast>,
     root: Node,
     rules: TimeRules,
+    /// Each column's time rules: `rules` with the column's epoch unit.
+    col_rules: Vec<TimeRules>,
+    /// Each column's resolved `empty_as_null` (true only where it changes
+    /// something: Nullable, or a DEFAULT spate applies).
+    empty_null: Vec<bool>,
+    /// Rows are written as `RowBinaryWithDefaults` (a marker byte before
+    /// every cell): some column has [`MissingValue::ServerDefault`].
+    with_defaults: bool,
+    /// The in-order count at which a row is complete as scanned: the
+    /// column count, or `usize::MAX` with defaults (every row then takes
+    /// the finishing pass that adds the markers), so the hot path's test
+    /// is the same compare either way.
+    complete_at: usize,
     /// Where each column's bytes start and end in the row, relative to the
     /// row start; `UNSET` when the field has not been seen.
     spans: Vec<(u32, u32)>,
@@ -406,6 +450,8 @@ pub struct JsonRowEncoder {
 }
 
 const UNSET: (u32, u32) = (u32::MAX, u32::MAX);
+/// A span standing for "the server's DEFAULT" (marker `0x01`, no bytes).
+const SERVER_DEFAULT: (u32, u32) = (u32::MAX - 1, u32::MAX - 1);
 
 impl JsonRowEncoder {
     /// Builds the encoder for `columns` (in INSERT order).
@@ -437,9 +483,39 @@ impl JsonRowEncoder {
             });
         }
         let n = columns.len();
+        let col_rules: Vec<TimeRules> = columns
+            .iter()
+            .map(|c| TimeRules {
+                epoch_unit: c.options.epoch_unit.unwrap_or(options.time.epoch_unit),
+                ..options.time.clone()
+            })
+            .collect();
+        let empty_null: Vec<bool> = columns
+            .iter()
+            .map(|c| {
+                c.options.empty_as_null.unwrap_or(options.empty_as_null)
+                    && (c.ty.is_nullable()
+                        || matches!(
+                            c.missing,
+                            MissingValue::Literal(_) | MissingValue::ServerDefault
+                        ))
+            })
+            .collect();
+        let with_defaults = columns
+            .iter()
+            .any(|c| c.missing == MissingValue::ServerDefault);
+        // A column whose `""` means missing takes the general path, which
+        // alone checks for it (no cost for the other columns).
         let fast = columns
             .iter()
-            .map(|c| fast::Fast::for_type(&c.ty, &options.time))
+            .zip(&empty_null)
+            .map(|(c, &empty)| {
+                if empty {
+                    fast::Fast::General
+                } else {
+                    fast::Fast::for_type(&c.ty, &options.time)
+                }
+            })
             .collect();
         let elem_fast = columns
             .iter()
@@ -459,6 +535,10 @@ impl JsonRowEncoder {
             elem_fast,
             root,
             rules: options.time,
+            col_rules,
+            empty_null,
+            with_defaults,
+            complete_at: if with_defaults { usize::MAX } else { n },
             spans: vec![UNSET; n],
             text: Vec::new(),
             key: Vec::new(),
@@ -469,6 +549,15 @@ impl JsonRowEncoder {
     /// The INSERT's columns, in order.
     pub fn columns(&self) -> &[ColumnSpec] {
         &self.columns
+    }
+
+    /// Whether rows are written as `RowBinaryWithDefaults` (a marker byte
+    /// before each cell, `0x01` for the server's DEFAULT, `0x00` before a
+    /// value) rather than plain RowBinary: true when some column has
+    /// [`MissingValue::ServerDefault`]. The INSERT must name the same
+    /// format ([`crate::schema::row_format`]).
+    pub fn with_defaults(&self) -> bool {
+        self.with_defaults
     }
 
     /// Appends the row for one JSON object (`json`) to `buf`.
@@ -487,6 +576,8 @@ impl JsonRowEncoder {
             fast: &self.fast,
             elem_fast: &self.elem_fast,
             rules: &self.rules,
+            col_rules: &self.col_rules,
+            empty_null: &self.empty_null,
             base,
             buf,
             spans: &mut self.spans,
@@ -499,7 +590,7 @@ impl JsonRowEncoder {
         let (in_order, in_order_end) = (target.in_order, target.in_order_end);
         // Every column arrived, in column order, back to back, and nothing
         // else was written: the row is complete as it stands.
-        if in_order == self.columns.len() && in_order_end as usize == buf.len() - base {
+        if in_order == self.complete_at && in_order_end as usize == buf.len() - base {
             debug_assert!(
                 self.spans.iter().all(|&s| s != UNSET),
                 "an in-order row sets every span"
@@ -520,10 +611,23 @@ impl JsonRowEncoder {
                 match (&c.missing, &self.defaults[i]) {
                     (MissingValue::Null, _) => buf.push(1),
                     (MissingValue::Literal(_), Some(bytes)) => buf.extend_from_slice(bytes),
+                    (MissingValue::ServerDefault, _) => {
+                        *span = SERVER_DEFAULT;
+                        in_order = false;
+                        continue;
+                    }
                     _ => {
                         return Err(RecordError::encode(
                             &c.name,
-                            "missing or null, and the column is not Nullable and has no constant DEFAULT",
+                            if c.ty.is_nullable() {
+                                "missing, and the column's DEFAULT is computed per row, \
+                                 which this server cannot do for an INSERT that names the \
+                                 column (no RowBinaryWithDefaults)"
+                            } else {
+                                "missing or null, and the column is not Nullable and has no \
+                                 DEFAULT spate can apply (none, or one computed per row on a \
+                                 server without RowBinaryWithDefaults)"
+                            },
                         ));
                     }
                 }
@@ -533,7 +637,7 @@ impl JsonRowEncoder {
             expect = span.1;
         }
         let row_len = buf.len() - base;
-        if in_order && expect as usize == row_len {
+        if in_order && expect as usize == row_len && !self.with_defaults {
             return Ok(());
         }
         // Fields arrived out of column order (or a duplicate key left dead
@@ -541,6 +645,17 @@ impl JsonRowEncoder {
         self.reorder.clear();
         self.reorder.extend_from_slice(&buf[base..]);
         buf.truncate(base);
+        if self.with_defaults {
+            for &(s, e) in &self.spans {
+                if (s, e) == SERVER_DEFAULT {
+                    buf.push(1);
+                } else {
+                    buf.push(0);
+                    buf.extend_from_slice(&self.reorder[s as usize..e as usize]);
+                }
+            }
+            return Ok(());
+        }
         for &(s, e) in &self.spans {
             buf.extend_from_slice(&self.reorder[s as usize..e as usize]);
         }
@@ -606,7 +721,8 @@ impl JsonRowEncoder {
             &visit::Row {
                 root: &self.root,
                 columns: &self.columns,
-                rules: &self.rules,
+                rules: &self.col_rules,
+                empty_null: &self.empty_null,
             },
             &mut visit::RowOut {
                 base,
@@ -640,6 +756,7 @@ pub fn simple_columns<'s>(cols: impl IntoIterator<Item = (&'s str, ChType)>) -> 
     cols.into_iter()
         .map(|(name, ty)| ColumnSpec {
             name: name.to_owned(),
+            options: ColumnOptions::default(),
             missing: if ty.is_nullable() {
                 MissingValue::Null
             } else {

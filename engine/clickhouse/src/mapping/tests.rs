@@ -350,12 +350,14 @@ fn nulls_and_missing_fields() {
             ty: t("String"),
             path: None,
             missing: MissingValue::Literal("'n/a'".into()),
+            options: ColumnOptions::default(),
         },
         ColumnSpec {
             name: "n".into(),
             ty: t("UInt16"),
             path: None,
             missing: MissingValue::Literal("7".into()),
+            options: ColumnOptions::default(),
         },
     ];
     let mut enc = JsonRowEncoder::new(specs, MappingOptions::default()).unwrap();
@@ -365,6 +367,7 @@ fn nulls_and_missing_fields() {
         ty: t("UInt8"),
         path: None,
         missing: MissingValue::Literal("300".into()),
+        options: ColumnOptions::default(),
     }];
     assert!(matches!(
         JsonRowEncoder::new(bad, MappingOptions::default()),
@@ -1469,4 +1472,400 @@ fn in_order_rows_with_any_one_byte_edit_read_as_serde_does() {
         }
     }
     assert!(checked > 10_000, "{checked}");
+}
+
+/// Columns as a table plan would give them: `(name, type, missing rule)`.
+fn planned(cols: &[(&str, &str, MissingValue)]) -> Vec<ColumnSpec> {
+    cols.iter()
+        .map(|(n, ty, m)| ColumnSpec {
+            name: (*n).into(),
+            ty: t(ty),
+            path: None,
+            missing: m.clone(),
+            options: ColumnOptions::default(),
+        })
+        .collect()
+}
+
+/// Issue 19 item 5: the epoch unit is configurable globally and per column,
+/// and the auto rule is the documented one.
+#[test]
+fn epoch_units_global_and_per_column() {
+    let rules = |unit| MappingOptions {
+        time: TimeRules {
+            epoch_unit: unit,
+            ..TimeRules::default()
+        },
+        ..MappingOptions::default()
+    };
+    // 86400000 ms is 1970-01-02; auto reads it as seconds (below 1e11).
+    let mut auto = encoder(&[("c", "DateTime")], MappingOptions::default());
+    assert_eq!(
+        row(&mut auto, r#"{"c":86400000}"#).unwrap(),
+        [Value::DateTime(86_400_000)]
+    );
+    let mut ms = encoder(&[("c", "DateTime")], rules(EpochUnit::Millis));
+    assert_eq!(
+        row(&mut ms, r#"{"c":86400000}"#).unwrap(),
+        [Value::DateTime(86_400)]
+    );
+    assert_eq!(
+        row(&mut ms, r#"{"c":"86400000"}"#).unwrap(),
+        [Value::DateTime(86_400)],
+        "a numeric string is an epoch too"
+    );
+    for (unit, n, secs) in [
+        (EpochUnit::Seconds, "86400", 86_400),
+        (EpochUnit::Micros, "86400000000", 86_400),
+        (EpochUnit::Nanos, "86400000000000", 86_400),
+    ] {
+        let mut enc = encoder(&[("c", "DateTime")], rules(unit));
+        assert_eq!(
+            row(&mut enc, &format!(r#"{{"c":{n}}}"#)).unwrap(),
+            [Value::DateTime(secs)],
+            "{unit:?}"
+        );
+    }
+    // The auto boundaries, exactly: just below one, the number reads in
+    // the coarser unit (year 5138, outside DateTime64: refused); at it, in
+    // the finer one (1973-03-03).
+    for (n, ticks) in [
+        ("99999999999", None),
+        ("100000000000", Some(100_000_000_000i64)),
+        ("99999999999999", None),
+        ("100000000000000", Some(100_000_000_000)),
+        ("99999999999999999", None),
+        ("100000000000000000", Some(100_000_000_000)),
+        ("-100000000000", Some(-100_000_000_000)),
+        ("-99999999999", None),
+        ("-99999999999.9", None),
+        ("1e11", Some(100_000_000_000)),
+    ] {
+        let got = one(&[("c", "DateTime64(3)")], &format!(r#"{{"c":{n}}}"#));
+        match (got, ticks) {
+            (Ok(v), Some(t)) => assert_eq!(v, Value::DateTime64(t), "{n}"),
+            (Err(e), None) => assert!(e.reason.contains("range"), "{n}: {e}"),
+            (got, _) => panic!("{n}: {got:?}"),
+        }
+    }
+    // Per column: `b` reads milliseconds, `a` keeps the global seconds.
+    let mut specs = simple_columns([("a", t("DateTime")), ("b", t("DateTime"))]);
+    specs[1].options.epoch_unit = Some(EpochUnit::Millis);
+    let mut enc = JsonRowEncoder::new(specs, rules(EpochUnit::Seconds)).unwrap();
+    assert_eq!(
+        row(&mut enc, r#"{"a":86400,"b":86400000}"#).unwrap(),
+        [Value::DateTime(86_400), Value::DateTime(86_400)]
+    );
+    agrees_with_serde(&mut enc, r#"{"a":86400,"b":86400000}"#, b"");
+    agrees_with_serde(&mut enc, r#"{"b":"86400000","a":"86400"}"#, b"");
+}
+
+/// Issue 19 item 5: fractional epochs drop digits toward zero (ClickHouse:
+/// -1.2345 into DateTime64(3) is 1969-12-31 23:59:58.766), and values
+/// outside DateTime64's 1900..2299 or DateTime's 1970..2106 are refused.
+#[test]
+fn epochs_truncate_toward_zero_and_ranges_are_enforced() {
+    assert_eq!(ok("DateTime64(3)", "-1.2345"), Value::DateTime64(-1234));
+    assert_eq!(ok("DateTime64(3)", "\"-1.2345\""), Value::DateTime64(-1234));
+    assert_eq!(ok("DateTime64(3)", "1.2345"), Value::DateTime64(1234));
+    assert_eq!(ok("DateTime64(1)", "-0.05"), Value::DateTime64(0));
+    assert_eq!(ok("DateTime", "1.9"), Value::DateTime(1));
+    // Text still cuts the written digits (the fraction is of a floored
+    // second): 23:59:59.9995 is -0.0005 s, at precision 3 -1 tick.
+    assert_eq!(
+        ok("DateTime64(3)", "\"1969-12-31T23:59:59.9995Z\""),
+        Value::DateTime64(-1)
+    );
+    // DateTime64's range, by number and by text, both paths.
+    let lo = -2_208_988_800i64;
+    let hi = 10_413_791_999i64;
+    assert_eq!(ok("DateTime64(0)", &lo.to_string()), Value::DateTime64(lo));
+    assert_eq!(
+        ok("DateTime64(3)", &format!("{hi}.999")),
+        Value::DateTime64(hi * 1000 + 999)
+    );
+    for (ty, v) in [
+        ("DateTime64(0)", (lo - 1).to_string()),
+        ("DateTime64(3)", format!("{}", hi + 1)),
+        ("DateTime64(3)", "\"1899-12-31T23:59:59Z\"".into()),
+        ("DateTime64(3)", "\"1899-12-31 23:59:59.999\"".into()),
+        ("DateTime64(6)", "\"2300-01-01T00:00:00Z\"".into()),
+        ("Nullable(DateTime64(3))", "\"2300-01-01 00:00:00\"".into()),
+        ("DateTime64(9)", "\"2262-04-12T00:00:00Z\"".into()),
+        ("DateTime", "4294967296".into()),
+        ("DateTime", "\"1969-12-31T23:59:59Z\"".into()),
+        ("DateTime", "\"2106-02-07 06:28:16\"".into()),
+    ] {
+        let e = err(ty, &v);
+        assert!(e.reason.contains("range"), "{ty} <- {v}: {e}");
+        let mut enc = encoder(&[("c", ty)], MappingOptions::default());
+        agrees_with_serde(&mut enc, &format!(r#"{{"c":{v}}}"#), b"");
+    }
+    assert_eq!(
+        ok("DateTime64(3)", "\"1900-01-01T00:00:00Z\""),
+        Value::DateTime64(lo * 1000)
+    );
+    assert_eq!(
+        ok("DateTime64(3)", "\"2299-12-31 23:59:59.999\""),
+        Value::DateTime64(hi * 1000 + 999)
+    );
+    assert_eq!(
+        ok("DateTime", "\"2106-02-07 06:28:15\""),
+        Value::DateTime(4_294_967_295)
+    );
+}
+
+/// Issue 19 item 6: `empty_as_null`, global and per column; the fast path
+/// and the serde reader agree.
+#[test]
+fn empty_strings_as_null() {
+    let on = MappingOptions {
+        empty_as_null: true,
+        ..MappingOptions::default()
+    };
+    let cols = [
+        ("n", "Nullable(String)", MissingValue::Null),
+        ("lc", "LowCardinality(Nullable(String))", MissingValue::Null),
+        ("d", "String", MissingValue::Literal("'dflt'".into())),
+        ("plain", "String", MissingValue::Reject),
+        ("num", "Nullable(UInt32)", MissingValue::Null),
+        ("arr", "Array(Nullable(String))", MissingValue::Reject),
+    ];
+    let mut enc = JsonRowEncoder::new(planned(&cols), on.clone()).unwrap();
+    let json = r#"{"n":"","lc":"","d":"","plain":"","num":"","arr":[""]}"#;
+    assert_eq!(
+        row(&mut enc, json).unwrap(),
+        [
+            Value::Null,
+            Value::Null,
+            s("dflt"),
+            s(""),
+            Value::Null,
+            Value::Array(vec![s("")]),
+        ],
+        "\"\" is missing only where NULL or a DEFAULT applies, never inside arrays"
+    );
+    for json in [
+        json,
+        r#"{"n":"x","lc":"y","d":"z","plain":"p","num":"5","arr":[]}"#,
+        r#"{"n":" ","lc":"\"\"","d":"\u0000","plain":"","num":null,"arr":null}"#,
+        r#"{"arr":[],"num":"","plain":"","d":"","lc":"","n":""}"#,
+        r#"{"n":"" ,"lc": "", "d" :"","plain":"","num":"","arr":[""]}"#,
+    ] {
+        agrees_with_serde(&mut enc, json, b"");
+    }
+    // Off (the default): "" stays a value, and a number column refuses it.
+    let mut off = JsonRowEncoder::new(planned(&cols), MappingOptions::default()).unwrap();
+    let e = row(&mut off, json).unwrap_err();
+    assert_eq!(e.column.as_deref(), Some("num"), "{e}");
+    assert_eq!(
+        row(
+            &mut off,
+            r#"{"n":"","lc":"","d":"","plain":"","num":1,"arr":[]}"#
+        )
+        .unwrap(),
+        [s(""), s(""), s(""), s(""), int(1), Value::Array(vec![])]
+    );
+    // Per column, overriding the global setting both ways.
+    let mut specs = planned(&cols[..2]);
+    specs[0].options.empty_as_null = Some(true);
+    let mut enc = JsonRowEncoder::new(specs.clone(), MappingOptions::default()).unwrap();
+    assert_eq!(
+        row(&mut enc, r#"{"n":"","lc":""}"#).unwrap(),
+        [Value::Null, s("")]
+    );
+    specs[0].options.empty_as_null = Some(false);
+    specs[1].options.empty_as_null = None;
+    let mut enc = JsonRowEncoder::new(specs, on).unwrap();
+    assert_eq!(
+        row(&mut enc, r#"{"n":"","lc":""}"#).unwrap(),
+        [s(""), Value::Null]
+    );
+}
+
+/// Issue 19 item 2: a per-row DEFAULT left to the server is sent as
+/// RowBinaryWithDefaults: a 0x00 marker before each value, 0x01 alone for
+/// a missing field (the documented layout:
+/// <https://clickhouse.com/docs/interfaces/formats/RowBinaryWithDefaults>).
+#[test]
+fn server_defaults_write_a_marker_before_every_cell() {
+    let cols = [
+        ("id", "UInt32", MissingValue::Reject),
+        ("at", "DateTime", MissingValue::ServerDefault),
+        ("k", "UInt8", MissingValue::Literal("7".into())),
+        ("n", "Nullable(UInt8)", MissingValue::ServerDefault),
+    ];
+    let mut enc = JsonRowEncoder::new(planned(&cols), MappingOptions::default()).unwrap();
+    assert!(enc.with_defaults());
+    let mut buf = Vec::new();
+    enc.encode_json(br#"{"id":1,"at":5,"k":2,"n":3}"#, &mut buf)
+        .unwrap();
+    assert_eq!(buf, [0, 1, 0, 0, 0, 0, 5, 0, 0, 0, 0, 2, 0, 0, 3]);
+    buf.clear();
+    enc.encode_json(br#"{"id":1}"#, &mut buf).unwrap();
+    assert_eq!(
+        buf,
+        [0, 1, 0, 0, 0, 1, 0, 7, 1],
+        "missing: markers and the constant"
+    );
+    buf.clear();
+    enc.encode_json(br#"{"n":null,"id":2,"at":null}"#, &mut buf)
+        .unwrap();
+    assert_eq!(
+        buf,
+        [0, 2, 0, 0, 0, 1, 0, 7, 0, 1],
+        "null into non-Nullable is missing; into Nullable it is NULL"
+    );
+    for json in [
+        r#"{"id":1,"at":5,"k":2,"n":3}"#,
+        r#"{"id":1}"#,
+        r#"{"n":null,"id":2,"at":null}"#,
+        r#"{"at":"2020-01-01 00:00:00","id":1,"id":3}"#,
+        r#"{"at":5}"#,
+    ] {
+        agrees_with_serde(&mut enc, json, b"\x09");
+    }
+    let e = enc.encode_json(br#"{"at":5}"#, &mut buf).unwrap_err();
+    assert_eq!(e.column.as_deref(), Some("id"));
+    // Without a ServerDefault column, plain RowBinary.
+    let enc = JsonRowEncoder::new(planned(&cols[..1]), MappingOptions::default()).unwrap();
+    assert!(!enc.with_defaults());
+}
+
+/// A per-row DEFAULT the server cannot apply is a record error naming the
+/// column, also for a Nullable column (NULL is not its DEFAULT).
+#[test]
+fn refused_per_row_defaults_name_the_column() {
+    let cols = [
+        ("id", "UInt32", MissingValue::Reject),
+        ("n", "Nullable(DateTime)", MissingValue::Reject),
+    ];
+    let mut enc = JsonRowEncoder::new(planned(&cols), MappingOptions::default()).unwrap();
+    let e = row(&mut enc, r#"{"id":1}"#).unwrap_err();
+    assert_eq!(e.column.as_deref(), Some("n"));
+    assert!(e.reason.contains("per row"), "{e}");
+    assert_eq!(
+        row(&mut enc, r#"{"id":1,"n":null}"#).unwrap(),
+        [int(1), Value::Null]
+    );
+}
+
+/// The JSON-to-type conversions listed in engine/spate/README.md
+/// ("JSON to column conversions"), one assertion per table row, so the
+/// table cannot drift from the code.
+#[test]
+fn conversion_table_of_the_readme() {
+    let i = |v| int(v);
+    // Numbers into integer columns: exact values only.
+    for (ty, v, want) in [
+        ("Int32", "\"5\"", 5),
+        ("Int32", "\"+5\"", 5),
+        ("Int32", "\"007\"", 7),
+        ("Int32", "1e3", 1000),
+        ("Int32", "\"1e3\"", 1000),
+        ("Int32", "1.0", 1),
+        ("UInt8", "-0", 0),
+    ] {
+        assert_eq!(ok(ty, v), i(want), "{ty} <- {v}");
+    }
+    for (ty, v, reason) in [
+        ("Int32", "1.5", "not an integer"),
+        ("UInt8", "300", "out of range"),
+        ("UInt64", "18446744073709551616", "out of range"),
+        ("Int32", "\" 5\"", "not a number"),
+        ("Int32", "\"0x10\"", "not a number"),
+        ("Int32", "\"\"", "not a number"),
+        ("Int32", "true", "cannot put a bool"),
+        ("UInt8", "\"true\"", "not a number"),
+    ] {
+        assert!(err(ty, v).reason.contains(reason), "{ty} <- {v}");
+    }
+    // Floats and decimals.
+    assert_eq!(ok("Float64", "\"+1.5\""), Value::Float64(1.5));
+    assert_eq!(ok("Float64", "\"1e3\""), Value::Float64(1000.0));
+    assert!(err("Float64", "1e400").reason.contains("out of range"));
+    assert!(err("Float32", "1e39").reason.contains("out of range"));
+    assert!(err("Float64", "true").reason.contains("cannot put a bool"));
+    assert_eq!(
+        ok("Decimal(9,2)", "\"1.5e1\""),
+        Value::Decimal(Wide::from_i128(1500))
+    );
+    assert!(err("Decimal(9,2)", "1.005").reason.contains("truncated"));
+    // Strings take any scalar as its JSON text, composites as raw JSON.
+    assert_eq!(ok("String", "true"), s("true"));
+    assert_eq!(ok("String", "1.50"), s("1.50"));
+    assert_eq!(ok("String", "-0.0"), s("-0.0"));
+    assert_eq!(ok("String", r#"{"a": 1}"#), s(r#"{"a": 1}"#));
+    assert_eq!(ok("String", "[1, 2]"), s("[1, 2]"));
+    assert_eq!(ok("LowCardinality(String)", "5"), s("5"));
+    assert_eq!(ok("FixedString(2)", "12"), s("12"));
+    // Bools.
+    assert_eq!(ok("Bool", "\"true\""), Value::Bool(true));
+    assert!(err("Bool", "\"True\"").reason.contains("not a bool"));
+    // Dates and times.
+    assert_eq!(
+        ok("Date", "\"2020-01-02T23:30:00-05:00\""),
+        Value::Date(days_from_civil(2020, 1, 2)),
+        "a date-time's written date, not its UTC date"
+    );
+    assert!(err("Date", "20200102").reason.contains("date text"));
+    assert_eq!(
+        ok("DateTime", "\"2020-01-02\""),
+        Value::DateTime(1_577_923_200)
+    );
+    assert_eq!(
+        ok("DateTime", "\"2020-01-02T10:00:00.5+01:00\""),
+        Value::DateTime(1_577_955_600)
+    );
+    assert_eq!(ok("DateTime", "1e9"), Value::DateTime(1_000_000_000));
+    assert_eq!(ok("DateTime", "\"1.5e9\""), Value::DateTime(1_500_000_000));
+    assert!(err("DateTime", "true").reason.contains("cannot put a bool"));
+    // Enums, IPs: numbers only as JSON numbers.
+    assert_eq!(ok("Enum8('a' = 1)", "1"), Value::Enum(1));
+    assert!(
+        err("Enum8('a' = 1)", "\"1\"")
+            .reason
+            .contains("not a value")
+    );
+    assert_eq!(
+        ok("IPv4", "167772161"),
+        Value::Ipv4(Ipv4Addr::new(10, 0, 0, 1))
+    );
+    assert!(err("IPv4", "\"167772161\"").reason.contains("not an IPv4"));
+    // Composites: JSON arrays and objects only, never their text.
+    assert!(
+        err("Array(UInt8)", "\"[1]\"")
+            .reason
+            .contains("cannot put a string")
+    );
+    assert_eq!(
+        ok("Array(String)", "[1, true]"),
+        Value::Array(vec![s("1"), s("true")])
+    );
+    assert_eq!(
+        ok("Map(String, UInt8)", r#"{"a":"1"}"#),
+        Value::Map(vec![(s("a"), i(1))])
+    );
+    assert!(
+        err("Tuple(UInt8, String)", r#"{"a":1}"#)
+            .reason
+            .contains("no names")
+    );
+    // Null and missing; repeated keys: the last one wins, null included.
+    assert_eq!(ok("Nullable(String)", "null"), Value::Null);
+    let cols = [("n", "Nullable(UInt8)", MissingValue::Literal("5".into()))];
+    let mut enc = JsonRowEncoder::new(planned(&cols), MappingOptions::default()).unwrap();
+    assert_eq!(row(&mut enc, "{}").unwrap(), [i(5)], "missing: the DEFAULT");
+    assert_eq!(
+        row(&mut enc, r#"{"n":null}"#).unwrap(),
+        [Value::Null],
+        "null into a Nullable column with a DEFAULT: NULL"
+    );
+    assert!(err("String", "null").reason.contains("missing or null"));
+    assert_eq!(one(&[("c", "UInt8")], r#"{"c":1,"c":2}"#).unwrap(), i(2));
+    assert!(one(&[("c", "UInt8")], r#"{"c":1,"c":null}"#).is_err());
+    assert_eq!(
+        one(&[("c", "Nullable(UInt8)")], r#"{"c":1,"c":null}"#).unwrap(),
+        Value::Null
+    );
 }

@@ -28,7 +28,10 @@ use crate::types::ChType;
 pub(super) struct Row<'p> {
     pub root: &'p Node,
     pub columns: &'p [ColumnSpec],
-    pub rules: &'p TimeRules,
+    /// Each column's time rules.
+    pub rules: &'p [TimeRules],
+    /// Each column's resolved `empty_as_null`.
+    pub empty_null: &'p [bool],
 }
 
 /// Where the row goes.
@@ -265,7 +268,22 @@ impl<'de> DeserializeSeed<'de> for ColumnSeed<'_, '_, '_, '_> {
         let ctx = self.ctx;
         let start = ctx.out.buf.len();
         let ty = &ctx.row.columns[col].ty;
-        let written = put_value(ty, col, de, ctx)?;
+        let written = if ctx.row.empty_null[col] {
+            // `""` counts as null; anything else is read again from its text.
+            let raw: &RawValue = de::Deserialize::deserialize(de)?;
+            if raw.get() == "\"\"" {
+                match put_scalar(ty, Tok::Null, &ctx.row.rules[col], ctx.out.buf) {
+                    Ok(Put::Written) => true,
+                    Ok(Put::NullForNonNullable) => false,
+                    Err(reason) => return Err(ctx.fail(col, reason)),
+                }
+            } else {
+                let mut inner = serde_json::Deserializer::from_str(raw.get());
+                put_value(ty, col, &mut inner, ctx).map_err(<D::Error as de::Error>::custom)?
+            }
+        } else {
+            put_value(ty, col, de, ctx)?
+        };
         let base = ctx.out.base;
         if written {
             ctx.out.spans[col] = ((start - base) as u32, (ctx.out.buf.len() - base) as u32);
@@ -304,7 +322,7 @@ fn put_value<'de, D: Deserializer<'de>>(
     let res = {
         let RowOut { buf, text, .. } = &mut *ctx.out;
         match classify(raw.get().as_bytes(), text) {
-            Ok(tok) => put_scalar(ty, tok, ctx.row.rules, buf),
+            Ok(tok) => put_scalar(ty, tok, &ctx.row.rules[col], buf),
             Err(reason) => Err(reason),
         }
     };
@@ -377,7 +395,12 @@ struct Scalar<'t, 'x, 'c, 'p, 'b> {
 
 impl Scalar<'_, '_, '_, '_, '_> {
     fn put<E: de::Error>(self, tok: Tok<'_>) -> Result<bool, E> {
-        match put_scalar(self.ty, tok, self.ctx.row.rules, self.ctx.out.buf) {
+        match put_scalar(
+            self.ty,
+            tok,
+            &self.ctx.row.rules[self.col],
+            self.ctx.out.buf,
+        ) {
             Ok(Put::Written) => Ok(true),
             Ok(Put::NullForNonNullable) => Ok(false),
             Err(reason) => Err(self.ctx.fail(self.col, reason)),
@@ -551,7 +574,7 @@ impl<'de> Visitor<'de> for KeyValueSeed<'_, '_, '_, '_, '_> {
         match put_scalar(
             self.ty,
             Tok::Str(key.as_bytes()),
-            self.ctx.row.rules,
+            &self.ctx.row.rules[self.col],
             self.ctx.out.buf,
         ) {
             Ok(Put::Written) => Ok(()),

@@ -195,13 +195,19 @@ pub struct HttpWriterConfig {
     /// The rustls config for `https://` URLs (build it with
     /// [`tls::client_config`]); `None`: the system's root certificates.
     pub tls: Option<Arc<rustls::ClientConfig>>,
-    /// The insert body's format (default Native).
+    /// The insert body's format (default Native). A plan whose rows carry
+    /// per-row DEFAULT markers ([`Self::row_format`]
+    /// `RowBinaryWithDefaults`) is sent in that format instead: Native has
+    /// no per-row defaults.
     pub format: InsertFormat,
     /// Re-read the table's columns before an insert when the last read of
     /// that replica is older than this (`Some(ZERO)`: before every insert;
     /// `None`: only after an insert error that means the schema changed).
     /// Default [`DEFAULT_SCHEMA_REFRESH`].
     pub schema_refresh: Option<Duration>,
+    /// The rows' format, as the plan decided it
+    /// ([`crate::schema::row_format`]; default RowBinary).
+    pub row_format: crate::schema::RowFormat,
 }
 
 impl HttpWriterConfig {
@@ -224,6 +230,7 @@ impl HttpWriterConfig {
             tls: None,
             format: InsertFormat::Native,
             schema_refresh: Some(DEFAULT_SCHEMA_REFRESH),
+            row_format: crate::schema::RowFormat::RowBinary,
         }
     }
 }
@@ -288,7 +295,20 @@ impl From<WriteError> for Failure {
 
 impl HttpWriter {
     /// A writer for `config`. Needs a tokio runtime when used, not when built.
-    pub fn new(config: HttpWriterConfig) -> Self {
+    pub fn new(mut config: HttpWriterConfig) -> Self {
+        if config.format == InsertFormat::Native
+            && config.row_format == crate::schema::RowFormat::RowBinaryWithDefaults
+        {
+            // Native has no per-row defaults: the rows go as they were
+            // encoded, and the schema re-read guards them as for RowBinary.
+            tracing::info!(
+                table = %format!("{}.{}", config.database, config.table),
+                "a column takes the server's per-row DEFAULT: inserting as \
+                 RowBinaryWithDefaults (Native cannot carry per-row defaults), with the \
+                 table's columns re-read before every insert"
+            );
+            config.format = InsertFormat::RowBinary;
+        }
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(config.connect_timeout));
         connector.set_nodelay(true);
@@ -330,7 +350,10 @@ impl HttpWriter {
             crate::schema::quote_ident(&config.database),
             crate::schema::quote_ident(&config.table),
             cols.join(", "),
-            config.format.name()
+            match config.format {
+                InsertFormat::Native => InsertFormat::Native.name(),
+                InsertFormat::RowBinary => config.row_format.name(),
+            }
         );
         let native = (config.format == InsertFormat::Native).then(|| {
             BlockPlan::new(&config.columns)
@@ -529,6 +552,26 @@ impl HttpWriter {
             &self.config.table,
             &answer,
         )?)
+    }
+
+    /// Whether the server at `url` accepts `RowBinaryWithDefaults` input
+    /// ([`crate::schema::formats_query`]; 18.16 does not).
+    ///
+    /// # Errors
+    /// [`SchemaProbeError`] when the query fails or its answer is not a count.
+    pub async fn accepts_row_binary_with_defaults(
+        &self,
+        url: &str,
+    ) -> Result<bool, SchemaProbeError> {
+        let answer = self.query(url, crate::schema::formats_query()).await?;
+        match answer.trim() {
+            "0" => Ok(false),
+            "1" => Ok(true),
+            other => Err(crate::schema::SchemaError::BadAnswer(format!(
+                "system.formats count: `{other}`"
+            ))
+            .into()),
+        }
     }
 
     /// Inserts `segments` (whole RowBinary rows for the configured columns,

@@ -315,3 +315,47 @@ fn insert_format_and_schema_refresh_parse_and_name_bad_keys() {
     let e = err(&MINIMAL.replace("table: t}", "table: t, schema_refresh: soon}"));
     assert!(e.contains("sink.clickhouse.schema_refresh"), "{e}");
 }
+
+#[test]
+fn epoch_units_and_empty_strings_parse_globally_and_per_column() {
+    use spate_clickhouse::mapping::EpochUnit;
+    let c = Config::from_yaml(MINIMAL, no_env).unwrap();
+    assert_eq!(c.time.epoch_unit.unit(), EpochUnit::Auto);
+    assert!(!c.mapping.empty_as_null);
+    let c = Config::from_yaml(
+        &format!(
+            "{MINIMAL}\ntime: {{epoch_unit: ms}}\nmapping: {{empty_as_null: true, \
+             column_options: {{at: {{epoch_unit: us}}, name: {{empty_as_null: false}}}}}}"
+        ),
+        no_env,
+    )
+    .unwrap();
+    assert_eq!(c.time.epoch_unit.unit(), EpochUnit::Millis);
+    assert!(c.mapping.empty_as_null);
+    let at = &c.mapping.column_options["at"];
+    assert_eq!(
+        at.epoch_unit.map(EpochUnitName::unit),
+        Some(EpochUnit::Micros)
+    );
+    assert_eq!(at.empty_as_null, None);
+    assert_eq!(c.mapping.column_options["name"].empty_as_null, Some(false));
+    for (text, unit) in [
+        ("auto", EpochUnit::Auto),
+        ("s", EpochUnit::Seconds),
+        ("ns", EpochUnit::Nanos),
+    ] {
+        let c =
+            Config::from_yaml(&format!("{MINIMAL}\ntime: {{epoch_unit: {text}}}"), no_env).unwrap();
+        assert_eq!(c.time.epoch_unit.unit(), unit);
+    }
+    let e = err(&format!("{MINIMAL}\ntime: {{epoch_unit: millis}}"));
+    assert!(e.contains("time.epoch_unit"), "{e}");
+    let e = err(&format!(
+        "{MINIMAL}\nmapping: {{column_options: {{at: {{epoch_unit: sec}}}}}}"
+    ));
+    assert!(e.contains("mapping.column_options.at.epoch_unit"), "{e}");
+    let e = err(&format!(
+        "{MINIMAL}\nmapping: {{column_options: {{at: {{empty_as_nul: true}}}}}}"
+    ));
+    assert!(e.contains("mapping.column_options.at"), "{e}");
+}
