@@ -131,6 +131,11 @@ pub struct KafkaSource {
     /// `topic.metadata.refresh.interval.ms` as configured (librdkafka's
     /// default otherwise): how often a pattern is re-evaluated.
     metadata_refresh: String,
+    /// `auto.offset.reset` as librdkafka applies it (its default `largest`
+    /// when unset), for the out-of-range report.
+    reset_policy: String,
+    /// Out-of-range committed offsets not yet taken by the controller.
+    offset_resets: Vec<spate_core::source::OffsetReset>,
     closed: bool,
 }
 
@@ -202,6 +207,12 @@ impl KafkaSource {
                 .get("topic.metadata.refresh.interval.ms")
                 .cloned()
                 .unwrap_or_else(|| "300000".into()),
+            reset_policy: config
+                .properties
+                .get("auto.offset.reset")
+                .cloned()
+                .unwrap_or_else(|| "largest".into()),
+            offset_resets: Vec::new(),
             closed: false,
         })
     }
@@ -286,7 +297,18 @@ impl KafkaSource {
         })?;
         // After the assign, so the rebalance is not held for it; librdkafka's
         // reset of an out-of-range offset needs a fetch round trip first.
-        offsets::check_committed(&self.consumer, &self.group, partitions);
+        let checked =
+            offsets::check_committed(&self.consumer, &self.group, partitions, &self.reset_policy);
+        // spate_committed_offset shows the group's offset from the start,
+        // not 0 until this run's first commit (issue 19); an out-of-range
+        // one too: it is what the group holds, the report says the rest.
+        for (tp, offset) in &checked.committed {
+            metrics::gauge!(spate_core::metrics::COMMITTED_OFFSET,
+                "topic" => tp.topic().to_owned(),
+                "partition" => tp.partition().to_string())
+            .set(*offset as f64);
+        }
+        self.offset_resets.extend(checked.resets);
         Ok(())
     }
 
@@ -548,6 +570,12 @@ impl Source for KafkaSource {
                 message: e.to_string(),
             });
         })
+    }
+
+    /// Committed offsets found out of range on assignment (logged and
+    /// counted there too, `offsets.rs`).
+    fn take_offset_resets(&mut self) -> Vec<spate_core::source::OffsetReset> {
+        std::mem::take(&mut self.offset_resets)
     }
 
     /// Commits `offsets` synchronously ([`CommitMode::Sync`]: blocks the

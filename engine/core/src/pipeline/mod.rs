@@ -34,7 +34,7 @@ use crate::pipeline::chain::RecordError;
 use crate::pipeline::terminal::ChunkConfig;
 use crate::record::{Offset, Payload, TopicPartition};
 use crate::sink::{ConfigError, DrainReport, SinkConfig};
-use crate::source::{CommitOffset, SourceError};
+use crate::source::{CommitOffset, OffsetReset, SourceError};
 
 /// Smallest `pipeline.idle_poll`: below it an idle thread spins.
 pub const IDLE_POLL_MIN: Duration = Duration::from_micros(100);
@@ -249,6 +249,12 @@ pub enum ExitStatus {
     /// The pipeline stopped on an error (record failure, source, sink, probe).
     /// Exit code 3.
     Failed,
+    /// Everything read was delivered and committed as for [`Self::Clean`],
+    /// but a committed offset was out of range and the source reset it
+    /// ([`RunReport::offset_resets`] names each): data was skipped (deleted
+    /// by retention before it was read) or read again. Not spate's loss, but
+    /// an operator must look: exit code 4.
+    OffsetReset,
 }
 
 impl ExitStatus {
@@ -258,6 +264,7 @@ impl ExitStatus {
             ExitStatus::Clean => 0,
             ExitStatus::Abandoned => 2,
             ExitStatus::Failed => 3,
+            ExitStatus::OffsetReset => 4,
         }
     }
 }
@@ -281,6 +288,8 @@ pub struct RunReport {
     pub committed: Vec<CommitOffset>,
     /// Partitions frozen at a failed batch.
     pub frozen: Vec<FailedBatch>,
+    /// Committed offsets the source found out of range and reset.
+    pub offset_resets: Vec<OffsetReset>,
     /// The error that stopped the run, if any.
     pub error: Option<PipelineError>,
     /// The exit status.
@@ -297,8 +306,14 @@ impl RunReport {
             .iter()
             .map(|c| format!("{}={}", c.partition, c.offset))
             .collect();
+        let resets = if self.offset_resets.is_empty() {
+            String::new()
+        } else {
+            let each: Vec<String> = self.offset_resets.iter().map(ToString::to_string).collect();
+            format!(" offset_resets=[{}]", each.join("; "))
+        };
         format!(
-            "status={:?} polled={} rows={} skipped={} delivered_rows={} abandoned_rows={} committed_by_this_run=[{}]{}",
+            "status={:?} polled={} rows={} skipped={} delivered_rows={} abandoned_rows={} committed_by_this_run=[{}]{resets}{}",
             self.status,
             self.polled,
             self.rows_encoded,
