@@ -120,6 +120,7 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
             match r.result {
                 Ok(()) => entry.0 = true,
                 Err(e) => {
+                    let e = e.describe("probe");
                     tracing::warn!(endpoint = %r.endpoint, error = %e, "replica probe failed");
                     entry.1.push(format!("{}: {e}", r.endpoint));
                 }
