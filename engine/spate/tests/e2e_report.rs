@@ -324,3 +324,107 @@ fn a_pattern_matching_no_topic_yet_waits_for_one() {
         50
     );
 }
+
+/// Issue 19: a process restarted after a crash waited for the old member's
+/// session to expire (45 s by default). With static membership
+/// (`group.instance.id` in `source.kafka.properties`) the restart replaces
+/// the old member at once. `session.timeout.ms` is 45 s here; the restart
+/// must commit the new data well before that (25 s covers the join and a
+/// round of commits on a real broker).
+///
+/// Needs a real Kafka broker at `SPATE_KAFKA_BROKERS`: librdkafka's mock
+/// cluster matches a rejoining member by member id only, never by
+/// `group.instance.id` (librdkafka 2.12 `rdkafka_mock_cgrp.c`), so there a
+/// restart always waits for the old session. Skipped (with a line saying
+/// so) without it.
+#[test]
+fn a_restart_with_static_membership_rejoins_without_waiting_for_the_session() {
+    let Some(url) = clickhouse_url() else {
+        return;
+    };
+    let Ok(brokers) = std::env::var("SPATE_KAFKA_BROKERS") else {
+        println!(
+            "skipped: SPATE_KAFKA_BROKERS not set (static membership needs a real broker; \
+             the mock cluster does not implement it)"
+        );
+        return;
+    };
+    let table = Table::create(&url, "static");
+    let topic = format!("spate-static-{}", std::process::id());
+    let partitions = 2;
+    {
+        use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+        let admin: AdminClient<rdkafka::client::DefaultClientContext> =
+            rdkafka::ClientConfig::new()
+                .set("bootstrap.servers", &brokers)
+                .create()
+                .unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let created = rt
+            .block_on(admin.create_topics(
+                &[NewTopic::new(
+                    &topic,
+                    partitions,
+                    TopicReplication::Fixed(1),
+                )],
+                &AdminOptions::new(),
+            ))
+            .unwrap();
+        for r in created {
+            r.unwrap_or_else(|(t, e)| panic!("create topic {t}: {e}"));
+        }
+    }
+    produce(
+        &brokers,
+        &topic,
+        partitions,
+        &(0..100).map(flight_row).collect::<Vec<_>>(),
+    );
+    let port = free_port();
+    let group = format!("e2e-static-{}", std::process::id());
+    let yaml = config(
+        &group,
+        &brokers,
+        &topic,
+        &url,
+        &table.name,
+        port,
+        "{ policy: fail }",
+    )
+    .replace(
+        "properties: { session.timeout.ms: \"6000\", heartbeat.interval.ms: \"500\" }",
+        "properties: { session.timeout.ms: \"45000\", heartbeat.interval.ms: \"1000\", \
+             group.instance.id: \"spate-static-1\" }",
+    );
+    assert!(yaml.contains("group.instance.id"), "{yaml}");
+    let mut first = Spate::start("static", &yaml);
+    await_commits(&first, &brokers, &group, &topic, partitions, port);
+    // A crash: no LeaveGroup (a static member sends none anyway).
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    produce(
+        &brokers,
+        &topic,
+        partitions,
+        &(100..200).map(flight_row).collect::<Vec<_>>(),
+    );
+    let restarted_at = Instant::now();
+    let second = Spate::start("static", &yaml);
+    await_commits(&second, &brokers, &group, &topic, partitions, port);
+    let took = restarted_at.elapsed();
+    println!("restart with group.instance.id committed the new data after {took:?}");
+    assert!(
+        took < Duration::from_secs(25),
+        "the restart waited {took:?}: the old member's session (45 s) was waited out\n{}",
+        second.logs()
+    );
+    let (code, out) = second.terminate();
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(
+        table.number(&format!("SELECT uniqExact(id) FROM default.{}", table.name)),
+        200
+    );
+}
