@@ -275,7 +275,9 @@ fn check(path: &std::path::Path) -> ExitCode {
     let brokers = config.source.kafka.brokers.joined();
     for topic in &config.source.kafka.topics {
         if topic.starts_with('^') {
-            println!("kafka {brokers}: topic pattern {topic} (not checked)");
+            println!(
+                "kafka {brokers}: topic pattern {topic} (not checked; `spate run` waits for a matching topic)"
+            );
             continue;
         }
         match kafka_tools::partition_count(&brokers, topic, KAFKA_RPC) {

@@ -104,14 +104,14 @@ impl Checkpointer {
     pub fn mark_committed(&mut self, commits: &[CommitOffset]) {
         for c in commits {
             self.tracker.mark_committed(c);
-            self.committed
-                .entry(c.partition.clone())
-                .or_insert_with(|| {
-                    ::metrics::gauge!(m::COMMITTED_OFFSET,
-                        "topic" => c.partition.topic().to_owned(),
-                        "partition" => c.partition.partition().to_string())
-                })
-                .set(c.offset as f64);
+            // Registered at the first commit (see `assign`); no clone after.
+            if !self.committed.contains_key(&c.partition) {
+                let gauge = ::metrics::gauge!(m::COMMITTED_OFFSET,
+                    "topic" => c.partition.topic().to_owned(),
+                    "partition" => c.partition.partition().to_string());
+                self.committed.insert(c.partition.clone(), gauge);
+            }
+            self.committed[&c.partition].set(c.offset as f64);
         }
     }
 }
