@@ -97,6 +97,15 @@ pub struct TableSchema {
 /// A schema probe or plan that failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SchemaError {
+    /// The database does not exist (not in `system.databases`): a
+    /// misspelt `sink.clickhouse.database`, told apart from a missing table.
+    #[error(
+        "database {database} does not exist (not in system.databases; check sink.clickhouse.database)"
+    )]
+    NoSuchDatabase {
+        /// Database.
+        database: String,
+    },
     /// The table has no columns: it does not exist (system.columns is empty).
     #[error("table {database}.{table} does not exist (no rows in system.columns)")]
     NoSuchTable {

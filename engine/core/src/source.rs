@@ -121,6 +121,49 @@ pub enum AssignmentEvent<L> {
     },
 }
 
+/// A committed offset outside its partition's valid range `[low, high]`
+/// when the partition was assigned: below `low`, the data from `committed`
+/// up to `low` was deleted (retention) before it was read; above `high`, the
+/// log is shorter than what was committed (topic re-created). The client
+/// then resets the partition per its reset policy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OffsetReset {
+    /// The partition.
+    pub partition: TopicPartition,
+    /// The group's committed offset.
+    pub committed: Offset,
+    /// The partition's low watermark (first offset still in the log).
+    pub low: Offset,
+    /// The partition's high watermark (next offset to be written).
+    pub high: Offset,
+    /// Where reading resumes, when the policy says (`None`: the policy
+    /// makes it an error instead, or is unknown).
+    pub reset_to: Option<Offset>,
+    /// The reset policy as configured (for Kafka, `auto.offset.reset`).
+    pub policy: String,
+}
+
+impl std::fmt::Display for OffsetReset {
+    /// `t/0 committed 500 outside [0, 20] (beyond the log end): reset to 0
+    /// (auto.offset.reset=earliest)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let side = if self.committed < self.low {
+            "below the low watermark: data deleted before it was read"
+        } else {
+            "beyond the log end"
+        };
+        write!(
+            f,
+            "{} committed {} outside [{}, {}] ({side}): ",
+            self.partition, self.committed, self.low, self.high
+        )?;
+        match self.reset_to {
+            Some(o) => write!(f, "reset to {o} ({})", self.policy),
+            None => write!(f, "not reset ({})", self.policy),
+        }
+    }
+}
+
 /// One offset to commit: the next offset to read, i.e. last delivered + 1.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct CommitOffset {
@@ -171,6 +214,15 @@ pub trait Source: Send {
     /// member was evicted, or the epoch is no longer ours);
     /// [`SourceError::Transient`] when it may succeed on the next try.
     fn commit(&mut self, offsets: &[CommitOffset]) -> Result<(), SourceError>;
+
+    /// Committed offsets found outside their partition's valid range since
+    /// the last call (the source's client then resets them, skipping or
+    /// re-reading data). The controller collects them into the run report,
+    /// whose status they turn into [`crate::pipeline::ExitStatus::OffsetReset`]
+    /// when nothing worse happened. A source that cannot tell returns none.
+    fn take_offset_resets(&mut self) -> Vec<OffsetReset> {
+        Vec::new()
+    }
 }
 
 /// Errors from a source or a lane, with the context they happened in.

@@ -16,7 +16,14 @@
 //!
 //! The statistics callback publishes `spate_consumer_lag{topic,partition}`
 //! (requires `statistics.interval.ms`); librdkafka's log lines go to
-//! `tracing` under the target `librdkafka`.
+//! `tracing` under the target `librdkafka`. rdkafka forwards them through
+//! the client's main queue, which the consumer poll serves (the main queue
+//! is forwarded to the consumer queue), so they keep flowing for the whole
+//! run. With the `debug` property set (`debug: cgrp,fetch`), the source
+//! raises librdkafka's own log level to debug (rdkafka otherwise derives it
+//! from the `log` crate's level at creation and applies it *after*
+//! `rd_kafka_new`, which silenced every debug line past start-up) and its
+//! debug lines are logged at INFO.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -59,6 +66,14 @@ pub(crate) struct Shared {
     rebalances: Mutex<Vec<Rebalance>>,
     closing: AtomicBool,
     lag: Mutex<BTreeMap<(String, i32), Gauge>>,
+    /// librdkafka's text of the last `UnknownTopicOrPartition` error (it
+    /// names the topic or pattern: "Subscribed topic not available:
+    /// ^logs\..*: Broker: Unknown topic or partition"), which the error
+    /// callback sees and the consumer poll's error value does not.
+    unknown_topic: Mutex<Option<String>>,
+    /// The `debug` property is set: librdkafka's debug lines were asked for
+    /// and are logged at INFO (see [`SpateContext`]'s `log`).
+    debug_requested: AtomicBool,
 }
 
 impl Shared {
@@ -79,6 +94,16 @@ impl Shared {
 
     fn is_closing(&self) -> bool {
         self.closing.load(Ordering::Acquire)
+    }
+
+    /// librdkafka's `debug` property is set: log its debug lines at INFO.
+    pub(crate) fn set_debug_requested(&self) {
+        self.debug_requested.store(true, Ordering::Release);
+    }
+
+    /// Takes the text of the last unknown-topic error, if any.
+    pub(crate) fn take_unknown_topic(&self) -> Option<String> {
+        Self::lock(&self.unknown_topic).take()
     }
 }
 
@@ -137,6 +162,11 @@ impl ClientContext for SpateContext {
             RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
                 tracing::info!(target: "librdkafka", facility = fac, "{log_message}")
             }
+            // Debug lines exist only when the `debug` property asks for
+            // them: show them without a RUST_LOG change too.
+            RDKafkaLogLevel::Debug if self.shared.debug_requested.load(Ordering::Acquire) => {
+                tracing::info!(target: "librdkafka", facility = fac, "{log_message}")
+            }
             RDKafkaLogLevel::Debug => {
                 tracing::debug!(target: "librdkafka", facility = fac, "{log_message}")
             }
@@ -166,8 +196,14 @@ impl ClientContext for SpateContext {
 
     fn error(&self, error: KafkaError, reason: &str) {
         // The same error reaches the source's poll, which classifies, logs
-        // and counts it; here it is only a debug line.
+        // and counts it; here it is only a debug line, and the text of an
+        // unknown topic is kept: only it says which topic or pattern.
         tracing::debug!(target: "librdkafka", %error, reason, "client error");
+        if error.rdkafka_error_code()
+            == Some(rdkafka::error::RDKafkaErrorCode::UnknownTopicOrPartition)
+        {
+            *Shared::lock(&self.shared.unknown_topic) = Some(reason.to_owned());
+        }
     }
 }
 

@@ -19,8 +19,16 @@
 //!   one in this process, so acks of an earlier assignment cannot move a later
 //!   one's watermark.
 //! - A committed offset outside the partition's valid range is logged at
-//!   error level naming topic, partition, offset and range, and counted
-//!   ([`COMMITTED_OUT_OF_RANGE`]); see `offsets.rs`.
+//!   error level naming topic, partition, offset and range, counted
+//!   ([`COMMITTED_OUT_OF_RANGE`]) and handed to the run report with where
+//!   librdkafka resets it (`Source::take_offset_resets`); see `offsets.rs`.
+//!   The group's committed offsets read there also seed
+//!   `spate_committed_offset{topic,partition}` at assignment.
+//! - A `^regex` subscription that matches no topic yet waits (INFO line),
+//!   a missing plain topic is fatal (`source.rs`, `errors.rs`).
+//! - With the `debug` property, librdkafka's debug lines are logged (at
+//!   INFO) for the whole run, not only during client creation
+//!   (`context.rs`).
 //!
 //! Cargo features `ssl` (TLS; SASL PLAIN, SCRAM, OAUTHBEARER), `ssl-vendored`
 //! and `sasl` (GSSAPI) build librdkafka with OpenSSL or Cyrus SASL; the
@@ -35,8 +43,11 @@
 //! `tests/mock_cluster.rs` runs whole pipelines (volume, rebalances) and the
 //! source alone (the rebalance hand-over); `tests/mock_faults.rs` a broker
 //! down, a stalled sink, eviction, regex subscription, an out-of-range
-//! committed offset; `tests/mock_metrics.rs` the lag gauge and the first
-//! commit; `tests/throughput.rs` (ignored) measures lane throughput.
+//! committed offset; `tests/mock_metrics.rs` the lag gauge, the
+//! committed-offset gauge before the first commit, and the first commit;
+//! `tests/mock_report.rs` a pattern matching no topic yet and librdkafka's
+//! debug lines after the join; `tests/throughput.rs` (ignored) measures lane
+//! throughput.
 // `unsafe` only in `native.rs`: librdkafka's batch consume (see there why).
 #![deny(unsafe_code)]
 

@@ -29,6 +29,9 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::topic_partition_list::{Offset as KafkaOffset, TopicPartitionList};
 
+use spate_core::record::TopicPartition;
+use spate_core::source::OffsetReset;
+
 use crate::COMMITTED_OUT_OF_RANGE;
 use crate::context::SpateContext;
 
@@ -59,32 +62,58 @@ pub(crate) fn out_of_range(committed: i64, low: i64, high: i64) -> Option<OutOfR
     }
 }
 
+/// Where librdkafka resumes a partition whose committed offset is out of
+/// `[low, high]`, per `auto.offset.reset` (`policy`, librdkafka's default
+/// `largest` when unset): `low` for smallest/earliest/beginning, `high` for
+/// largest/latest/end, `None` for `error` (a lane error instead) or a value
+/// librdkafka would have refused.
+pub(crate) fn reset_target(policy: &str, low: i64, high: i64) -> Option<i64> {
+    match policy {
+        "smallest" | "earliest" | "beginning" => Some(low),
+        "largest" | "latest" | "end" => Some(high),
+        _ => None,
+    }
+}
+
+/// What [`check_committed`] found for each partition of an assignment.
+#[derive(Debug, Default)]
+pub(crate) struct Checked {
+    /// The group's committed offset per partition, where it has one.
+    pub(crate) committed: Vec<(TopicPartition, i64)>,
+    /// Those outside the partition's range.
+    pub(crate) resets: Vec<OffsetReset>,
+}
+
 /// Checks the committed offsets of `partitions` (just assigned) in `group`
-/// against their watermarks; logs and counts every one out of range. Returns
-/// how many were out of range.
+/// against their watermarks; logs and counts every one out of range
+/// (`policy` is `auto.offset.reset`, naming where the partition resumes).
 pub(crate) fn check_committed(
     consumer: &BaseConsumer<SpateContext>,
     group: &str,
     partitions: &TopicPartitionList,
-) -> usize {
+    policy: &str,
+) -> Checked {
+    let mut checked = Checked::default();
     if partitions.count() == 0 {
-        return 0;
+        return checked;
     }
     let deadline = Instant::now() + RANGE_CHECK_TIMEOUT;
     let committed = match consumer.committed_offsets(partitions.clone(), RANGE_CHECK_TIMEOUT) {
         Ok(c) => c,
         Err(e) => {
             tracing::debug!(group, error = %e, "committed-offset range check skipped");
-            return 0;
+            return checked;
         }
     };
-    let mut found = 0;
     for elem in committed.elements() {
         let KafkaOffset::Offset(offset) = elem.offset() else {
             continue; // nothing committed: auto.offset.reset applies, as documented
         };
         let left = deadline.saturating_duration_since(Instant::now());
         let (topic, partition) = (elem.topic(), elem.partition());
+        checked
+            .committed
+            .push((TopicPartition::new(topic, partition), offset));
         let (low, high) = match consumer.fetch_watermarks(topic, partition, left) {
             Ok(w) => w,
             Err(e) => {
@@ -95,7 +124,15 @@ pub(crate) fn check_committed(
         let Some(side) = out_of_range(offset, low, high) else {
             continue;
         };
-        found += 1;
+        let reset_to = reset_target(policy, low, high);
+        checked.resets.push(OffsetReset {
+            partition: TopicPartition::new(topic, partition),
+            committed: offset,
+            low,
+            high,
+            reset_to,
+            policy: format!("auto.offset.reset={policy}"),
+        });
         let what = match side {
             OutOfRange::BelowLow => {
                 "below the low watermark: the data between was deleted before it was read"
@@ -112,14 +149,15 @@ pub(crate) fn check_committed(
             low,
             high,
             "committed offset {offset} of {topic}/{partition} is out of range [{low}, {high}] ({what}); \
-             librdkafka resets it per auto.offset.reset"
+             librdkafka resets it per auto.offset.reset={policy} (to {})",
+            reset_to.map_or_else(|| "none: a lane error".to_owned(), |o| o.to_string())
         );
         metrics::counter!(COMMITTED_OUT_OF_RANGE,
             "topic" => topic.to_owned(),
             "partition" => partition.to_string())
         .increment(1);
     }
-    found
+    checked
 }
 
 #[cfg(test)]
@@ -131,6 +169,17 @@ mod tests {
         assert_eq!(out_of_range(0, 0, 10), None);
         assert_eq!(out_of_range(10, 0, 10), None, "committed == end: caught up");
         assert_eq!(out_of_range(5, 5, 5), None);
+    }
+
+    #[test]
+    fn the_reset_target_follows_the_policy() {
+        for p in ["smallest", "earliest", "beginning"] {
+            assert_eq!(reset_target(p, 4, 10), Some(4), "{p}");
+        }
+        for p in ["largest", "latest", "end"] {
+            assert_eq!(reset_target(p, 4, 10), Some(10), "{p}");
+        }
+        assert_eq!(reset_target("error", 4, 10), None);
     }
 
     #[test]

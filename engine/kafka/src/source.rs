@@ -125,6 +125,17 @@ pub struct KafkaSource {
     /// A fatal error met outside `poll_event` (in `release`, whose errors the
     /// controller only logs), reported by the next `poll_event`.
     deferred: Option<SourceError>,
+    /// The subscription's `^regex` entries: one that matches no topic yet
+    /// is waited for, not an error (see [`pattern_waiting`]).
+    patterns: Vec<String>,
+    /// `topic.metadata.refresh.interval.ms` as configured (librdkafka's
+    /// default otherwise): how often a pattern is re-evaluated.
+    metadata_refresh: String,
+    /// `auto.offset.reset` as librdkafka applies it (its default `largest`
+    /// when unset), for the out-of-range report.
+    reset_policy: String,
+    /// Out-of-range committed offsets not yet taken by the controller.
+    offset_resets: Vec<spate_core::source::OffsetReset>,
     closed: bool,
 }
 
@@ -155,6 +166,18 @@ impl KafkaSource {
             client.set(key, value);
         }
         let shared = Arc::new(Shared::default());
+        if config
+            .properties
+            .get("debug")
+            .is_some_and(|d| !d.trim().is_empty())
+        {
+            // rdkafka sets librdkafka's log level after creating the client,
+            // from the `log` crate's level (info here): that would drop
+            // every debug line the `debug` property asks for once start-up
+            // is over (see `context.rs`).
+            client.set_log_level(rdkafka::config::RDKafkaLogLevel::Debug);
+            shared.set_debug_requested();
+        }
         let consumer: BaseConsumer<SpateContext> =
             client.create_with_context(SpateContext::new(Arc::clone(&shared)))?;
         let topics: Vec<&str> = config.topics.iter().map(String::as_str).collect();
@@ -173,6 +196,23 @@ impl KafkaSource {
             transient_errors: metrics::counter!(SOURCE_ERRORS, "kind" => "transient"),
             last_error: None,
             deferred: None,
+            patterns: config
+                .topics
+                .iter()
+                .filter(|t| t.starts_with('^'))
+                .cloned()
+                .collect(),
+            metadata_refresh: config
+                .properties
+                .get("topic.metadata.refresh.interval.ms")
+                .cloned()
+                .unwrap_or_else(|| "300000".into()),
+            reset_policy: config
+                .properties
+                .get("auto.offset.reset")
+                .cloned()
+                .unwrap_or_else(|| "largest".into()),
+            offset_resets: Vec::new(),
             closed: false,
         })
     }
@@ -257,7 +297,18 @@ impl KafkaSource {
         })?;
         // After the assign, so the rebalance is not held for it; librdkafka's
         // reset of an out-of-range offset needs a fetch round trip first.
-        offsets::check_committed(&self.consumer, &self.group, partitions);
+        let checked =
+            offsets::check_committed(&self.consumer, &self.group, partitions, &self.reset_policy);
+        // spate_committed_offset shows the group's offset from the start,
+        // not 0 until this run's first commit (issue 19); an out-of-range
+        // one too: it is what the group holds, the report says the rest.
+        for (tp, offset) in &checked.committed {
+            metrics::gauge!(spate_core::metrics::COMMITTED_OFFSET,
+                "topic" => tp.topic().to_owned(),
+                "partition" => tp.partition().to_string())
+            .set(*offset as f64);
+        }
+        self.offset_resets.extend(checked.resets);
         Ok(())
     }
 
@@ -360,6 +411,7 @@ impl KafkaSource {
                     ),
                 });
             }
+            Some(Err(e)) if self.pattern_waiting(&e) => true,
             Some(Err(e)) => {
                 let error = errors::source_error(format!("poll group {}", self.group), &e);
                 match error {
@@ -375,6 +427,39 @@ impl KafkaSource {
         };
         recorded?;
         Ok(more || !self.ready.is_empty())
+    }
+
+    /// Whether `e` is librdkafka's report that a subscribed `^regex` matches
+    /// no topic (yet): an `UnknownTopicOrPartition` whose text names the
+    /// pattern. That is a wait, not a failure: librdkafka re-evaluates the
+    /// pattern on every metadata refresh and assigns a matching topic when
+    /// one appears, while the consumer stays in its group. Logged at INFO
+    /// (librdkafka reports it once per pattern until it changes). A plain
+    /// topic that does not exist stays fatal (`errors.rs`).
+    fn pattern_waiting(&self, e: &KafkaError) -> bool {
+        if self.patterns.is_empty()
+            || e.rdkafka_error_code() != Some(RDKafkaErrorCode::UnknownTopicOrPartition)
+        {
+            return false;
+        }
+        let Some(reason) = self.shared.take_unknown_topic() else {
+            return false;
+        };
+        let Some(pattern) = self
+            .patterns
+            .iter()
+            .find(|p| reason.contains(&format!(": {p}: ")))
+        else {
+            return false;
+        };
+        tracing::info!(
+            group = %self.group,
+            pattern = %pattern,
+            "subscription pattern {pattern} matches no topic yet; waiting in the group for one \
+             (re-checked every topic.metadata.refresh.interval.ms = {} ms)",
+            self.metadata_refresh
+        );
+        true
     }
 
     /// Closes the consumer: see the module docs. Idempotent.
@@ -485,6 +570,12 @@ impl Source for KafkaSource {
                 message: e.to_string(),
             });
         })
+    }
+
+    /// Committed offsets found out of range on assignment (logged and
+    /// counted there too, `offsets.rs`).
+    fn take_offset_resets(&mut self) -> Vec<spate_core::source::OffsetReset> {
+        std::mem::take(&mut self.offset_resets)
     }
 
     /// Commits `offsets` synchronously ([`CommitMode::Sync`]: blocks the

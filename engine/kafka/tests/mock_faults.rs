@@ -365,6 +365,26 @@ fn committed_offset_beyond_the_log_end_is_reported() {
         })
         .collect();
     assert_eq!(counted, vec![("topic=oor,partition=0".to_owned(), 1)]);
+    // The run report gets it too (issue 19: the summary names it).
+    let resets = source.take_offset_resets();
+    assert_eq!(resets.len(), 1, "{resets:?}");
+    let r = &resets[0];
+    assert_eq!(
+        (
+            r.partition.to_string(),
+            r.committed,
+            r.low,
+            r.high,
+            r.reset_to
+        ),
+        ("oor/0".to_owned(), 500, 0, 20, Some(0))
+    );
+    assert_eq!(
+        r.to_string(),
+        "oor/0 committed 500 outside [0, 20] (beyond the log end): reset to 0 \
+         (auto.offset.reset=earliest)"
+    );
+    assert!(source.take_offset_resets().is_empty(), "taken once");
     // librdkafka reset partition 0 to `earliest`; partition 1 resumed at 5.
     let first = |lane: &mut KafkaLane| {
         let deadline = Instant::now() + DELIVERY;

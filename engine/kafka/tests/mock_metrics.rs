@@ -18,7 +18,7 @@ use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, Share
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
-use spate_core::metrics::COMMIT_FAILURES;
+use spate_core::metrics::{COMMIT_FAILURES, COMMITTED_OFFSET};
 use spate_core::pipeline::ExitStatus;
 use spate_core::pipeline::testkit::{CaptureWriter, WriterMode};
 use spate_kafka::{CONSUMER_LAG, KafkaSource};
@@ -146,6 +146,53 @@ fn lag_gauge_is_reported_per_partition() {
     let zero: BTreeMap<i32, f64> = ends.keys().map(|&p| (p, 0.0)).collect();
     until("the lag to reach 0", || {
         values.gauges(CONSUMER_LAG, topic) == zero
+    });
+    let report = running.stop();
+    assert_eq!(report.status, ExitStatus::Clean, "{}", report.summary());
+}
+
+/// Issue 19: `spate_committed_offset{topic,partition}` reads the group's
+/// committed offset from the assignment on, not 0 until this run's first
+/// commit. The group committed 800 and 30 before the run; the sink hangs, so
+/// this run commits nothing; the gauge still reads 800 and 30 (it read 0
+/// when the checkpointer registered it at assignment). Once the sink
+/// accepts, it follows this run's commits to the end offsets.
+#[test]
+fn committed_offset_gauge_shows_the_groups_offset_before_the_first_commit() {
+    let (values, _serial) = recorder();
+    let (topic, group) = ("gauge", "g-gauge");
+    let (_mock, bootstrap) = mock(topic, 2);
+    produce(&bootstrap, topic, 2, 0..2_000);
+    let ends = end_offsets(&bootstrap, topic, 2);
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("group.id", group)
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Offset(800))
+        .unwrap();
+    tpl.add_partition_offset(topic, 1, Offset::Offset(30))
+        .unwrap();
+    c.commit(&tpl, CommitMode::Sync).expect("commit");
+    drop(c);
+
+    let writer = CaptureWriter::new();
+    writer.set_mode(WriterMode::Hang);
+    let source = KafkaSource::new(source_config(&bootstrap, topic, group, "range")).unwrap();
+    let running = run(source, writer.clone(), 1);
+    let before = BTreeMap::from([(0, 800.0), (1, 30.0)]);
+    until("the gauge to show the group's offsets", || {
+        values.gauges(COMMITTED_OFFSET, topic) == before
+    });
+    // Still so after several checkpoint intervals with nothing committed.
+    thread::sleep(Duration::from_millis(600));
+    assert_eq!(values.gauges(COMMITTED_OFFSET, topic), before);
+    writer.set_mode(WriterMode::Accept);
+    await_committed(&bootstrap, group, topic, &ends);
+    let want: BTreeMap<i32, f64> = ends.iter().map(|(&p, &e)| (p, e as f64)).collect();
+    until("the gauge to follow the commits", || {
+        values.gauges(COMMITTED_OFFSET, topic) == want
     });
     let report = running.stop();
     assert_eq!(report.status, ExitStatus::Clean, "{}", report.summary());

@@ -3,7 +3,9 @@
 //! (NDJSON into a topic) and `demo` (all of it on one machine).
 //!
 //! Exit codes: 0 clean; 1 bad usage or config; 2 shutdown abandoned data (it
-//! replays on the next start); 3 the pipeline or a check failed.
+//! replays on the next start); 3 the pipeline or a check failed; 4 clean,
+//! but a committed offset was out of range and reset (the summary's
+//! `offset_resets` names it).
 
 mod demo;
 
@@ -184,7 +186,11 @@ fn run(path: &std::path::Path) -> ExitCode {
     match run_config(&config) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("spate: {}", chain(&*e));
+            let why = chain(&*e);
+            eprintln!("spate: {why}");
+            // The same status line on stdout as after a run, so a failed
+            // start is read where a finished run is.
+            println!("spate: status=Failed polled=0 error: {why}");
             ExitCode::from(EXIT_FAILED)
         }
     }
@@ -255,7 +261,9 @@ fn check(path: &std::path::Path) -> ExitCode {
     let brokers = config.source.kafka.brokers.joined();
     for topic in &config.source.kafka.topics {
         if topic.starts_with('^') {
-            println!("kafka {brokers}: topic pattern {topic} (not checked)");
+            println!(
+                "kafka {brokers}: topic pattern {topic} (not checked; `spate run` waits for a matching topic)"
+            );
             continue;
         }
         match kafka_tools::partition_count(&brokers, topic, KAFKA_RPC) {
@@ -384,7 +392,7 @@ fn check(path: &std::path::Path) -> ExitCode {
                 }
                 Err(e) => {
                     problems += 1;
-                    println!("{endpoint}: PROBLEM: {e}");
+                    println!("{endpoint}: PROBLEM: {}", e.describe("probe"));
                 }
             }
         }

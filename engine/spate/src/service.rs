@@ -21,7 +21,9 @@ use spate_clickhouse::schema::{
     InsertOptions, RowFormat, TableSchema, per_row_defaults_refused, plan_insert, row_format,
 };
 use spate_clickhouse::time::TimeFormat;
-use spate_clickhouse::writer::{Credentials, HttpWriter, HttpWriterConfig, TlsOptions, tls};
+use spate_clickhouse::writer::{
+    Credentials, HttpWriter, HttpWriterConfig, SchemaProbeError, TlsOptions, tls,
+};
 use spate_core::pipeline::chain::{Decoder, PayloadDecoder, RecordCx, RecordError, Stage};
 use spate_core::pipeline::driver::ChainProcessor;
 use spate_core::pipeline::lines::LinesDecoder;
@@ -218,6 +220,9 @@ pub async fn plan(config: &Config) -> Result<Plan, ServiceError> {
             Ok(s) => {
                 schema = Some(s);
                 break;
+            }
+            Err(SchemaProbeError::Query(e)) => {
+                errors.push(format!("{url}: {}", e.describe("schema probe")));
             }
             Err(e) => errors.push(format!("{url}: {e}")),
         }

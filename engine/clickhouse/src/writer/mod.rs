@@ -539,7 +539,10 @@ impl HttpWriter {
     /// schema probe).
     ///
     /// # Errors
-    /// [`SchemaProbeError`]: the query failed, or the answer names no table.
+    /// [`SchemaProbeError`]: the query failed, or the answer names no table
+    /// (then `system.databases` tells a missing database,
+    /// [`SchemaError::NoSuchDatabase`](crate::schema::SchemaError::NoSuchDatabase),
+    /// from a missing table).
     pub async fn table_schema(&self, url: &str) -> Result<TableSchema, SchemaProbeError> {
         let answer = self
             .query(
@@ -547,11 +550,27 @@ impl HttpWriter {
                 &columns_query(&self.config.database, &self.config.table),
             )
             .await?;
-        Ok(TableSchema::from_json_each_row(
-            &self.config.database,
-            &self.config.table,
-            &answer,
-        )?)
+        match TableSchema::from_json_each_row(&self.config.database, &self.config.table, &answer) {
+            Err(crate::schema::SchemaError::NoSuchTable { database, table }) => {
+                // No columns: the table is missing, or its whole database.
+                let known = self
+                    .query(
+                        url,
+                        &format!(
+                            "SELECT count() FROM system.databases WHERE name = {}",
+                            crate::schema::quote_literal(&database)
+                        ),
+                    )
+                    .await?;
+                Err(if known.trim() == "0" {
+                    crate::schema::SchemaError::NoSuchDatabase { database }
+                } else {
+                    crate::schema::SchemaError::NoSuchTable { database, table }
+                }
+                .into())
+            }
+            other => Ok(other?),
+        }
     }
 
     /// Whether the server at `url` accepts `RowBinaryWithDefaults` input

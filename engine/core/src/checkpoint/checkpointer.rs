@@ -41,13 +41,12 @@ impl Checkpointer {
         &self.tracker
     }
 
-    /// Starts tracking `partition` at `epoch` and registers its gauge.
+    /// Starts tracking `partition` at `epoch`. Its committed-offset gauge is
+    /// registered at this run's first commit of it, not here: registered
+    /// now it would read 0 until then, as if the group had committed
+    /// nothing (the source may publish the group's committed offset at
+    /// assignment under the same name; the Kafka source does).
     pub fn assign(&mut self, partition: TopicPartition, epoch: Epoch) {
-        self.committed.entry(partition.clone()).or_insert_with(|| {
-            ::metrics::gauge!(m::COMMITTED_OFFSET,
-                "topic" => partition.topic().to_owned(),
-                "partition" => partition.partition().to_string())
-        });
         self.tracker.assign(partition, epoch);
     }
 
@@ -105,9 +104,14 @@ impl Checkpointer {
     pub fn mark_committed(&mut self, commits: &[CommitOffset]) {
         for c in commits {
             self.tracker.mark_committed(c);
-            if let Some(g) = self.committed.get(&c.partition) {
-                g.set(c.offset as f64);
+            // Registered at the first commit (see `assign`); no clone after.
+            if !self.committed.contains_key(&c.partition) {
+                let gauge = ::metrics::gauge!(m::COMMITTED_OFFSET,
+                    "topic" => c.partition.topic().to_owned(),
+                    "partition" => c.partition.partition().to_string());
+                self.committed.insert(c.partition.clone(), gauge);
             }
+            self.committed[&c.partition].set(c.offset as f64);
         }
     }
 }

@@ -33,7 +33,7 @@ use crate::pipeline::{
 };
 use crate::record::{Epoch, TopicPartition};
 use crate::sink::{SinkPool, Writer};
-use crate::source::{AssignmentEvent, CommitOffset, Source, SourceError};
+use crate::source::{AssignmentEvent, CommitOffset, OffsetReset, Source, SourceError};
 
 pub(crate) struct Controller<S: Source, W: Writer, H> {
     pub(crate) source: S,
@@ -49,6 +49,7 @@ pub(crate) struct Controller<S: Source, W: Writer, H> {
     pub(crate) committed: BTreeMap<TopicPartition, CommitOffset>,
     pub(crate) revoked: BTreeMap<(TopicPartition, Epoch), Option<u64>>,
     pub(crate) frozen: Vec<FailedBatch>,
+    pub(crate) offset_resets: Vec<OffsetReset>,
     pub(crate) error: Option<PipelineError>,
 }
 
@@ -119,6 +120,7 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
             match r.result {
                 Ok(()) => entry.0 = true,
                 Err(e) => {
+                    let e = e.describe("probe");
                     tracing::warn!(endpoint = %r.endpoint, error = %e, "replica probe failed");
                     entry.1.push(format!("{}: {e}", r.endpoint));
                 }
@@ -182,6 +184,7 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
                 }
             }
         }
+        self.offset_resets.extend(self.source.take_offset_resets());
         if !revoking.is_empty() {
             self.revoke(revoking).await;
         }
@@ -284,6 +287,7 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
         self.take_events();
         self.checkpointer.apply_ready();
         self.commit();
+        self.offset_resets.extend(self.source.take_offset_resets());
         let mut frozen = std::mem::take(&mut self.frozen);
         frozen.extend(self.checkpointer.tracker().failures());
         let c = &self.counters;
@@ -295,6 +299,8 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
             // whose partitions were re-read under a later epoch are counted in
             // `sink` but leave nothing behind.
             ExitStatus::Abandoned
+        } else if !self.offset_resets.is_empty() {
+            ExitStatus::OffsetReset
         } else {
             ExitStatus::Clean
         };
@@ -307,6 +313,7 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
             sink,
             committed: self.committed.into_values().collect(),
             frozen,
+            offset_resets: self.offset_resets,
             error: self.error,
             status,
         };

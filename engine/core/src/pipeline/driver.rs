@@ -355,30 +355,116 @@ impl<L: Lane, P: Processor> Driver<L, P> {
     }
 }
 
+/// Skips logged at WARN before the pacing starts (see [`skip`]).
+const SKIPS_LOGGED_IN_FULL: u64 = 10;
+
+/// Whether the `nth` skip of a driver is logged at WARN: the first
+/// [`SKIPS_LOGGED_IN_FULL`], then every power of two.
+fn skip_logged(nth: u64) -> bool {
+    nth <= SKIPS_LOGGED_IN_FULL || nth.is_power_of_two()
+}
+
+/// The last skip logged at WARN among the first `n` (0 when `n` is 0).
+fn last_logged(n: u64) -> u64 {
+    if n <= SKIPS_LOGGED_IN_FULL {
+        return n;
+    }
+    let pow = 1u64 << (63 - n.leading_zeros());
+    pow.max(SKIPS_LOGGED_IN_FULL)
+}
+
+/// For a skip logged at WARN (`skip_logged(nth)`): how many skips were not
+/// logged between it and the logged one before it.
+fn suppressed_before(nth: u64) -> u64 {
+    debug_assert!(skip_logged(nth), "skip {nth} is not logged");
+    nth.saturating_sub(last_logged(nth.saturating_sub(1)) + 1)
+}
+
+/// After `n` skips: how many followed the last one logged at WARN.
+fn suppressed_after(n: u64) -> u64 {
+    n - last_logged(n)
+}
+
+impl<L, P> Drop for Driver<L, P> {
+    /// At the end of the run, says how many skips the pacing kept off the
+    /// WARN log since the last one it showed (issue 19: paced, and saying
+    /// so).
+    fn drop(&mut self) {
+        let suppressed = suppressed_after(self.skips);
+        if suppressed > 0 {
+            tracing::warn!(
+                suppressed,
+                skipped_by_this_thread = self.skips,
+                "{suppressed} more skipped record(s) suppressed since the last one logged \
+                 (spate_records_skipped_total counts every one; RUST_LOG=spate_core=debug \
+                 logs each)"
+            );
+        }
+    }
+}
+
 /// Logs and dead-letters a skipped record; `nth` counts this driver's
 /// skips. The first ten and then every power of two go out at WARN with
 /// partition, offset and reason, so a user without a dead-letter topic can
 /// find them, while a flood of bad records cannot flood the log (the
 /// `spate_records_skipped_total` metric counts every one); the rest at
-/// DEBUG.
+/// DEBUG. A paced WARN line says how many were suppressed since the one
+/// before it, and the driver says how many followed the last one when it
+/// ends (its `Drop`).
 fn skip(
     dead_letter: &Option<Arc<dyn DeadLetter>>,
     payload: &Payload<'_>,
     error: &RecordError,
     nth: u64,
 ) {
-    if nth <= 10 || nth.is_power_of_two() {
-        tracing::warn!(
-            partition = %payload.partition,
-            offset = payload.offset,
-            %error,
-            skipped_by_this_thread = nth,
-            "record skipped (on_error: skip)"
-        );
+    if skip_logged(nth) {
+        let suppressed = suppressed_before(nth);
+        if suppressed == 0 {
+            tracing::warn!(
+                partition = %payload.partition,
+                offset = payload.offset,
+                %error,
+                skipped_by_this_thread = nth,
+                "record skipped (on_error: skip)"
+            );
+        } else {
+            tracing::warn!(
+                partition = %payload.partition,
+                offset = payload.offset,
+                %error,
+                skipped_by_this_thread = nth,
+                suppressed,
+                "record skipped (on_error: skip); {suppressed} more suppressed since the last \
+                 one logged (spate_records_skipped_total counts every one)"
+            );
+        }
     } else {
         tracing::debug!(partition = %payload.partition, offset = payload.offset, %error, "record skipped");
     }
     if let Some(dl) = dead_letter {
         dl.dead_letter(payload, error);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 19: the paced WARN lines say how many skips they left out.
+    /// Over the first 100 skips, the logged ones plus what each says it
+    /// suppressed, plus what the end says, account for every skip.
+    #[test]
+    fn paced_skip_lines_account_for_every_skip() {
+        let logged: Vec<u64> = (1..=100).filter(|&n| skip_logged(n)).collect();
+        assert_eq!(logged, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 16, 32, 64]);
+        let said: Vec<u64> = logged.iter().map(|&n| suppressed_before(n)).collect();
+        assert_eq!(said, [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5, 15, 31]);
+        assert_eq!(suppressed_after(100), 36, "65..=100");
+        let total = logged.len() as u64 + said.iter().sum::<u64>() + suppressed_after(100);
+        assert_eq!(total, 100);
+        assert_eq!(suppressed_after(64), 0);
+        assert_eq!(suppressed_after(7), 0);
+        assert_eq!(suppressed_after(0), 0);
+        assert_eq!(suppressed_after(12), 2);
     }
 }

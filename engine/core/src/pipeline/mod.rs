@@ -34,7 +34,7 @@ use crate::pipeline::chain::RecordError;
 use crate::pipeline::terminal::ChunkConfig;
 use crate::record::{Offset, Payload, TopicPartition};
 use crate::sink::{ConfigError, DrainReport, SinkConfig};
-use crate::source::{CommitOffset, SourceError};
+use crate::source::{CommitOffset, OffsetReset, SourceError};
 
 /// Smallest `pipeline.idle_poll`: below it an idle thread spins.
 pub const IDLE_POLL_MIN: Duration = Duration::from_micros(100);
@@ -256,6 +256,12 @@ pub enum ExitStatus {
     /// The pipeline stopped on an error (record failure, source, sink, probe).
     /// Exit code 3.
     Failed,
+    /// Everything read was delivered and committed as for [`Self::Clean`],
+    /// but a committed offset was out of range and the source reset it
+    /// ([`RunReport::offset_resets`] names each): data was skipped (deleted
+    /// by retention before it was read) or read again. Not spate's loss, but
+    /// an operator must look: exit code 4.
+    OffsetReset,
 }
 
 impl ExitStatus {
@@ -265,6 +271,7 @@ impl ExitStatus {
             ExitStatus::Clean => 0,
             ExitStatus::Abandoned => 2,
             ExitStatus::Failed => 3,
+            ExitStatus::OffsetReset => 4,
         }
     }
 }
@@ -288,6 +295,8 @@ pub struct RunReport {
     pub committed: Vec<CommitOffset>,
     /// Partitions frozen at a failed batch.
     pub frozen: Vec<FailedBatch>,
+    /// Committed offsets the source found out of range and reset.
+    pub offset_resets: Vec<OffsetReset>,
     /// The error that stopped the run, if any.
     pub error: Option<PipelineError>,
     /// The exit status.
@@ -304,8 +313,24 @@ impl RunReport {
             .iter()
             .map(|c| format!("{}={}", c.partition, c.offset))
             .collect();
+        let resets = if self.offset_resets.is_empty() {
+            String::new()
+        } else {
+            let each: Vec<String> = self.offset_resets.iter().map(ToString::to_string).collect();
+            format!(" offset_resets=[{}]", each.join("; "))
+        };
+        // A stop at a failed batch names the sink's reason (the server's
+        // code and text), as a record failure names its column.
+        let cause = match (&self.error, self.status) {
+            (Some(PipelineError::AcksFailed(_)), _) | (None, ExitStatus::Abandoned) => self
+                .sink
+                .first_abandon_cause()
+                .map(|(shard, why)| format!(" cause: shard {shard}: {why}"))
+                .unwrap_or_default(),
+            _ => String::new(),
+        };
         format!(
-            "status={:?} polled={} rows={} skipped={} delivered_rows={} abandoned_rows={} committed_by_this_run=[{}]{}",
+            "status={:?} polled={} rows={} skipped={} delivered_rows={} abandoned_rows={} committed_by_this_run=[{}]{resets}{}{cause}",
             self.status,
             self.polled,
             self.rows_encoded,
@@ -359,6 +384,94 @@ impl Shutdown {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn report(status: ExitStatus, error: Option<PipelineError>) -> RunReport {
+        RunReport {
+            polled: 10,
+            rows_encoded: 10,
+            skipped: 0,
+            failed_records: 0,
+            polls: 1,
+            sink: DrainReport::default(),
+            committed: Vec::new(),
+            frozen: Vec::new(),
+            offset_resets: Vec::new(),
+            error,
+            status,
+        }
+    }
+
+    /// Issue 19: a stop at a failed batch names the sink's reason.
+    #[test]
+    fn the_summary_of_a_sink_failure_names_its_cause() {
+        let failed = FailedBatch {
+            partition: TopicPartition::new("t", 3),
+            epoch: 1,
+            seq: 0,
+            first: 17,
+        };
+        let mut r = report(
+            ExitStatus::Failed,
+            Some(PipelineError::AcksFailed(vec![failed])),
+        );
+        r.sink.shards = vec![
+            crate::sink::ShardReport::default(),
+            crate::sink::ShardReport {
+                shard: 1,
+                batches_abandoned: 1,
+                first_abandon_cause: Some("fatal write error: ClickHouse code 60: no table".into()),
+                ..Default::default()
+            },
+        ];
+        let s = r.summary();
+        assert!(
+            s.ends_with(
+                "error: 1 partition(s) stopped committing at a failed batch (first: t/3 offset 17) \
+                 cause: shard 1: fatal write error: ClickHouse code 60: no table"
+            ),
+            "{s}"
+        );
+        // A record failure names its own cause; no sink cause is added.
+        r.error = Some(PipelineError::Thread("x".into()));
+        assert!(!r.summary().contains("cause:"), "{}", r.summary());
+    }
+
+    /// Issue 19: an out-of-range committed offset is named, and the status
+    /// (exit 4) says it.
+    #[test]
+    fn the_summary_names_offset_resets() {
+        let mut r = report(ExitStatus::OffsetReset, None);
+        r.offset_resets = vec![
+            OffsetReset {
+                partition: TopicPartition::new("t", 0),
+                committed: 3,
+                low: 40,
+                high: 90,
+                reset_to: Some(40),
+                policy: "auto.offset.reset=earliest".into(),
+            },
+            OffsetReset {
+                partition: TopicPartition::new("t", 1),
+                committed: 500,
+                low: 0,
+                high: 20,
+                reset_to: None,
+                policy: "auto.offset.reset=error".into(),
+            },
+        ];
+        let s = r.summary();
+        assert!(s.starts_with("status=OffsetReset "), "{s}");
+        assert!(
+            s.ends_with(
+                "offset_resets=[t/0 committed 3 outside [40, 90] (below the low watermark: data \
+                 deleted before it was read): reset to 40 (auto.offset.reset=earliest); t/1 \
+                 committed 500 outside [0, 20] (beyond the log end): not reset \
+                 (auto.offset.reset=error)]"
+            ),
+            "{s}"
+        );
+        assert_eq!(ExitStatus::OffsetReset.code(), 4);
+    }
 
     #[test]
     fn idle_backoff_doubles_to_its_cap_and_a_busy_round_resets_it() {

@@ -308,6 +308,7 @@ where
             committed: BTreeMap::new(),
             revoked: BTreeMap::new(),
             frozen: Vec::new(),
+            offset_resets: Vec::new(),
             error: None,
         }
     }
@@ -346,6 +347,7 @@ fn failed_before_start(error: PipelineError) -> RunReport {
         sink: DrainReport::default(),
         committed: Vec::new(),
         frozen: Vec::new(),
+        offset_resets: Vec::new(),
         error: Some(error),
         status: ExitStatus::Failed,
     }

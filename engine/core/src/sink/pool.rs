@@ -116,6 +116,22 @@ pub(crate) struct ShardStats {
     pub(crate) batches_abandoned: AtomicU64,
     pub(crate) retries: AtomicU64,
     pub(crate) possible_duplicates: AtomicU64,
+    /// Why the shard's first batch was abandoned (the run report's cause).
+    /// Written once, off the hot path (an abandon is the end of a run).
+    pub(crate) first_abandon: std::sync::Mutex<Option<String>>,
+}
+
+impl ShardStats {
+    /// Keeps `cause` as the shard's abandon cause unless one is kept already.
+    pub(crate) fn note_abandon(&self, cause: impl FnOnce() -> String) {
+        let mut first = self
+            .first_abandon
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if first.is_none() {
+            *first = Some(cause());
+        }
+    }
 }
 
 /// One shard's totals over the pool's life, as reported by [`SinkPool::drain`].
@@ -142,6 +158,10 @@ pub struct ShardReport {
     pub possible_duplicates: u64,
     /// Whether the worker ignored the deadline and was aborted after the grace.
     pub forced_abort: bool,
+    /// Why the shard's first batch was abandoned: the last error of its
+    /// write (the server's code and text, the endpoint, how many attempts),
+    /// or the drain deadline. `None` when nothing was abandoned.
+    pub first_abandon_cause: Option<String>,
 }
 
 /// What a drain found: per shard totals.
@@ -165,6 +185,14 @@ impl DrainReport {
     /// Batches abandoned over all shards.
     pub fn batches_abandoned(&self) -> u64 {
         self.shards.iter().map(|s| s.batches_abandoned).sum()
+    }
+
+    /// The first shard (in shard order) that abandoned a batch, with why
+    /// ([`ShardReport::first_abandon_cause`]).
+    pub fn first_abandon_cause(&self) -> Option<(usize, &str)> {
+        self.shards
+            .iter()
+            .find_map(|s| Some((s.shard, s.first_abandon_cause.as_deref()?)))
     }
 
     /// Rows abandoned over all shards.
@@ -377,6 +405,17 @@ impl ShardShared {
             retries: st.retries.load(Ordering::Relaxed),
             possible_duplicates: st.possible_duplicates.load(Ordering::Relaxed),
             forced_abort,
+            first_abandon_cause: if forced_abort {
+                Some("the worker ignored the drain deadline and was aborted".to_owned())
+            } else {
+                None
+            }
+            .or_else(|| {
+                st.first_abandon
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .clone()
+            }),
         }
     }
 }

@@ -153,6 +153,7 @@ pub(crate) async fn run<W: Writer>(args: WorkerArgs<W>) {
                     // Count it like any abandoned batch (D6).
                     shared.stats.batches_abandoned.fetch_add(1, Ordering::Relaxed);
                     shared.metrics.batches_abandoned.increment(1);
+                    shared.stats.note_abandon(|| format!("a write task failed: {e}"));
                     tracing::error!(shard = shared.shard, error = %e, "write task failed; batch abandoned");
                 }
             }
@@ -240,6 +241,9 @@ async fn abandon_at_deadline(
             .batches_abandoned
             .fetch_add(batches, Ordering::Relaxed);
         shared.metrics.batches_abandoned.increment(batches);
+        shared.stats.note_abandon(|| {
+            format!("shutdown.drain_timeout passed with {batches} batch(es) not written")
+        });
         tracing::error!(
             shard = shared.shard,
             batches,
@@ -382,6 +386,7 @@ async fn write_batch<W: Writer>(
                 Abandon::Fatal(e) => ("fatal error", e),
                 Abandon::Exhausted(e) => ("attempts exhausted", e),
             };
+            st.note_abandon(|| format!("{err} ({why} after {failures} attempt(s))"));
             tracing::error!(
                 shard = shared.shard, token = batch.token(), rows = batch.rows(),
                 attempts = failures, ranges = ?batch.ranges(), error = %err,

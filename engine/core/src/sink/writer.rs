@@ -83,6 +83,18 @@ impl WriteError {
         }
     }
 
+    /// The error in words for a request that is not a write (a probe, a
+    /// query): `describe("schema probe")` reads "fatal schema probe error:
+    /// ..." where the Display form says "write error".
+    pub fn describe(&self, what: &str) -> String {
+        let kind = match self.kind {
+            WriteErrorKind::Retryable => "retryable",
+            WriteErrorKind::Ambiguous => "ambiguous",
+            WriteErrorKind::Fatal => "fatal",
+        };
+        format!("{kind} {what} error: {}", self.message)
+    }
+
     /// Whether the error is [`WriteErrorKind::Fatal`].
     pub fn is_fatal(&self) -> bool {
         self.kind == WriteErrorKind::Fatal

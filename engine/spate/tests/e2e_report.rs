@@ -1,0 +1,430 @@
+//! What `spate run` tells a user when something went wrong (issue 19, "a
+//! user cannot tell what happened"): the real binary against an embedded
+//! broker (librdkafka's mock cluster) in this process and the real
+//! ClickHouse at `SPATE_CLICKHOUSE_URL` (skipped without it, as `e2e.rs`).
+//! Each test asserts on the summary line (stdout) and the exit status:
+//!
+//! - a sink failure mid-run (the table dropped: ClickHouse code 60) names
+//!   the server's reason after "stopped committing", exit 3;
+//! - a wrong password (code 193) and a misspelt database at start: a
+//!   "schema probe error", and "database ... does not exist", exit 3;
+//! - a committed offset out of range: `status=OffsetReset` with partition,
+//!   committed offset and where it reset to, exit 4;
+//! - paced skip warnings say how many they suppressed, at the pacing points
+//!   and when the run ends;
+//! - a `^pattern` matching no topic yet: the run waits, then reads the
+//!   topic once it is created, exit 0.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use spate::kafka_tools;
+
+/// `config(...)` with `extra` lines added to `sink.clickhouse`.
+fn with_sink_lines(yaml: &str, table: &str, extra: &str) -> String {
+    let from = format!("    table: {table}\n");
+    let out = yaml.replace(&from, &format!("{from}{extra}"));
+    assert_ne!(out, yaml, "sink lines added");
+    out
+}
+
+/// Commits `offset` for `topic`/`partition` as `group` (no member yet: the
+/// mock accepts it).
+fn commit_as_group(brokers: &str, group: &str, topic: &str, partition: i32, offset: i64) {
+    let c: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", group)
+        .create()
+        .unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, rdkafka::Offset::Offset(offset))
+        .unwrap();
+    c.commit(&tpl, CommitMode::Sync).expect("commit");
+}
+
+/// Issue 19: after a sink failure the summary said only "N partition(s)
+/// stopped committing"; the server's reason was on stderr alone. Dropping
+/// the table mid-run makes the next insert fail with code 60: the summary
+/// names it, exit 3.
+#[test]
+fn a_sink_failure_names_the_servers_reason_in_the_summary() {
+    let Some(url) = clickhouse_url() else {
+        return;
+    };
+    let table = Table::create(&url, "sinkcause");
+    let (topic, partitions) = ("sinkcause", 2);
+    let mock = kafka_tools::start_broker(topic, partitions).unwrap();
+    let brokers = mock.bootstrap_servers();
+    produce(
+        &brokers,
+        topic,
+        partitions,
+        &(0..100).map(flight_row).collect::<Vec<_>>(),
+    );
+    let port = free_port();
+    let group = format!("e2e-sinkcause-{}", std::process::id());
+    let mut spate = Spate::start(
+        "sinkcause",
+        &config(
+            &group,
+            &brokers,
+            topic,
+            &url,
+            &table.name,
+            port,
+            "{ policy: fail }",
+        ),
+    );
+    await_commits(&spate, &brokers, &group, topic, partitions, port);
+    table.query(&format!("DROP TABLE default.{}", table.name));
+    produce(
+        &brokers,
+        topic,
+        partitions,
+        &(100..200).map(flight_row).collect::<Vec<_>>(),
+    );
+    let (code, out) = spate.wait_exit(DELIVERY);
+    println!("{out}");
+    let logs = spate.logs();
+    assert_eq!(code, Some(3), "stdout: {out}\nlog: {logs}");
+    for part in [
+        "status=Failed",
+        "stopped committing at a failed batch",
+        "cause: shard 0: fatal write error: ClickHouse code 60",
+        &table.name,
+        "attempt(s))",
+    ] {
+        assert!(
+            out.contains(part),
+            "`{part}` missing from the summary: {out}"
+        );
+    }
+}
+
+/// Issue 19: a schema probe failure at start said "write error", and a
+/// misspelt database "table does not exist". A wrong password (code 193)
+/// is a schema probe error; a database the server lacks is named as such
+/// (system.databases); both exit 3 with the status line on stdout.
+#[test]
+fn a_wrong_password_and_a_missing_database_are_named_at_start() {
+    let Some(url) = clickhouse_url() else {
+        return;
+    };
+    let table = Table::create(&url, "startcause");
+    let topic = "startcause";
+    let mock = kafka_tools::start_broker(topic, 1).unwrap();
+    let brokers = mock.bootstrap_servers();
+    let base = config(
+        "startcause",
+        &brokers,
+        topic,
+        &url,
+        &table.name,
+        free_port(),
+        "{ policy: fail }",
+    );
+
+    let yaml = with_sink_lines(
+        &base,
+        &table.name,
+        "    user: default\n    password: not-the-password\n",
+    );
+    let (code, out) = Spate::start("startcause-pw", &yaml).wait_exit(EXIT);
+    println!("{out}");
+    assert_eq!(code, Some(3), "{out}");
+    for part in ["status=Failed", "schema probe error", "ClickHouse code 193"] {
+        assert!(out.contains(part), "`{part}` missing: {out}");
+    }
+    assert!(
+        !out.contains("write error"),
+        "a probe is not a write: {out}"
+    );
+
+    let db = format!("nodb_{}", std::process::id());
+    let yaml = with_sink_lines(&base, &table.name, &format!("    database: {db}\n"));
+    let (code, out) = Spate::start("startcause-db", &yaml).wait_exit(EXIT);
+    println!("{out}");
+    assert_eq!(code, Some(3), "{out}");
+    assert!(
+        out.contains(&format!("database {db} does not exist")),
+        "the database is named: {out}"
+    );
+    assert!(
+        !out.contains("system.columns"),
+        "not a missing table: {out}"
+    );
+}
+
+/// Issue 19: an out-of-range committed offset was logged and counted while
+/// the summary said `status=Clean` and the exit was 0. The group committed
+/// 500 on a partition holding 20 messages: librdkafka resets to `earliest`,
+/// every row lands, and the summary names partition, committed offset,
+/// range and where it reset to, with `status=OffsetReset` and exit 4.
+#[test]
+fn an_out_of_range_committed_offset_is_named_and_exits_4() {
+    let Some(url) = clickhouse_url() else {
+        return;
+    };
+    let table = Table::create(&url, "oor");
+    let topic = "oor";
+    let mock = kafka_tools::start_broker(topic, 1).unwrap();
+    let brokers = mock.bootstrap_servers();
+    produce(
+        &brokers,
+        topic,
+        1,
+        &(0..20).map(flight_row).collect::<Vec<_>>(),
+    );
+    let group = format!("e2e-oor-{}", std::process::id());
+    commit_as_group(&brokers, &group, topic, 0, 500);
+    let port = free_port();
+    let spate = Spate::start(
+        "oor",
+        &config(
+            &group,
+            &brokers,
+            topic,
+            &url,
+            &table.name,
+            port,
+            "{ policy: fail }",
+        ),
+    );
+    await_commits(&spate, &brokers, &group, topic, 1, port);
+    let logs = spate.logs();
+    let (code, out) = spate.terminate();
+    println!("{out}");
+    assert_eq!(code, Some(4), "stdout: {out}\nlog: {logs}");
+    assert!(out.contains("status=OffsetReset"), "{out}");
+    assert!(
+        out.contains(
+            "offset_resets=[oor/0 committed 500 outside [0, 20] (beyond the log end): reset to 0 \
+             (auto.offset.reset=earliest)]"
+        ),
+        "{out}"
+    );
+    let distinct = table.number(&format!("SELECT uniqExact(id) FROM default.{}", table.name));
+    assert_eq!(distinct, 20);
+}
+
+/// Issue 19: skipped-record warnings were paced without saying so. 30 bad
+/// records on one partition (one pipeline thread): WARN lines for skips
+/// 1..=10 and 16 (which says 5 more were suppressed), and at the end of the
+/// run a line for the 14 after it.
+#[test]
+fn paced_skip_warnings_say_how_many_were_suppressed() {
+    let Some(url) = clickhouse_url() else {
+        return;
+    };
+    let table = Table::create(&url, "paced");
+    let topic = "paced";
+    let mock = kafka_tools::start_broker(topic, 1).unwrap();
+    let brokers = mock.bootstrap_servers();
+    let mut lines: Vec<String> = (0..30).map(|i| format!("{{not json {i}")).collect();
+    lines.push(flight_row(1));
+    produce(&brokers, topic, 1, &lines);
+    let port = free_port();
+    let group = format!("e2e-paced-{}", std::process::id());
+    let spate = Spate::start(
+        "paced",
+        &config(
+            &group,
+            &brokers,
+            topic,
+            &url,
+            &table.name,
+            port,
+            "{ policy: skip }",
+        ),
+    );
+    await_commits(&spate, &brokers, &group, topic, 1, port);
+    let (code, out) = spate_terminate_with_logs(spate);
+    let (code, logs) = (code, out.1);
+    assert_eq!(code, Some(0), "stdout: {}\nlog: {logs}", out.0);
+    assert!(out.0.contains("skipped=30"), "{}", out.0);
+    let warned = logs
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("record skipped (on_error: skip)"))
+        .count();
+    assert_eq!(warned, 11, "{logs}");
+    assert!(
+        logs.contains("5 more suppressed since the last one logged"),
+        "{logs}"
+    );
+    assert!(
+        logs.contains("14 more skipped record(s) suppressed since the last one logged"),
+        "{logs}"
+    );
+}
+
+/// SIGTERM, wait, then the log as well: ((exit code), (stdout, log)).
+fn spate_terminate_with_logs(mut spate: Spate) -> (Option<i32>, (String, String)) {
+    spate.signal("-TERM");
+    let (code, out) = spate.wait_exit(EXIT);
+    (code, (out, spate.logs()))
+}
+
+/// Issue 19: a `^pattern` subscription matching no topic yet exited 3 at
+/// once ("UnknownTopicOrPartition") while `spate check` passed. Now the run
+/// waits in its group (an INFO line says so), reads the topic once it is
+/// created, and exits 0 on SIGTERM.
+#[test]
+fn a_pattern_matching_no_topic_yet_waits_for_one() {
+    let Some(url) = clickhouse_url() else {
+        return;
+    };
+    let table = Table::create(&url, "pattern");
+    let mock = kafka_tools::start_broker("unrelated", 1).unwrap();
+    let brokers = mock.bootstrap_servers();
+    let port = free_port();
+    let group = format!("e2e-pattern-{}", std::process::id());
+    let yaml = config(
+        &group,
+        &brokers,
+        "\"^later\\\\..*\"",
+        &url,
+        &table.name,
+        port,
+        "{ policy: fail }",
+    )
+    .replace(
+        "properties: {",
+        "properties: { topic.metadata.refresh.interval.ms: \"500\",",
+    );
+    let mut spate = Spate::start("pattern", &yaml);
+    let deadline = Instant::now() + Duration::from_secs(6);
+    while Instant::now() < deadline {
+        assert!(
+            spate.child.try_wait().unwrap().is_none(),
+            "spate exited while waiting for a topic: {}",
+            spate.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        spate.logs().contains("matches no topic yet"),
+        "{}",
+        spate.logs()
+    );
+    mock.create_topic("later.a", 2, 1).unwrap();
+    produce(
+        &brokers,
+        "later.a",
+        2,
+        &(0..50).map(flight_row).collect::<Vec<_>>(),
+    );
+    await_commits(&spate, &brokers, &group, "later.a", 2, port);
+    let (code, out) = spate.terminate();
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(
+        table.number(&format!("SELECT uniqExact(id) FROM default.{}", table.name)),
+        50
+    );
+}
+
+/// Issue 19: a process restarted after a crash waited for the old member's
+/// session to expire (45 s by default). With static membership
+/// (`group.instance.id` in `source.kafka.properties`) the restart replaces
+/// the old member at once. `session.timeout.ms` is 45 s here; the restart
+/// must commit the new data well before that (25 s covers the join and a
+/// round of commits on a real broker).
+///
+/// Needs a real Kafka broker at `SPATE_KAFKA_BROKERS`: librdkafka's mock
+/// cluster matches a rejoining member by member id only, never by
+/// `group.instance.id` (librdkafka 2.12 `rdkafka_mock_cgrp.c`), so there a
+/// restart always waits for the old session. Skipped (with a line saying
+/// so) without it.
+#[test]
+fn a_restart_with_static_membership_rejoins_without_waiting_for_the_session() {
+    let Some(url) = clickhouse_url() else {
+        return;
+    };
+    let Ok(brokers) = std::env::var("SPATE_KAFKA_BROKERS") else {
+        println!(
+            "skipped: SPATE_KAFKA_BROKERS not set (static membership needs a real broker; \
+             the mock cluster does not implement it)"
+        );
+        return;
+    };
+    let table = Table::create(&url, "static");
+    let topic = format!("spate-static-{}", std::process::id());
+    let partitions = 2;
+    {
+        use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+        let admin: AdminClient<rdkafka::client::DefaultClientContext> =
+            rdkafka::ClientConfig::new()
+                .set("bootstrap.servers", &brokers)
+                .create()
+                .unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let created = rt
+            .block_on(admin.create_topics(
+                &[NewTopic::new(
+                    &topic,
+                    partitions,
+                    TopicReplication::Fixed(1),
+                )],
+                &AdminOptions::new(),
+            ))
+            .unwrap();
+        for r in created {
+            r.unwrap_or_else(|(t, e)| panic!("create topic {t}: {e}"));
+        }
+    }
+    produce(
+        &brokers,
+        &topic,
+        partitions,
+        &(0..100).map(flight_row).collect::<Vec<_>>(),
+    );
+    let port = free_port();
+    let group = format!("e2e-static-{}", std::process::id());
+    let yaml = config(
+        &group,
+        &brokers,
+        &topic,
+        &url,
+        &table.name,
+        port,
+        "{ policy: fail }",
+    )
+    .replace(
+        "properties: { session.timeout.ms: \"6000\", heartbeat.interval.ms: \"500\" }",
+        "properties: { session.timeout.ms: \"45000\", heartbeat.interval.ms: \"1000\", \
+             group.instance.id: \"spate-static-1\" }",
+    );
+    assert!(yaml.contains("group.instance.id"), "{yaml}");
+    let mut first = Spate::start("static", &yaml);
+    await_commits(&first, &brokers, &group, &topic, partitions, port);
+    // A crash: no LeaveGroup (a static member sends none anyway).
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    produce(
+        &brokers,
+        &topic,
+        partitions,
+        &(100..200).map(flight_row).collect::<Vec<_>>(),
+    );
+    let restarted_at = Instant::now();
+    let second = Spate::start("static", &yaml);
+    await_commits(&second, &brokers, &group, &topic, partitions, port);
+    let took = restarted_at.elapsed();
+    println!("restart with group.instance.id committed the new data after {took:?}");
+    assert!(
+        took < Duration::from_secs(25),
+        "the restart waited {took:?}: the old member's session (45 s) was waited out\n{}",
+        second.logs()
+    );
+    let (code, out) = second.terminate();
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(
+        table.number(&format!("SELECT uniqExact(id) FROM default.{}", table.name)),
+        200
+    );
+}
