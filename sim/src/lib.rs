@@ -25,4 +25,5 @@ pub mod broker;
 pub mod clickhouse;
 pub mod config;
 pub mod harness;
+pub mod planted;
 pub mod world;

@@ -168,7 +168,12 @@ pub struct World {
 impl World {
     /// A fresh world for `cfg`: empty logs, nothing committed.
     pub fn new(cfg: SimConfig) -> Self {
-        let rng = SmallRng::seed_from_u64(cfg.seed ^ 0xB0B0_CAFE_0000_0002);
+        let mut rng_seed = cfg.seed ^ 0xB0B0_CAFE_0000_0002;
+        if crate::planted::planted(crate::planted::SimBug::Nondeterminism) {
+            static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            rng_seed ^= RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        let rng = SmallRng::seed_from_u64(rng_seed);
         Self {
             rng,
             base: Duration::ZERO,

@@ -17,7 +17,10 @@
 //!   the liveness bound, and the final shutdown is clean (nothing vanishes: a
 //!   record ends delivered, or the run says it did not, D6);
 //! - **replication** (a check of the simulator itself): once healed, every
-//!   replica holds every part its shard accepted.
+//!   replica holds every part its shard accepted;
+//! - **determinism (D7)**, in campaigns: 1% of the seeds (those that are a
+//!   multiple of [`RECHECK_EVERY`]) run twice and must leave the same full
+//!   trace; a difference names the first diverging line of both runs.
 //!
 //! Duplicates are counted, not failed (at-least-once allows them).
 
@@ -28,6 +31,7 @@ use spate_core::pipeline::ExitStatus;
 use spate_core::sink::DRAIN_GRACE;
 use spate_sim::config::{FaultKind, SimConfig};
 use spate_sim::harness::{CHUNK_BYTES, SimOutcome, run_config};
+use spate_sim::world::TraceLine;
 
 pub mod shrink;
 
@@ -44,6 +48,44 @@ pub struct Violation {
     pub oracle: &'static str,
     /// What exactly.
     pub detail: String,
+}
+
+/// Campaigns re-run every seed that is a multiple of this (1% of any run of
+/// consecutive seeds, fresh ones included) and compare the two traces (D7).
+pub const RECHECK_EVERY: u64 = 100;
+
+/// Whether a campaign re-runs `seed` for the determinism check.
+pub fn rechecked(seed: u64) -> bool {
+    seed % RECHECK_EVERY == 0
+}
+
+/// Runs `first`'s configuration again and compares the full traces (D7):
+/// `None` when they are equal line for line (and so are their hashes), else
+/// a `D7 determinism` violation naming the first line where they part, as
+/// each run has it.
+pub fn determinism(first: &SimOutcome) -> Option<Violation> {
+    let again = run_config(first.world.cfg.clone());
+    let (a, b) = (&first.world.trace, &again.world.trace);
+    if first.trace_hash == again.trace_hash && a == b {
+        return None;
+    }
+    let i = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    let line = |t: &[TraceLine]| {
+        t.get(i).map_or("<trace ended>".to_owned(), |l| {
+            format!("{} ms {}", l.at_ms, l.what)
+        })
+    };
+    Some(Violation {
+        oracle: "D7 determinism",
+        detail: format!(
+            "seed {} re-run diverged at trace line {i} (hashes {:016x} / {:016x}): first run `{}`, re-run `{}`",
+            first.world.cfg.seed,
+            first.trace_hash,
+            again.trace_hash,
+            line(a),
+            line(b)
+        ),
+    })
 }
 
 /// Judges one run.
@@ -258,6 +300,10 @@ pub struct Campaign {
     pub duplicates: u64,
     /// Simulated time over all runs.
     pub simulated: Duration,
+    /// Seeds run twice for the determinism check (D7).
+    pub rechecked: u64,
+    /// Per seed: the seed, its trace hash and how many violations it had.
+    pub per_seed: Vec<(u64, u64, usize)>,
 }
 
 impl Campaign {
@@ -265,7 +311,11 @@ impl Campaign {
     pub fn run(first: u64, count: u64) -> Self {
         let mut c = Campaign::default();
         for seed in first..first + count {
-            let (_, r) = run_and_check(seed);
+            let (o, mut r) = run_and_check(seed);
+            if rechecked(seed) {
+                c.rechecked += 1;
+                r.violations.extend(determinism(&o));
+            }
             c.add(r);
         }
         c
@@ -274,6 +324,8 @@ impl Campaign {
     /// Adds one seed's result.
     pub fn add(&mut self, r: SeedResult) {
         self.runs += 1;
+        self.per_seed
+            .push((r.seed, r.trace_hash, r.violations.len()));
         for k in &r.hit {
             *self.hits.entry(*k).or_default() += 1;
         }
@@ -319,6 +371,10 @@ impl Campaign {
             self.failures.len(),
             self.duplicates,
             self.simulated.as_secs_f64()
+        );
+        s += &format!(
+            "  determinism (D7): {} seeds re-run, each compared line by line with its first run\n",
+            self.rechecked
         );
         for k in FaultKind::ALL {
             let n = self.hits.get(&k).copied().unwrap_or(0);

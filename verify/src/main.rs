@@ -44,6 +44,10 @@ enum Command {
         /// was hit by at least this percentage of the runs.
         #[arg(long)]
         min_coverage: Option<f64>,
+        /// Write one line per seed (`seed trace-hash violations`) to this
+        /// file, to compare two builds' campaigns seed by seed.
+        #[arg(long)]
+        hashes: Option<std::path::PathBuf>,
     },
     /// Runs one seed and prints its trace and verdict.
     Replay {
@@ -120,11 +124,23 @@ fn main() -> ExitCode {
             seeds,
             first,
             min_coverage,
+            hashes,
         } => {
             #[allow(clippy::disallowed_methods)] // wall time of the campaign itself, not of a run
             let started = Instant::now();
             let c = Campaign::run(first, seeds);
             let wall = started.elapsed().as_secs_f64();
+            if let Some(path) = hashes {
+                let lines: String = c
+                    .per_seed
+                    .iter()
+                    .map(|(s, h, n)| format!("{s} {h:016x} {n}\n"))
+                    .collect();
+                if let Err(e) = std::fs::write(&path, lines) {
+                    eprintln!("--hashes {}: {e}", path.display());
+                    return ExitCode::from(2);
+                }
+            }
             print!("{}", c.summary());
             println!(
                 "{:.0} seeds/s, {:.0} simulated s per wall s",
