@@ -10,8 +10,9 @@
 //! part inserted on one replica reaches the others after a replication lag
 //! (later if they are down); deduplication is shard-wide at once.
 //!
-//! Rows are 12 bytes: partition (u32 LE) and offset (u64 LE), as
-//! [`SimEncoder`] writes them, so the world knows exactly which record landed.
+//! Rows are 12 bytes: partition, offset and record id (u32 LE each), as
+//! [`SimEncoder`] writes them, so the world knows exactly which record
+//! landed (after a truncation, a new record can sit at an old offset).
 
 use std::time::Duration;
 
@@ -22,7 +23,7 @@ use spate_core::sink::{Endpoint, SealedBatch, WriteError, Writer};
 use crate::config::FaultKind;
 use crate::world::{FNV_BASIS, Shared, World, fnv1a};
 
-/// Encodes a record as its partition and offset (12 bytes).
+/// Encodes a record as its partition, offset and record id (12 bytes).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SimEncoder;
 
@@ -33,8 +34,16 @@ impl<'a> Encoder<Payload<'a>> for SimEncoder {
         _cx: &RecordCx<'_>,
         buf: &mut Vec<u8>,
     ) -> Result<(), RecordError> {
+        // The record's id is its payload (4 bytes LE, `World::append_record`).
+        let id = record.value.and_then(|v| v.get(..4)).ok_or_else(|| {
+            RecordError::decode(format!(
+                "offset {}: payload is not a record id",
+                record.offset
+            ))
+        })?;
         buf.extend_from_slice(&(record.partition.partition() as u32).to_le_bytes());
-        buf.extend_from_slice(&(record.offset as u64).to_le_bytes());
+        buf.extend_from_slice(&(record.offset as u32).to_le_bytes());
+        buf.extend_from_slice(id);
         Ok(())
     }
 }
@@ -105,9 +114,8 @@ fn apply(w: &mut World, shard: usize, replica: usize, batch_token: &str, body: &
         w.dedup[shard].insert(batch_token, window);
     }
     for row in body.chunks_exact(12) {
-        let p = u32::from_le_bytes(row[..4].try_into().expect("4 bytes")) as usize;
-        let o = u64::from_le_bytes(row[4..].try_into().expect("8 bytes")) as i64;
-        w.land(p, o);
+        let word = |i: usize| u32::from_le_bytes(row[i..i + 4].try_into().expect("4 bytes"));
+        w.land(word(0) as usize, i64::from(word(4)), word(8));
     }
     w.insert_part(shard, replica, (body.len() / 12) as u64);
     w.trace(format!(

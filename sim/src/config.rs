@@ -37,6 +37,27 @@ pub enum FaultKind {
     /// The process is stopped gracefully (SIGTERM: drain, final commit) and
     /// started again, as in a deploy.
     GracefulRestart,
+    /// The producer writes transactions on a partition: each tick's records
+    /// end with a control record, and some transactions abort. Under
+    /// `read_committed` neither control records nor aborted records reach
+    /// the consumer: offset gaps.
+    TxnGaps,
+    /// Log compaction removes some records of a partition (superseded by a
+    /// later record with the same key): offset gaps in data already written.
+    Compaction,
+    /// An unclean leader election: the new leader's log is shorter, so the
+    /// partition's log end moves backwards, possibly below offsets already
+    /// read and below a commit; the producer's next records reuse the lost
+    /// offsets.
+    Truncation,
+    /// While the process is down (the schedule pairs it with a crash),
+    /// retention deletes a partition's log up to a point past the committed
+    /// offset: the committed offset is out of range on restart and the
+    /// consumer resets to the earliest offset.
+    Retention,
+    /// The group coordinator is slow: commits queue behind each other and
+    /// apply 1-5 s later, in order; the client's call times out meanwhile.
+    SlowCoordinator,
 }
 
 impl FaultKind {
@@ -46,7 +67,7 @@ impl FaultKind {
     }
 
     /// Every kind, in a fixed order.
-    pub const ALL: [FaultKind; 13] = [
+    pub const ALL: [FaultKind; 18] = [
         FaultKind::ReplicaDown,
         FaultKind::ShardDown,
         FaultKind::WriteErrors,
@@ -60,6 +81,25 @@ impl FaultKind {
         FaultKind::Eviction,
         FaultKind::Crash,
         FaultKind::GracefulRestart,
+        FaultKind::TxnGaps,
+        FaultKind::Compaction,
+        FaultKind::Truncation,
+        FaultKind::Retention,
+        FaultKind::SlowCoordinator,
+    ];
+
+    /// How many of [`FaultKind::ALL`] (the first ones) existed before issue 16.
+    pub const BEFORE_ISSUE16: usize = 13;
+
+    /// The kinds added by issue 16, drawn from their own random stream
+    /// ([`SimConfig::from_seed`]) so that a seed which draws none of them
+    /// runs exactly as it did before they existed.
+    pub const ISSUE16: [FaultKind; 5] = [
+        FaultKind::TxnGaps,
+        FaultKind::Compaction,
+        FaultKind::Truncation,
+        FaultKind::Retention,
+        FaultKind::SlowCoordinator,
     ];
 }
 
@@ -142,6 +182,10 @@ pub fn parse_schedule(spec: &str) -> Result<Vec<Fault>, String> {
     Ok(faults)
 }
 
+/// The chance that a seed schedules each of [`FaultKind::ISSUE16`] (once):
+/// high enough that a campaign hits each in well over 1% of seeds.
+pub const EXTRA_FAULT_P: f64 = 0.04;
+
 /// The parameters of one simulated run.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
@@ -205,7 +249,8 @@ impl SimConfig {
         let fault_phase = Duration::from_secs(8);
         let mut faults: Vec<Fault> = (0..rng.random_range(0..=5))
             .map(|_| {
-                let kind = FaultKind::ALL[rng.random_range(0..FaultKind::ALL.len())];
+                // The kinds before issue 16 only: this stream stays as it was.
+                let kind = FaultKind::ALL[rng.random_range(0..FaultKind::BEFORE_ISSUE16)];
                 let phase_ms = fault_phase.as_millis() as u64;
                 let start = rng.random_range(100..phase_ms - 500);
                 // Every fault heals by the end of the fault phase.
@@ -235,6 +280,35 @@ impl SimConfig {
                     target: rng.random_range(0..64),
                     target2: rng.random_range(0..64),
                     start: Duration::from_millis(start),
+                    duration: Duration::from_millis(100),
+                });
+            }
+        }
+        // Issue 16's kinds come from a stream of their own: the draws above
+        // (and so every seed that gets none of these) stay as they were.
+        let mut extra = SmallRng::seed_from_u64(seed ^ 0x5EED_FA17_0000_0016);
+        let phase_ms = fault_phase.as_millis() as u64;
+        for kind in FaultKind::ISSUE16 {
+            if !extra.random_bool(EXTRA_FAULT_P) {
+                continue;
+            }
+            let start = extra.random_range(300..phase_ms - 1_000);
+            let duration = extra.random_range(200..3_000).min(phase_ms - start);
+            let target = extra.random_range(0..64);
+            faults.push(Fault {
+                kind,
+                target,
+                target2: extra.random_range(0..64),
+                start: Duration::from_millis(start),
+                duration: Duration::from_millis(duration),
+            });
+            if kind == FaultKind::Retention {
+                // Retention acts while the process is down: a crash soon after.
+                faults.push(Fault {
+                    kind: FaultKind::Crash,
+                    target,
+                    target2: 0,
+                    start: Duration::from_millis(start + extra.random_range(1..500)),
                     duration: Duration::from_millis(100),
                 });
             }

@@ -16,11 +16,15 @@ pub enum SimBug {
     /// well as its seed, so a re-run of a seed differs (breaks D7; the
     /// campaign's determinism check must catch it).
     Nondeterminism = 1,
+    /// The consumer, skipping an offset gap, skips the record after it too
+    /// (a source that loses a record at every gap: the D1 at-least-once
+    /// oracle, which demands every record around a gap, must catch it).
+    GapSkipsRecord = 2,
 }
 
 impl SimBug {
     /// Every planted simulator bug, in declaration order.
-    pub const ALL: [SimBug; 1] = [SimBug::Nondeterminism];
+    pub const ALL: [SimBug; 2] = [SimBug::Nondeterminism, SimBug::GapSkipsRecord];
 }
 
 static ACTIVE: AtomicU8 = AtomicU8::new(0);

@@ -130,6 +130,12 @@ pub fn check(o: &SimOutcome) -> Vec<Violation> {
             }
         }
     }
+    for r in &w.wrong_rows {
+        v.push(Violation {
+            oracle: "row identity",
+            detail: r.clone(),
+        });
+    }
     for t in &w.token_conflicts {
         v.push(Violation {
             oracle: "D4 token",
@@ -247,6 +253,8 @@ pub struct SeedResult {
     pub duplicates: u64,
     /// Simulated time the run covered.
     pub simulated: Duration,
+    /// The fault kinds in the schedule ([`FaultKind::bit`]s).
+    pub scheduled: u32,
 }
 
 /// Runs and judges `seed`.
@@ -281,6 +289,7 @@ pub fn run_and_check_config(cfg: SimConfig) -> (SimOutcome, SeedResult) {
         combos,
         duplicates: w.duplicates(),
         simulated: w.base,
+        scheduled: w.scheduled,
     };
     (o, result)
 }
@@ -302,8 +311,9 @@ pub struct Campaign {
     pub simulated: Duration,
     /// Seeds run twice for the determinism check (D7).
     pub rechecked: u64,
-    /// Per seed: the seed, its trace hash and how many violations it had.
-    pub per_seed: Vec<(u64, u64, usize)>,
+    /// Per seed: the seed, its trace hash, how many violations it had and
+    /// the fault kinds its schedule holds ([`FaultKind::bit`]s).
+    pub per_seed: Vec<(u64, u64, usize, u32)>,
 }
 
 impl Campaign {
@@ -325,7 +335,7 @@ impl Campaign {
     pub fn add(&mut self, r: SeedResult) {
         self.runs += 1;
         self.per_seed
-            .push((r.seed, r.trace_hash, r.violations.len()));
+            .push((r.seed, r.trace_hash, r.violations.len(), r.scheduled));
         for k in &r.hit {
             *self.hits.entry(*k).or_default() += 1;
         }

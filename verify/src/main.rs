@@ -44,7 +44,7 @@ enum Command {
         /// was hit by at least this percentage of the runs.
         #[arg(long)]
         min_coverage: Option<f64>,
-        /// Write one line per seed (`seed trace-hash violations`) to this
+        /// Write one line per seed (`seed trace-hash violations kinds`) to this
         /// file, to compare two builds' campaigns seed by seed.
         #[arg(long)]
         hashes: Option<std::path::PathBuf>,
@@ -134,7 +134,7 @@ fn main() -> ExitCode {
                 let lines: String = c
                     .per_seed
                     .iter()
-                    .map(|(s, h, n)| format!("{s} {h:016x} {n}\n"))
+                    .map(|(s, h, n, k)| format!("{s} {h:016x} {n} {k:x}\n"))
                     .collect();
                 if let Err(e) = std::fs::write(&path, lines) {
                     eprintln!("--hashes {}: {e}", path.display());

@@ -10,6 +10,7 @@ use spate_verify::Campaign;
 fn oracle_for(bug: SimBug) -> &'static str {
     match bug {
         SimBug::Nondeterminism => "D7 determinism",
+        SimBug::GapSkipsRecord => "D1 at-least-once",
     }
 }
 
