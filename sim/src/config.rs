@@ -5,6 +5,8 @@ use std::time::Duration;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+use crate::schema::{ColType, Column, FIELDS, Schema};
+
 /// The kinds of fault the simulator injects; each run's schedule draws from
 /// these, and campaigns report how often each was hit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -58,6 +60,17 @@ pub enum FaultKind {
     /// The group coordinator is slow: commits queue behind each other and
     /// apply 1-5 s later, in order; the client's call times out meanwhile.
     SlowCoordinator,
+    /// Every replica splits inserts into blocks of
+    /// [`SimConfig::block_rows`] rows (each commits and is deduplicated on
+    /// its own); on the target shard, some inserts fail after some of their
+    /// blocks were written.
+    PartialInsert,
+    /// `ALTER TABLE` (ADD, DROP or MODIFY of a value column) on every shard
+    /// while spate runs: its probed layout is stale until it probes again.
+    SchemaChange,
+    /// A frozen replica accepts requests, queues them and runs them all
+    /// (every retry too) once it thaws; the client hears nothing.
+    QueuedRequests,
 }
 
 impl FaultKind {
@@ -67,7 +80,7 @@ impl FaultKind {
     }
 
     /// Every kind, in a fixed order.
-    pub const ALL: [FaultKind; 18] = [
+    pub const ALL: [FaultKind; 21] = [
         FaultKind::ReplicaDown,
         FaultKind::ShardDown,
         FaultKind::WriteErrors,
@@ -86,6 +99,9 @@ impl FaultKind {
         FaultKind::Truncation,
         FaultKind::Retention,
         FaultKind::SlowCoordinator,
+        FaultKind::PartialInsert,
+        FaultKind::SchemaChange,
+        FaultKind::QueuedRequests,
     ];
 
     /// How many of [`FaultKind::ALL`] (the first ones) existed before issue 16.
@@ -94,12 +110,15 @@ impl FaultKind {
     /// The kinds added by issue 16, drawn from their own random stream
     /// ([`SimConfig::from_seed`]) so that a seed which draws none of them
     /// runs exactly as it did before they existed.
-    pub const ISSUE16: [FaultKind; 5] = [
+    pub const ISSUE16: [FaultKind; 8] = [
         FaultKind::TxnGaps,
         FaultKind::Compaction,
         FaultKind::Truncation,
         FaultKind::Retention,
         FaultKind::SlowCoordinator,
+        FaultKind::PartialInsert,
+        FaultKind::SchemaChange,
+        FaultKind::QueuedRequests,
     ];
 }
 
@@ -213,6 +232,12 @@ pub struct SimConfig {
     pub write_latency_ms: (u64, u64),
     /// The fault schedule, ordered by start.
     pub faults: Vec<Fault>,
+    /// The table's value columns at the start.
+    pub schema: Schema,
+    /// Rows per insert block on every replica (`usize::MAX`: one block per
+    /// insert, as ClickHouse's default `max_insert_block_size` gives for
+    /// the simulator's batches).
+    pub block_rows: usize,
     /// Pipeline drivers (one-thread mode).
     pub drivers: usize,
     /// `checkpoint.interval`.
@@ -289,7 +314,13 @@ impl SimConfig {
         let mut extra = SmallRng::seed_from_u64(seed ^ 0x5EED_FA17_0000_0016);
         let phase_ms = fault_phase.as_millis() as u64;
         for kind in FaultKind::ISSUE16 {
-            if !extra.random_bool(EXTRA_FAULT_P) {
+            // A partial insert needs an insert of two blocks or more while
+            // it lasts: scheduled twice as often, to clear the 1% floor.
+            let p = match kind {
+                FaultKind::PartialInsert => 2.0 * EXTRA_FAULT_P,
+                _ => EXTRA_FAULT_P,
+            };
+            if !extra.random_bool(p) {
                 continue;
             }
             let start = extra.random_range(300..phase_ms - 1_000);
@@ -313,14 +344,51 @@ impl SimConfig {
                 });
             }
         }
+        // The table's value columns (none: identity rows only, as before
+        // issue 16); always some when the schedule changes the schema.
+        let changes = faults.iter().any(|f| f.kind == FaultKind::SchemaChange);
+        let mut schema = Schema::default();
+        if changes || extra.random_bool(0.3) {
+            let mut fields: Vec<usize> = (0..FIELDS).collect();
+            for i in (1..fields.len()).rev() {
+                fields.swap(i, extra.random_range(0..=i));
+            }
+            let n = extra.random_range(1..=FIELDS);
+            schema.columns = fields[..n]
+                .iter()
+                .map(|&field| Column {
+                    field,
+                    ty: ColType::ALL[extra.random_range(0..ColType::ALL.len())],
+                })
+                .collect();
+        }
+        let block_rows = if faults.iter().any(|f| f.kind == FaultKind::PartialInsert) {
+            extra.random_range(5..30)
+        } else {
+            usize::MAX
+        };
+        // A schema change matters while records still arrive: it lands
+        // within the produce phase (drawn here, after the faults).
+        // (In the order the fields below drew them before: seeds stay.)
+        let records_per_partition = rng.random_range(50..=400);
+        let produce_for = Duration::from_millis(rng.random_range(1_000..6_000));
+        for f in faults
+            .iter_mut()
+            .filter(|f| f.kind == FaultKind::SchemaChange)
+        {
+            let within = produce_for.as_millis() as u64 - 200;
+            f.start = Duration::from_millis(200 + f.start.as_millis() as u64 % within);
+        }
         faults.sort_by_key(|f| (f.start, f.kind));
         Self {
             seed,
+            schema,
+            block_rows,
             partitions,
             shards,
             replicas,
-            records_per_partition: rng.random_range(50..=400),
-            produce_for: Duration::from_millis(rng.random_range(1_000..6_000)),
+            records_per_partition,
+            produce_for,
             fault_phase,
             liveness_bound: Duration::from_secs(30),
             dedup_window: match rng.random_range(0..10) {
@@ -352,9 +420,19 @@ impl SimConfig {
     /// (sorted by start).
     pub fn with_faults(seed: u64, mut faults: Vec<Fault>) -> Self {
         faults.sort_by_key(|f| (f.start, f.kind));
+        let base = Self::from_seed(seed);
+        // A schedule with a partial-insert fault needs multi-block inserts.
+        let block_rows = if faults.iter().any(|f| f.kind == FaultKind::PartialInsert)
+            && base.block_rows == usize::MAX
+        {
+            20
+        } else {
+            base.block_rows
+        };
         Self {
             faults,
-            ..Self::from_seed(seed)
+            block_rows,
+            ..base
         }
     }
 

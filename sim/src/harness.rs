@@ -197,14 +197,20 @@ async fn incarnation(
             w.assign(p);
         }
     }
+    // The mapping's probe: the table's schema as it is now.
+    let probed: crate::schema::Plan = {
+        let mut w = world.lock();
+        w.plan_version = w.schema.version;
+        std::sync::Arc::new(w.schema.clone())
+    };
     let pipeline = Pipeline::builder(
         pipeline_config(&cfg, number),
         SimSource::new(world.clone()),
         SimWriter::new(world.clone()),
-        |buffers: ChunkBuffers| {
+        move |buffers: ChunkBuffers| {
             ChainProcessor::new(
                 PayloadDecoder,
-                Terminal::new(SimEncoder, SimRouter, buffers),
+                Terminal::new(SimEncoder::new(probed.clone()), SimRouter, buffers),
             )
         },
     )
@@ -339,6 +345,7 @@ fn tick(w: &mut World) {
     produce(w);
     drive_faults(w);
     w.apply_due_commits();
+    crate::clickhouse::run_queued(w);
     w.replicate(false);
     w.sample_budget();
 }
@@ -433,6 +440,10 @@ fn drive_faults(w: &mut World) {
                 if w.compact(p) {
                     w.hit.insert(FaultKind::Compaction);
                 }
+            }
+            FaultKind::SchemaChange => {
+                w.hit.insert(FaultKind::SchemaChange);
+                w.alter();
             }
             FaultKind::DedupLoss => {
                 w.hit.insert(FaultKind::DedupLoss);

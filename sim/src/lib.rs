@@ -26,4 +26,5 @@ pub mod clickhouse;
 pub mod config;
 pub mod harness;
 pub mod planted;
+pub mod schema;
 pub mod world;

@@ -20,11 +20,23 @@ pub enum SimBug {
     /// (a source that loses a record at every gap: the D1 at-least-once
     /// oracle, which demands every record around a gap, must catch it).
     GapSkipsRecord = 2,
+    /// The mapping ignores a schema change: it keeps writing the layout it
+    /// probed, as RowBinary (no declared types), so the server reads the
+    /// bytes under the new types (the value oracle must catch it).
+    IgnoreSchemaChange = 3,
+    /// The mapping writes record fields by position instead of by column
+    /// name (the value oracle must catch it).
+    PositionalColumns = 4,
 }
 
 impl SimBug {
     /// Every planted simulator bug, in declaration order.
-    pub const ALL: [SimBug; 2] = [SimBug::Nondeterminism, SimBug::GapSkipsRecord];
+    pub const ALL: [SimBug; 4] = [
+        SimBug::Nondeterminism,
+        SimBug::GapSkipsRecord,
+        SimBug::IgnoreSchemaChange,
+        SimBug::PositionalColumns,
+    ];
 }
 
 static ACTIVE: AtomicU8 = AtomicU8::new(0);

@@ -131,6 +131,24 @@ pub struct World {
     pub wrong_rows: Vec<String>,
     /// Indexes of retention faults already applied.
     pub retention_done: BTreeSet<usize>,
+    /// The table's current value columns (every shard: ALTERs run on the
+    /// whole cluster).
+    pub schema: crate::schema::Schema,
+    /// Rows whose values, decoded under the schema in force when they were
+    /// written, differ from the record's (at most [`WRONG_VALUES_KEPT`]
+    /// kept; [`World::wrong_value_rows`] counts them all).
+    pub wrong_values: Vec<String>,
+    /// Rows with wrong values, over the run.
+    pub wrong_value_rows: u64,
+    /// Inserts a frozen replica accepted and will run when it thaws.
+    pub server_queue: VecDeque<QueuedInsert>,
+    /// The schema version the current incarnation probed.
+    pub plan_version: u32,
+    /// Inserts that failed after some of their blocks were written.
+    pub partial_inserts: u64,
+    /// Inserts refused because their declared types or layout did not match
+    /// the table's current schema.
+    pub schema_refusals: u64,
     /// Epochs whose lanes may fetch no more (a truncated partition's epoch,
     /// revoked at the truncation).
     pub fenced: BTreeSet<(usize, Epoch)>,
@@ -226,6 +244,13 @@ impl World {
             wrong_rows: Vec::new(),
             retention_done: BTreeSet::new(),
             fenced: BTreeSet::new(),
+            schema: cfg.schema.clone(),
+            wrong_values: Vec::new(),
+            wrong_value_rows: 0,
+            server_queue: VecDeque::new(),
+            partial_inserts: 0,
+            plan_version: 0,
+            schema_refusals: 0,
             committed: vec![None; cfg.partitions],
             epochs: vec![0; cfg.partitions],
             revoking: BTreeSet::new(),
@@ -363,16 +388,24 @@ impl World {
         self.rng.random_range(range)
     }
 
-    /// Whether any sink-side fault is active at any time in `[from, to]`.
+    /// Whether any sink-side fault is active at any time in `[from, to]`,
+    /// or the incarnation's probed schema is stale (its inserts are refused).
     pub fn sink_faulty_between(&self, from: Duration, to: Duration) -> bool {
         use FaultKind::*;
-        self.cfg.faults.iter().any(|f| {
-            matches!(
-                f.kind,
-                ReplicaDown | ShardDown | WriteErrors | AmbiguousWrites | SlowReplica
-            ) && f.start <= to
-                && f.start + f.duration + Duration::from_secs(5) >= from
-        })
+        self.schema.version != self.plan_version
+            || self.cfg.faults.iter().any(|f| {
+                matches!(
+                    f.kind,
+                    ReplicaDown
+                        | ShardDown
+                        | WriteErrors
+                        | AmbiguousWrites
+                        | SlowReplica
+                        | PartialInsert
+                        | QueuedRequests
+                ) && f.start <= to
+                    && f.start + f.duration + Duration::from_secs(5) >= from
+            })
     }
 
     /// Assigns `partition` under a fresh epoch and queues the event.
@@ -412,7 +445,7 @@ impl World {
             landed: 0,
         });
         self.ids[partition].push(id);
-        self.logs[partition].push(Bytes::copy_from_slice(&id.to_le_bytes()));
+        self.logs[partition].push(Bytes::from(crate::schema::payload(id)));
         self.produced[partition] += 1;
     }
 
@@ -584,6 +617,41 @@ impl World {
         true
     }
 
+    /// `ALTER TABLE` on every shard: ADD a missing field, DROP a column
+    /// (never the last) or MODIFY a column's type, chosen at random (ADD
+    /// when the table has no value column).
+    pub fn alter(&mut self) {
+        use crate::schema::{ColType, Column, FIELDS};
+        let cols = self.schema.columns.len();
+        let roll = self.rng.random_range(0..3);
+        let what = if cols == 0 || (roll == 0 && cols < FIELDS) {
+            let field = (0..FIELDS)
+                .find(|f| self.schema.columns.iter().all(|c| c.field != *f))
+                .expect("a missing field");
+            let ty = ColType::ALL[self.rng.random_range(0..ColType::ALL.len())];
+            let at = self.rng.random_range(0..=cols);
+            self.schema.columns.insert(at, Column { field, ty });
+            format!("ADD COLUMN f{field} {ty:?}")
+        } else if roll == 1 && cols > 1 {
+            let at = self.rng.random_range(0..cols);
+            let c = self.schema.columns.remove(at);
+            format!("DROP COLUMN f{}", c.field)
+        } else {
+            let at = self.rng.random_range(0..cols);
+            let old = self.schema.columns[at].ty;
+            let others: Vec<ColType> = ColType::ALL.into_iter().filter(|t| *t != old).collect();
+            let ty = others[self.rng.random_range(0..others.len())];
+            self.schema.columns[at].ty = ty;
+            format!(
+                "MODIFY COLUMN f{} {old:?} -> {ty:?}",
+                self.schema.columns[at].field
+            )
+        };
+        self.schema.version += 1;
+        let now = self.schema.describe();
+        self.trace(format!("ALTER TABLE {what}: schema {now}"));
+    }
+
     /// Applies the slow coordinator's queued commits that are due.
     pub fn apply_due_commits(&mut self) {
         let now = self.now();
@@ -608,6 +676,24 @@ impl World {
             "commit{how} p{p}={offset} e{epoch} (durable {durable_prefix})"
         ));
     }
+}
+
+/// How many wrong-value rows a run keeps described (the rest are counted).
+pub const WRONG_VALUES_KEPT: usize = 8;
+
+/// An insert a frozen replica holds, to run at `due`.
+#[derive(Clone, Debug)]
+pub struct QueuedInsert {
+    /// When it runs.
+    pub due: Duration,
+    /// Shard.
+    pub shard: usize,
+    /// Replica.
+    pub replica: usize,
+    /// The insert's token.
+    pub token: String,
+    /// The insert's body.
+    pub body: bytes::Bytes,
 }
 
 /// The id of an offset the consumer never sees.

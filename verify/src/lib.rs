@@ -130,9 +130,23 @@ pub fn check(o: &SimOutcome) -> Vec<Violation> {
             }
         }
     }
-    for r in &w.wrong_rows {
+    // The value oracle: every row decodes, under the schema in force when
+    // it was written, to exactly the values its record held.
+    if w.wrong_value_rows > 0 {
         v.push(Violation {
-            oracle: "row identity",
+            oracle: "values",
+            detail: format!(
+                "{} rows hold values their records did not: {}",
+                w.wrong_value_rows,
+                w.wrong_values.join("; ")
+            ),
+        });
+    }
+    // A row whose identity columns name no record at its partition and
+    // offset fails the same oracle (garbage in the identity columns).
+    for r in w.wrong_rows.iter().take(8) {
+        v.push(Violation {
+            oracle: "values",
             detail: r.clone(),
         });
     }

@@ -9,7 +9,8 @@
 //! ```
 //!
 //! Built with `--features planted-bugs`, `--plant BUG` runs with one of
-//! spate-core's planted bugs (e.g. `TimeoutIsSuccess`).
+//! spate-core's planted bugs (e.g. `TimeoutIsSuccess`); `--plant-sim BUG`
+//! plants one of the simulator's (e.g. `IgnoreSchemaChange`) in any build.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -28,6 +29,10 @@ struct Cli {
     /// feature).
     #[arg(long, global = true)]
     plant: Option<String>,
+    /// Plant one of the simulator's own bugs (`spate_sim::planted::SimBug`,
+    /// e.g. `IgnoreSchemaChange`) for this run.
+    #[arg(long, global = true)]
+    plant_sim: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -115,6 +120,18 @@ fn plant(name: Option<&str>) -> Result<(), String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(name) = cli.plant_sim.as_deref() {
+        use spate_sim::planted::{SimBug, plant};
+        let Some(bug) = SimBug::ALL.into_iter().find(|b| format!("{b:?}") == name) else {
+            eprintln!(
+                "--plant-sim: unknown bug `{name}`; one of {:?}",
+                SimBug::ALL
+            );
+            return ExitCode::from(2);
+        };
+        plant(Some(bug));
+        eprintln!("planted simulator bug {bug:?}");
+    }
     if let Err(e) = plant(cli.plant.as_deref()) {
         eprintln!("{e}");
         return ExitCode::from(2);

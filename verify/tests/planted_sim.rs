@@ -11,6 +11,7 @@ fn oracle_for(bug: SimBug) -> &'static str {
     match bug {
         SimBug::Nondeterminism => "D7 determinism",
         SimBug::GapSkipsRecord => "D1 at-least-once",
+        SimBug::IgnoreSchemaChange | SimBug::PositionalColumns => "values",
     }
 }
 
