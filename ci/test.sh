@@ -78,7 +78,7 @@ LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}" \
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
   cargo test -p spate-core --locked --profile ci --test loom_models
 
-step "simulator campaign: 20000 fixed seeds (each fault kind and combination >= 1%), then 2000 fresh ones; 1% of each re-run for determinism (D1, D4, D5, D6, D7, D8, liveness)"
+step "simulator campaign: 20000 fixed seeds (each fault kind and combination >= 1%), then 2000 fresh ones; 1% of each re-run for determinism (D1, D4, D5, D6, D7, D8, values, liveness; about 10 CPU s)"
 cargo build -p spate-verify --locked --profile ci
 target/ci/spate-verify campaign --first 0 --seeds 20000 --min-coverage 1
 fresh=$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')

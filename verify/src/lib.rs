@@ -16,6 +16,12 @@
 //! - **liveness**: once faults heal, every produced record is committed within
 //!   the liveness bound, and the final shutdown is clean (nothing vanishes: a
 //!   record ends delivered, or the run says it did not, D6);
+//! - **values**: every row decodes, under the schema in force when it was
+//!   written, to exactly its record's values and identity (facts gathered
+//!   by the simulated server as it writes, `sim/src/clickhouse.rs`);
+//! - not demanded by D1 (and said so in README "Verification"): records
+//!   retention deleted before they were read, and new records a truncation
+//!   put below what the consumer had fetched or committed;
 //! - **replication** (a check of the simulator itself): once healed, every
 //!   replica holds every part its shard accepted;
 //! - **determinism (D7)**, in campaigns: 1% of the seeds (those that are a
@@ -43,8 +49,8 @@ pub const DRAIN_SLACK: Duration = Duration::from_millis(50);
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Violation {
     /// Which oracle: `D1 commit safety`, `D1 at-least-once`,
-    /// `D1 stale commit`, `D4 token`, `D5 drain`, `D6 drain`, `D8 budget`,
-    /// `liveness`, `replication`.
+    /// `D1 stale commit`, `D4 token`, `D5 drain`, `D6 drain`,
+    /// `D7 determinism`, `D8 budget`, `values`, `liveness`, `replication`.
     pub oracle: &'static str,
     /// What exactly.
     pub detail: String,
