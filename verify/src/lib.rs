@@ -275,6 +275,10 @@ pub struct SeedResult {
     pub simulated: Duration,
     /// The fault kinds in the schedule ([`FaultKind::bit`]s).
     pub scheduled: u32,
+    /// What issue 16's faults did: offset gaps, records lost to retention
+    /// and to truncation, partial inserts, inserts refused for a stale
+    /// schema.
+    pub effects: [u64; 5],
 }
 
 /// Runs and judges `seed`.
@@ -310,6 +314,13 @@ pub fn run_and_check_config(cfg: SimConfig) -> (SimOutcome, SeedResult) {
         duplicates: w.duplicates(),
         simulated: w.base,
         scheduled: w.scheduled,
+        effects: [
+            w.gaps,
+            w.lost_to_retention,
+            w.lost_to_truncation,
+            w.partial_inserts,
+            w.schema_refusals,
+        ],
     };
     (o, result)
 }
@@ -331,6 +342,8 @@ pub struct Campaign {
     pub simulated: Duration,
     /// Seeds run twice for the determinism check (D7).
     pub rechecked: u64,
+    /// [`SeedResult::effects`] summed over the runs.
+    pub effects: [u64; 5],
     /// Per seed: the seed, its trace hash, how many violations it had and
     /// the fault kinds its schedule holds ([`FaultKind::bit`]s).
     pub per_seed: Vec<(u64, u64, usize, u32)>,
@@ -364,6 +377,9 @@ impl Campaign {
         }
         self.duplicates += r.duplicates;
         self.simulated += r.simulated;
+        for (t, e) in self.effects.iter_mut().zip(r.effects) {
+            *t += e;
+        }
         if !r.violations.is_empty() {
             self.failures.push(r);
         }
@@ -405,6 +421,10 @@ impl Campaign {
         s += &format!(
             "  determinism (D7): {} seeds re-run, each compared line by line with its first run\n",
             self.rechecked
+        );
+        let [gaps, retention, truncation, partial, refused] = self.effects;
+        s += &format!(
+            "  effects: {gaps} offset gaps, {retention} records deleted by retention unread, {truncation} records lost to truncation, {partial} partial inserts, {refused} inserts refused for a stale schema\n"
         );
         for k in FaultKind::ALL {
             let n = self.hits.get(&k).copied().unwrap_or(0);
