@@ -6,6 +6,16 @@
 //! evicted and revokes everything when it rejoins. Commits land in a store
 //! that survives crashes; each accepted commit is recorded with the durable
 //! prefix of its partition at that instant, for the D1 oracle.
+//!
+//! Issue 16's faults: offsets with no record for the consumer (control and
+//! aborted records under `read_committed`, compacted records) are skipped
+//! and end a poll batch (a batch holds consecutive offsets); a fetch
+//! position outside the log (after truncation or retention) resets to the
+//! log start, as librdkafka does with `auto.offset.reset: earliest`; a log
+//! truncation revokes and re-assigns its partition (a new epoch: the
+//! source seam promises increasing offsets within an epoch, see
+//! [`crate::world::World::truncate`]); a slow coordinator queues commits and
+//! applies them in order seconds later while the call times out.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +25,7 @@ use spate_core::record::{Epoch, Offset, TopicPartition};
 use spate_core::source::{AssignmentEvent, BufferedBatch, CommitOffset, Lane, Source, SourceError};
 
 use crate::config::FaultKind;
-use crate::world::{CommitFact, GroupEvent, Shared};
+use crate::world::{GAP, GroupEvent, Shared};
 
 /// The topic every simulated partition belongs to.
 pub const TOPIC: &str = "sim";
@@ -125,21 +135,33 @@ impl Source for SimSource {
                 message: "simulated commit failure".into(),
             });
         }
-        let at_ms = w.now().as_millis() as u64;
-        for c in offsets {
-            let p = index(&c.partition);
-            let durable_prefix = w.durable_prefix[p];
-            w.commits.push(CommitFact {
-                at_ms,
-                partition: p,
-                offset: c.offset,
-                durable_prefix,
-            });
-            w.committed[p] = Some(c.offset);
+        let slow = w.fault_active(FaultKind::SlowCoordinator, |_, _| true);
+        if slow || !w.commit_queue.is_empty() {
+            // The coordinator takes the request and applies it later, in
+            // order behind what it already holds; the client times out.
+            let now = w.now();
+            let after = w.commit_queue.back().map_or(now, |c| c.due);
+            let due = (now + Duration::from_millis(w.rng_range(1_000..=5_000))).max(after);
+            for c in offsets {
+                let (partition, offset, epoch) = (index(&c.partition), c.offset, c.epoch);
+                w.commit_queue.push_back(crate::world::QueuedCommit {
+                    due,
+                    partition,
+                    offset,
+                    epoch,
+                });
+            }
             w.trace(format!(
-                "commit p{p}={} e{} (durable {durable_prefix})",
-                c.offset, c.epoch
+                "commit queued at a slow coordinator until {} ms",
+                due.as_millis()
             ));
+            return Err(SourceError::Transient {
+                context: "commit".into(),
+                message: "simulated commit timeout (slow coordinator)".into(),
+            });
+        }
+        for c in offsets {
+            w.apply_commit(index(&c.partition), c.offset, c.epoch, "");
         }
         if ambiguous {
             w.ambiguous_commits += 1;
@@ -189,14 +211,42 @@ impl Lane for SimLane {
             });
         }
         let unavailable = w.fault_active(FaultKind::PartitionUnavailable, |t, _| t % n == p);
-        if !self.paused && !unavailable && w.epochs[p] == self.epoch {
-            let log = &w.logs[p];
-            let start = (self.position as usize).min(log.len());
-            let end = log.len().min(start + w.cfg.max_poll);
-            self.buf.extend_from_slice(&log[start..end]);
+        let fenced = !w.fenced.is_empty() && w.fenced.contains(&(p, self.epoch));
+        if !self.paused && !unavailable && !fenced && w.epochs[p] == self.epoch {
+            let end = w.ids[p].len() as Offset;
+            if self.position > end || self.position < w.log_start[p] {
+                // OFFSET_OUT_OF_RANGE: librdkafka resets per
+                // auto.offset.reset, which spate sets to earliest.
+                let to = w.log_start[p];
+                w.trace(format!(
+                    "p{p} e{} fetch at {} out of range [{to}, {end}]: reset to earliest {to}",
+                    self.epoch, self.position
+                ));
+                self.position = to;
+            }
+            // Gaps (control, aborted, compacted records) are skipped; a
+            // batch holds consecutive offsets, so it ends at the next gap.
+            let ids = &w.ids[p];
+            let mut start = self.position as usize;
+            let gap = ids.get(start) == Some(&GAP);
+            while ids.get(start) == Some(&GAP) {
+                start += 1;
+            }
+            if gap
+                && start < ids.len()
+                && crate::planted::planted(crate::planted::SimBug::GapSkipsRecord)
+            {
+                start += 1;
+            }
+            let stop = ids.len().min(start + w.cfg.max_poll);
+            let len = ids[start..stop].iter().take_while(|&&id| id != GAP).count();
+            self.buf.extend_from_slice(&w.logs[p][start..start + len]);
+            self.first = start as Offset;
+            self.position = (start + len) as Offset;
+            let fetched = &mut w.fetched_end[p];
+            *fetched = (*fetched).max(self.position);
         }
         drop(w);
-        self.position += self.buf.len() as Offset;
         Ok(BufferedBatch {
             values: &self.buf,
             partition: &self.partition,

@@ -10,8 +10,9 @@
 //! part inserted on one replica reaches the others after a replication lag
 //! (later if they are down); deduplication is shard-wide at once.
 //!
-//! Rows are 12 bytes: partition (u32 LE) and offset (u64 LE), as
-//! [`SimEncoder`] writes them, so the world knows exactly which record landed.
+//! Rows are 12 bytes: partition, offset and record id (u32 LE each), as
+//! [`SimEncoder`] writes them, so the world knows exactly which record
+//! landed (after a truncation, a new record can sit at an old offset).
 
 use std::time::Duration;
 
@@ -20,11 +21,25 @@ use spate_core::record::Payload;
 use spate_core::sink::{Endpoint, SealedBatch, WriteError, Writer};
 
 use crate::config::FaultKind;
-use crate::world::{FNV_BASIS, Shared, World, fnv1a};
+use crate::planted::{SimBug, planted};
+use crate::schema::{FIELDS, Plan, record_values};
+use crate::world::{FNV_BASIS, QueuedInsert, Shared, WRONG_VALUES_KEPT, World, fnv1a};
 
-/// Encodes a record as its partition and offset (12 bytes).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SimEncoder;
+/// spate's mapping stand-in: encodes a record as its identity (partition,
+/// offset, record id: 12 bytes) and, when the table has value columns, the
+/// declared types' fingerprint and the record's values in the layout it
+/// probed ([`crate::schema`]).
+#[derive(Clone, Debug)]
+pub struct SimEncoder {
+    plan: Plan,
+}
+
+impl SimEncoder {
+    /// An encoder writing the layout `plan` (the schema probed at start).
+    pub fn new(plan: Plan) -> Self {
+        Self { plan }
+    }
+}
 
 impl<'a> Encoder<Payload<'a>> for SimEncoder {
     fn encode(
@@ -33,8 +48,35 @@ impl<'a> Encoder<Payload<'a>> for SimEncoder {
         _cx: &RecordCx<'_>,
         buf: &mut Vec<u8>,
     ) -> Result<(), RecordError> {
+        // The payload is the record id, then its values (`schema::payload`).
+        let value = record.value.unwrap_or_default();
+        let bad = || {
+            RecordError::decode(format!(
+                "offset {}: payload is not a sim record",
+                record.offset
+            ))
+        };
+        let id = value.get(..4).ok_or_else(bad)?;
         buf.extend_from_slice(&(record.partition.partition() as u32).to_le_bytes());
-        buf.extend_from_slice(&(record.offset as u64).to_le_bytes());
+        buf.extend_from_slice(&(record.offset as u32).to_le_bytes());
+        buf.extend_from_slice(id);
+        if self.plan.columns.is_empty() {
+            return Ok(());
+        }
+        let values = value.get(4..4 + 2 * FIELDS).ok_or_else(bad)?;
+        let field = |f: usize| u16::from_le_bytes([values[2 * f], values[2 * f + 1]]);
+        // Planted: RowBinary, which declares no types (fingerprint 0).
+        let declared = if planted(SimBug::IgnoreSchemaChange) {
+            0
+        } else {
+            self.plan.fingerprint()
+        };
+        buf.extend_from_slice(&declared.to_le_bytes());
+        let positional = planted(SimBug::PositionalColumns);
+        for (k, c) in self.plan.columns.iter().enumerate() {
+            let f = if positional { k % FIELDS } else { c.field };
+            c.ty.encode(field(f), buf);
+        }
         Ok(())
     }
 }
@@ -65,55 +107,212 @@ impl SimWriter {
 }
 
 /// What a write attempt will do, decided when it arrives.
-enum Plan {
+enum Attempt {
     Refuse(&'static str),
     Write,
     WriteThenHang,
     LateWrite(Duration),
+    Queue(Duration),
 }
 
-fn plan(w: &mut World, shard: usize, replica: usize) -> Plan {
+fn plan(w: &mut World, shard: usize, replica: usize) -> Attempt {
     let (shards, replicas) = (w.cfg.shards, w.cfg.replicas);
     let this = |t: usize, t2: usize| t % shards == shard && t2 % replicas == replica;
     if w.fault_active(FaultKind::ShardDown, |t, _| t % shards == shard) {
-        return Plan::Refuse("shard down");
+        return Attempt::Refuse("shard down");
     }
     if w.fault_active(FaultKind::ReplicaDown, this) {
-        return Plan::Refuse("replica down");
+        return Attempt::Refuse("replica down");
     }
     if w.fault_active(FaultKind::WriteErrors, this) && w.rng_bool(0.5) {
-        return Plan::Refuse("write error before write");
+        return Attempt::Refuse("write error before write");
     }
     if w.fault_active(FaultKind::AmbiguousWrites, this) && w.rng_bool(0.5) {
-        return Plan::WriteThenHang;
+        return Attempt::WriteThenHang;
+    }
+    if w.fault_active(FaultKind::QueuedRequests, this) {
+        // Frozen: the request waits until the replica thaws.
+        let now = w.now();
+        let thaw = w
+            .cfg
+            .faults
+            .iter()
+            .filter(|f| {
+                f.kind == FaultKind::QueuedRequests && f.active(now) && this(f.target, f.target2)
+            })
+            .map(|f| f.start + f.duration)
+            .max()
+            .unwrap_or(now);
+        return Attempt::Queue(thaw);
     }
     if w.fault_active(FaultKind::SlowReplica, this) {
-        return Plan::LateWrite(Duration::from_millis(w.rng_range(1_000..=3_000)));
+        return Attempt::LateWrite(Duration::from_millis(w.rng_range(1_000..=3_000)));
     }
-    Plan::Write
+    Attempt::Write
 }
 
-/// Applies `batch` to `shard`'s table unless its token is in the dedup window.
-fn apply(w: &mut World, shard: usize, replica: usize, batch_token: &str, body: &[u8]) {
+/// Whether this insert fails part-way (a partial-insert fault on the
+/// shard and more than one block): the number of blocks it writes first.
+fn partial(w: &mut World, shard: usize, body_len: usize) -> Option<usize> {
+    let shards = w.cfg.shards;
+    // Every replica of the shard: the shard's table is what fails.
+    let this = |t: usize, _: usize| t % shards == shard;
+    let width = w.schema.row_bytes();
+    let blocks = (body_len / width).div_ceil(w.cfg.block_rows.max(1));
+    if blocks < 2 || !w.fault_active(FaultKind::PartialInsert, this) || !w.rng_bool(0.7) {
+        return None;
+    }
+    Some(w.rng_range(1..=(blocks as u64 - 1)) as usize)
+}
+
+/// Runs the inserts a thawed replica held (in order, each as it arrives at
+/// the server: refused if the schema changed meanwhile). Called every tick.
+pub fn run_queued(w: &mut World) {
+    let now = w.now();
+    while w.server_queue.front().is_some_and(|q| q.due <= now) {
+        let q = w.server_queue.pop_front().expect("front");
+        if apply(w, q.shard, q.replica, &q.token, &q.body, None).is_ok() {
+            w.ambiguous_writes += 1;
+        }
+    }
+}
+
+/// Why the server refused an insert before writing any of it.
+#[derive(Clone, Copy, Debug)]
+enum Refusal {
+    /// The declared column types differ from the table's (Native format).
+    Types,
+    /// The bytes are not whole rows of the table's layout (RowBinary).
+    Layout,
+}
+
+impl Refusal {
+    fn message(self) -> &'static str {
+        match self {
+            Refusal::Types => {
+                "Code: 368: the block's column types differ from the table's (schema changed)"
+            }
+            Refusal::Layout => "Code: 27: Cannot parse input: rows do not match the table's layout",
+        }
+    }
+}
+
+/// Checks `body` against the table's current schema, as the server parses
+/// an insert.
+fn admit(w: &World, body: &[u8]) -> Result<(), Refusal> {
+    let width = w.schema.row_bytes();
+    if body.len() % width != 0 {
+        return Err(Refusal::Layout);
+    }
+    if !w.schema.columns.is_empty() {
+        let fp = w.schema.fingerprint();
+        for row in body.chunks_exact(width) {
+            let declared = u32::from_le_bytes(row[12..16].try_into().expect("4 bytes"));
+            // 0: RowBinary, which declares nothing and is parsed as is.
+            if declared != 0 && declared != fp {
+                return Err(Refusal::Types);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs an insert of `body` on replica `replica` of `shard`: refused whole
+/// if it does not fit the table's schema now; else split into blocks of
+/// `block_rows` rows, each applied unless its token (the insert's token,
+/// `#i` for block `i > 0`) is in the dedup window. With `fail_after`, only
+/// that many blocks are written. Returns the refusal, if any.
+fn apply(
+    w: &mut World,
+    shard: usize,
+    replica: usize,
+    batch_token: &str,
+    body: &[u8],
+    fail_after: Option<usize>,
+) -> Result<(), Refusal> {
+    if let Err(r) = admit(w, body) {
+        w.schema_refusals += 1;
+        w.trace(format!(
+            "s{shard}r{replica} refuse {batch_token}: {} (table {})",
+            r.message(),
+            w.schema.describe()
+        ));
+        return Err(r);
+    }
+    let width = w.schema.row_bytes();
+    let block_bytes = w.cfg.block_rows.saturating_mul(width);
+    for (i, block) in body.chunks(block_bytes.max(width)).enumerate() {
+        if fail_after.is_some_and(|k| i >= k) {
+            break;
+        }
+        let token = if i == 0 {
+            batch_token.to_owned()
+        } else {
+            format!("{batch_token}#{i}")
+        };
+        apply_block(w, shard, replica, &token, block, width);
+    }
+    Ok(())
+}
+
+/// Applies one block unless its token is in the dedup window, and judges
+/// each row's values (the value oracle's facts).
+fn apply_block(
+    w: &mut World,
+    shard: usize,
+    replica: usize,
+    token: &str,
+    block: &[u8],
+    width: usize,
+) {
     let window = w.cfg.dedup_window;
-    if window > 0 && w.dedup[shard].contains(batch_token) {
+    if window > 0 && w.dedup[shard].contains(token) {
         w.dedup_drops += 1;
-        w.trace(format!("s{shard}r{replica} dedup drop {batch_token}"));
+        w.trace(format!("s{shard}r{replica} dedup drop {token}"));
         return;
     }
     if window > 0 {
-        w.dedup[shard].insert(batch_token, window);
+        w.dedup[shard].insert(token, window);
     }
-    for row in body.chunks_exact(12) {
-        let p = u32::from_le_bytes(row[..4].try_into().expect("4 bytes")) as usize;
-        let o = u64::from_le_bytes(row[4..].try_into().expect("8 bytes")) as i64;
-        w.land(p, o);
+    for row in block.chunks_exact(width) {
+        let word = |i: usize| u32::from_le_bytes(row[i..i + 4].try_into().expect("4 bytes"));
+        let (p, o, id) = (word(0) as usize, i64::from(word(4)), word(8));
+        let known = w.records.len();
+        w.land(p, o, id);
+        if (id as usize) < known && !w.schema.columns.is_empty() {
+            check_values(w, p, o, id, &row[16..]);
+        }
     }
-    w.insert_part(shard, replica, (body.len() / 12) as u64);
+    w.insert_part(shard, replica, (block.len() / width) as u64);
     w.trace(format!(
-        "s{shard}r{replica} insert {batch_token} rows={}",
-        body.len() / 12
+        "s{shard}r{replica} insert {token} rows={}",
+        block.len() / width
     ));
+}
+
+/// The value oracle's fact: `values` (a row's value columns) decode under
+/// the table's current schema to exactly record `id`'s values.
+fn check_values(w: &mut World, p: usize, o: i64, id: u32, values: &[u8]) {
+    let want = record_values(id);
+    let mut at = 0;
+    let mut wrong = None;
+    for c in &w.schema.columns {
+        let got = c.ty.decode(&values[at..]);
+        at += c.ty.width();
+        if got != f64::from(want[c.field]) {
+            wrong = Some((c.field, c.ty, got, want[c.field]));
+            break;
+        }
+    }
+    if let Some((f, ty, got, want)) = wrong {
+        w.wrong_value_rows += 1;
+        if w.wrong_values.len() < WRONG_VALUES_KEPT {
+            let schema = w.schema.describe();
+            w.wrong_values.push(format!(
+                "p{p} offset {o} (record {id}): column f{f} {ty:?} reads {got}, the record held {want} (table {schema})"
+            ));
+        }
+    }
 }
 
 impl Writer for SimWriter {
@@ -134,37 +333,70 @@ impl Writer for SimWriter {
             Duration::from_millis(w.rng_range(lo..=hi))
         };
         tokio::time::sleep(latency).await;
-        let plan = plan(&mut self.world.lock(), shard, replica);
-        match plan {
-            Plan::Refuse(why) => {
+        let attempt = plan(&mut self.world.lock(), shard, replica);
+        let refused = |r: Refusal| WriteError::fatal(r.message());
+        match attempt {
+            Attempt::Refuse(why) => {
                 self.world.lock().trace(format!(
                     "s{shard}r{replica} refuse {} ({why})",
                     batch.token()
                 ));
                 Err(WriteError::retryable(why))
             }
-            Plan::Write => {
-                apply(&mut self.world.lock(), shard, replica, batch.token(), &body);
+            Attempt::Write => {
+                let mut w = self.world.lock();
+                let fail_after = partial(&mut w, shard, body.len());
+                apply(&mut w, shard, replica, batch.token(), &body, fail_after).map_err(refused)?;
+                if let Some(k) = fail_after {
+                    w.partial_inserts += 1;
+                    w.trace(format!(
+                        "s{shard}r{replica} insert {} failed after {k} blocks",
+                        batch.token()
+                    ));
+                    return Err(WriteError::retryable(
+                        "simulated failure after some blocks were written",
+                    ));
+                }
                 Ok(())
             }
-            Plan::WriteThenHang => {
+            Attempt::WriteThenHang => {
                 {
                     let mut w = self.world.lock();
-                    apply(&mut w, shard, replica, batch.token(), &body);
+                    apply(&mut w, shard, replica, batch.token(), &body, None).map_err(refused)?;
                     w.ambiguous_writes += 1;
                 }
                 std::future::pending().await
             }
-            Plan::LateWrite(delay) => {
+            Attempt::LateWrite(delay) => {
                 // The server goes on after the client has given up.
                 let world = self.world.clone();
                 let token = batch.token().to_owned();
                 tokio::spawn(async move {
                     tokio::time::sleep(delay).await;
                     let mut w = world.lock();
-                    apply(&mut w, shard, replica, &token, &body);
-                    w.ambiguous_writes += 1;
+                    if apply(&mut w, shard, replica, &token, &body, None).is_ok() {
+                        w.ambiguous_writes += 1;
+                    }
                 });
+                std::future::pending().await
+            }
+            Attempt::Queue(thaw) => {
+                {
+                    let mut w = self.world.lock();
+                    let due = thaw + Duration::from_millis(10 * w.server_queue.len() as u64);
+                    w.trace(format!(
+                        "s{shard}r{replica} frozen: queued {} to run at {} ms",
+                        batch.token(),
+                        due.as_millis()
+                    ));
+                    w.server_queue.push_back(QueuedInsert {
+                        due,
+                        shard,
+                        replica,
+                        token: batch.token().to_owned(),
+                        body,
+                    });
+                }
                 std::future::pending().await
             }
         }

@@ -5,6 +5,8 @@ use std::time::Duration;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+use crate::schema::{ColType, Column, FIELDS, Schema};
+
 /// The kinds of fault the simulator injects; each run's schedule draws from
 /// these, and campaigns report how often each was hit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -37,6 +39,38 @@ pub enum FaultKind {
     /// The process is stopped gracefully (SIGTERM: drain, final commit) and
     /// started again, as in a deploy.
     GracefulRestart,
+    /// The producer writes transactions on a partition: each tick's records
+    /// end with a control record, and some transactions abort. Under
+    /// `read_committed` neither control records nor aborted records reach
+    /// the consumer: offset gaps.
+    TxnGaps,
+    /// Log compaction removes some records of a partition (superseded by a
+    /// later record with the same key): offset gaps in data already written.
+    Compaction,
+    /// An unclean leader election: the new leader's log is shorter, so the
+    /// partition's log end moves backwards, possibly below offsets already
+    /// read and below a commit; the producer's next records reuse the lost
+    /// offsets.
+    Truncation,
+    /// While the process is down (the schedule pairs it with a crash),
+    /// retention deletes a partition's log up to a point past the committed
+    /// offset: the committed offset is out of range on restart and the
+    /// consumer resets to the earliest offset.
+    Retention,
+    /// The group coordinator is slow: commits queue behind each other and
+    /// apply 1-5 s later, in order; the client's call times out meanwhile.
+    SlowCoordinator,
+    /// Every replica splits inserts into blocks of
+    /// [`SimConfig::block_rows`] rows (each commits and is deduplicated on
+    /// its own); on the target shard, some inserts fail after some of their
+    /// blocks were written.
+    PartialInsert,
+    /// `ALTER TABLE` (ADD, DROP or MODIFY of a value column) on every shard
+    /// while spate runs: its probed layout is stale until it probes again.
+    SchemaChange,
+    /// A frozen replica accepts requests, queues them and runs them all
+    /// (every retry too) once it thaws; the client hears nothing.
+    QueuedRequests,
 }
 
 impl FaultKind {
@@ -46,7 +80,7 @@ impl FaultKind {
     }
 
     /// Every kind, in a fixed order.
-    pub const ALL: [FaultKind; 13] = [
+    pub const ALL: [FaultKind; 21] = [
         FaultKind::ReplicaDown,
         FaultKind::ShardDown,
         FaultKind::WriteErrors,
@@ -60,6 +94,31 @@ impl FaultKind {
         FaultKind::Eviction,
         FaultKind::Crash,
         FaultKind::GracefulRestart,
+        FaultKind::TxnGaps,
+        FaultKind::Compaction,
+        FaultKind::Truncation,
+        FaultKind::Retention,
+        FaultKind::SlowCoordinator,
+        FaultKind::PartialInsert,
+        FaultKind::SchemaChange,
+        FaultKind::QueuedRequests,
+    ];
+
+    /// How many of [`FaultKind::ALL`] (the first ones) existed before issue 16.
+    pub const BEFORE_ISSUE16: usize = 13;
+
+    /// The kinds added by issue 16, drawn from their own random stream
+    /// ([`SimConfig::from_seed`]) so that a seed which draws none of them
+    /// runs exactly as it did before they existed.
+    pub const ISSUE16: [FaultKind; 8] = [
+        FaultKind::TxnGaps,
+        FaultKind::Compaction,
+        FaultKind::Truncation,
+        FaultKind::Retention,
+        FaultKind::SlowCoordinator,
+        FaultKind::PartialInsert,
+        FaultKind::SchemaChange,
+        FaultKind::QueuedRequests,
     ];
 }
 
@@ -142,6 +201,10 @@ pub fn parse_schedule(spec: &str) -> Result<Vec<Fault>, String> {
     Ok(faults)
 }
 
+/// The chance that a seed schedules each of [`FaultKind::ISSUE16`] (once):
+/// high enough that a campaign hits each in well over 1% of seeds.
+pub const EXTRA_FAULT_P: f64 = 0.04;
+
 /// The parameters of one simulated run.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
@@ -169,6 +232,12 @@ pub struct SimConfig {
     pub write_latency_ms: (u64, u64),
     /// The fault schedule, ordered by start.
     pub faults: Vec<Fault>,
+    /// The table's value columns at the start.
+    pub schema: Schema,
+    /// Rows per insert block on every replica (`usize::MAX`: one block per
+    /// insert, as ClickHouse's default `max_insert_block_size` gives for
+    /// the simulator's batches).
+    pub block_rows: usize,
     /// Pipeline drivers (one-thread mode).
     pub drivers: usize,
     /// `checkpoint.interval`.
@@ -205,7 +274,8 @@ impl SimConfig {
         let fault_phase = Duration::from_secs(8);
         let mut faults: Vec<Fault> = (0..rng.random_range(0..=5))
             .map(|_| {
-                let kind = FaultKind::ALL[rng.random_range(0..FaultKind::ALL.len())];
+                // The kinds before issue 16 only: this stream stays as it was.
+                let kind = FaultKind::ALL[rng.random_range(0..FaultKind::BEFORE_ISSUE16)];
                 let phase_ms = fault_phase.as_millis() as u64;
                 let start = rng.random_range(100..phase_ms - 500);
                 // Every fault heals by the end of the fault phase.
@@ -239,14 +309,86 @@ impl SimConfig {
                 });
             }
         }
+        // Issue 16's kinds come from a stream of their own: the draws above
+        // (and so every seed that gets none of these) stay as they were.
+        let mut extra = SmallRng::seed_from_u64(seed ^ 0x5EED_FA17_0000_0016);
+        let phase_ms = fault_phase.as_millis() as u64;
+        for kind in FaultKind::ISSUE16 {
+            // A partial insert needs an insert of two blocks or more while
+            // it lasts: scheduled twice as often, to clear the 1% floor.
+            let p = match kind {
+                FaultKind::PartialInsert => 2.0 * EXTRA_FAULT_P,
+                _ => EXTRA_FAULT_P,
+            };
+            if !extra.random_bool(p) {
+                continue;
+            }
+            let start = extra.random_range(300..phase_ms - 1_000);
+            let duration = extra.random_range(200..3_000).min(phase_ms - start);
+            let target = extra.random_range(0..64);
+            faults.push(Fault {
+                kind,
+                target,
+                target2: extra.random_range(0..64),
+                start: Duration::from_millis(start),
+                duration: Duration::from_millis(duration),
+            });
+            if kind == FaultKind::Retention {
+                // Retention acts while the process is down: a crash soon after.
+                faults.push(Fault {
+                    kind: FaultKind::Crash,
+                    target,
+                    target2: 0,
+                    start: Duration::from_millis(start + extra.random_range(1..500)),
+                    duration: Duration::from_millis(100),
+                });
+            }
+        }
+        // The table's value columns (none: identity rows only, as before
+        // issue 16); always some when the schedule changes the schema.
+        let changes = faults.iter().any(|f| f.kind == FaultKind::SchemaChange);
+        let mut schema = Schema::default();
+        if changes || extra.random_bool(0.3) {
+            let mut fields: Vec<usize> = (0..FIELDS).collect();
+            for i in (1..fields.len()).rev() {
+                fields.swap(i, extra.random_range(0..=i));
+            }
+            let n = extra.random_range(1..=FIELDS);
+            schema.columns = fields[..n]
+                .iter()
+                .map(|&field| Column {
+                    field,
+                    ty: ColType::ALL[extra.random_range(0..ColType::ALL.len())],
+                })
+                .collect();
+        }
+        let block_rows = if faults.iter().any(|f| f.kind == FaultKind::PartialInsert) {
+            extra.random_range(5..30)
+        } else {
+            usize::MAX
+        };
+        // A schema change matters while records still arrive: it lands
+        // within the produce phase (drawn here, after the faults).
+        // (In the order the fields below drew them before: seeds stay.)
+        let records_per_partition = rng.random_range(50..=400);
+        let produce_for = Duration::from_millis(rng.random_range(1_000..6_000));
+        for f in faults
+            .iter_mut()
+            .filter(|f| f.kind == FaultKind::SchemaChange)
+        {
+            let within = produce_for.as_millis() as u64 - 200;
+            f.start = Duration::from_millis(200 + f.start.as_millis() as u64 % within);
+        }
         faults.sort_by_key(|f| (f.start, f.kind));
         Self {
             seed,
+            schema,
+            block_rows,
             partitions,
             shards,
             replicas,
-            records_per_partition: rng.random_range(50..=400),
-            produce_for: Duration::from_millis(rng.random_range(1_000..6_000)),
+            records_per_partition,
+            produce_for,
             fault_phase,
             liveness_bound: Duration::from_secs(30),
             dedup_window: match rng.random_range(0..10) {
@@ -278,9 +420,19 @@ impl SimConfig {
     /// (sorted by start).
     pub fn with_faults(seed: u64, mut faults: Vec<Fault>) -> Self {
         faults.sort_by_key(|f| (f.start, f.kind));
+        let base = Self::from_seed(seed);
+        // A schedule with a partial-insert fault needs multi-block inserts.
+        let block_rows = if faults.iter().any(|f| f.kind == FaultKind::PartialInsert)
+            && base.block_rows == usize::MAX
+        {
+            20
+        } else {
+            base.block_rows
+        };
         Self {
             faults,
-            ..Self::from_seed(seed)
+            block_rows,
+            ..base
         }
     }
 

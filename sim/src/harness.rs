@@ -77,6 +77,9 @@ pub fn run_config(cfg: SimConfig) -> SimOutcome {
     let mut summaries = Vec::new();
     let mut first = true;
     let (final_status, caught_up) = loop {
+        if !first {
+            retention_while_down(&mut world.lock());
+        }
         let now = world.lock().base;
         let crash_at = crashes.iter().copied().find(|t| *t > now);
         let restart_at = restarts.iter().copied().find(|t| *t > now);
@@ -194,14 +197,20 @@ async fn incarnation(
             w.assign(p);
         }
     }
+    // The mapping's probe: the table's schema as it is now.
+    let probed: crate::schema::Plan = {
+        let mut w = world.lock();
+        w.plan_version = w.schema.version;
+        std::sync::Arc::new(w.schema.clone())
+    };
     let pipeline = Pipeline::builder(
         pipeline_config(&cfg, number),
         SimSource::new(world.clone()),
         SimWriter::new(world.clone()),
-        |buffers: ChunkBuffers| {
+        move |buffers: ChunkBuffers| {
             ChainProcessor::new(
                 PayloadDecoder,
-                Terminal::new(SimEncoder, SimRouter, buffers),
+                Terminal::new(SimEncoder::new(probed.clone()), SimRouter, buffers),
             )
         },
     )
@@ -335,6 +344,8 @@ fn finish(world: &Shared) {
 fn tick(w: &mut World) {
     produce(w);
     drive_faults(w);
+    w.apply_due_commits();
+    crate::clickhouse::run_queued(w);
     w.replicate(false);
     w.sample_budget();
 }
@@ -347,10 +358,43 @@ fn produce(w: &mut World) {
     let frac = (now.as_secs_f64() / w.cfg.produce_for.as_secs_f64()).min(1.0);
     let target = (((total as f64) * frac).ceil() as usize).min(total);
     for p in 0..w.cfg.partitions {
-        while w.logs[p].len() < target {
-            // The payload's bytes do not matter: the encoder writes the
-            // record's partition and offset.
-            w.logs[p].push(bytes::Bytes::from_static(b"{}"));
+        if w.produced[p] >= target {
+            continue;
+        }
+        // A transactional producer: this tick's records are one
+        // transaction, closed by a control record; a quarter abort (their
+        // records stay in the log, invisible under read_committed).
+        let n = w.cfg.partitions;
+        let txn = w.fault_active(FaultKind::TxnGaps, |t, _| t % n == p);
+        if txn && w.rng_bool(0.25) {
+            for _ in w.produced[p]..target {
+                w.append_gap(p);
+            }
+            w.append_gap(p);
+            continue;
+        }
+        while w.produced[p] < target {
+            w.append_record(p);
+        }
+        if txn {
+            w.append_gap(p);
+        }
+    }
+}
+
+/// Retention that ran while the process was down: applies every retention
+/// fault due by now (once), before the next incarnation starts.
+fn retention_while_down(w: &mut World) {
+    let now = w.base;
+    for i in 0..w.cfg.faults.len() {
+        let f = &w.cfg.faults[i];
+        if f.kind != FaultKind::Retention || f.start > now || w.retention_done.contains(&i) {
+            continue;
+        }
+        let p = f.target % w.cfg.partitions;
+        w.retention_done.insert(i);
+        if w.retain(p) {
+            w.hit.insert(FaultKind::Retention);
         }
     }
 }
@@ -384,6 +428,22 @@ fn drive_faults(w: &mut World) {
                 for p in (0..n).filter(|&p| (f.target2 >> (p % 6)) & 1 == 1 || p == f.target % n) {
                     w.rebalance(p);
                 }
+            }
+            FaultKind::Truncation => {
+                let p = f.target % w.cfg.partitions;
+                if w.truncate(p) {
+                    w.hit.insert(FaultKind::Truncation);
+                }
+            }
+            FaultKind::Compaction => {
+                let p = f.target % w.cfg.partitions;
+                if w.compact(p) {
+                    w.hit.insert(FaultKind::Compaction);
+                }
+            }
+            FaultKind::SchemaChange => {
+                w.hit.insert(FaultKind::SchemaChange);
+                w.alter();
             }
             FaultKind::DedupLoss => {
                 w.hit.insert(FaultKind::DedupLoss);

@@ -10,6 +10,12 @@
 //! keeps block ids in ZooKeeper; replicas that go down, fail, time out after
 //! writing, or answer too late).
 //!
+//! Issue 16 added the faults real clusters have (offset gaps, truncation,
+//! retention, a slow coordinator; partial inserts, schema changes, a frozen
+//! replica running every queued retry: [`config::FaultKind`]), a table with
+//! typed value columns ([`schema`]) whose rows the value oracle checks, and
+//! planted simulator bugs ([`planted`]).
+//!
 //! One `u64` seed decides the workload, the fault schedule and every random
 //! choice ([`config::SimConfig::from_seed`]). Each process incarnation runs on
 //! a current-thread tokio runtime with paused time, so a run is a pure function
@@ -25,4 +31,6 @@ pub mod broker;
 pub mod clickhouse;
 pub mod config;
 pub mod harness;
+pub mod planted;
+pub mod schema;
 pub mod world;

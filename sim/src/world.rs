@@ -96,8 +96,62 @@ pub struct World {
     pub base: Duration,
     /// The current incarnation's clock origin.
     pub origin: tokio::time::Instant,
-    /// Per partition, the log of payloads.
+    /// Per partition, the log of payloads (a gap's payload is empty).
     pub logs: Vec<Vec<Bytes>>,
+    /// Per partition and offset, the record id there, or [`GAP`] for an
+    /// offset the consumer never sees (a control record, an aborted or a
+    /// compacted record).
+    pub ids: Vec<Vec<u32>>,
+    /// Every record ever produced, by id (truncated ones included).
+    pub records: Vec<RecordFact>,
+    /// Per partition, the records the producer has written and the log
+    /// still holds or held (truncation takes its losses back off: the
+    /// producer writes them again as new records).
+    pub produced: Vec<usize>,
+    /// Per partition, the log start offset (retention deleted below it).
+    pub log_start: Vec<Offset>,
+    /// Per partition, the highest offset the consumer has fetched up to.
+    pub fetched_end: Vec<Offset>,
+    /// Per partition, offset ranges the oracles do not demand: after a
+    /// truncation to `L`, new records below what the consumer had already
+    /// fetched or committed (they may be committed over, as Kafka warns for
+    /// unclean leader election); retention's deletions sit below
+    /// [`World::log_start`].
+    pub excused: Vec<Vec<(Offset, Offset)>>,
+    /// Records retention deleted before any of their rows landed.
+    pub lost_to_retention: u64,
+    /// Records an unclean leader election removed from a log.
+    pub lost_to_truncation: u64,
+    /// Offset gaps written or made (control, aborted, compacted records).
+    pub gaps: u64,
+    /// Commits waiting at a slow coordinator, applied in order at `due`.
+    pub commit_queue: VecDeque<QueuedCommit>,
+    /// Rows whose record id does not name the record at their partition
+    /// and offset (a row identity the simulator never produced).
+    pub wrong_rows: Vec<String>,
+    /// Indexes of retention faults already applied.
+    pub retention_done: BTreeSet<usize>,
+    /// The table's current value columns (every shard: ALTERs run on the
+    /// whole cluster).
+    pub schema: crate::schema::Schema,
+    /// Rows whose values, decoded under the schema in force when they were
+    /// written, differ from the record's (at most [`WRONG_VALUES_KEPT`]
+    /// kept; [`World::wrong_value_rows`] counts them all).
+    pub wrong_values: Vec<String>,
+    /// Rows with wrong values, over the run.
+    pub wrong_value_rows: u64,
+    /// Inserts a frozen replica accepted and will run when it thaws.
+    pub server_queue: VecDeque<QueuedInsert>,
+    /// The schema version the current incarnation probed.
+    pub plan_version: u32,
+    /// Inserts that failed after some of their blocks were written.
+    pub partial_inserts: u64,
+    /// Inserts refused because their declared types or layout did not match
+    /// the table's current schema.
+    pub schema_refusals: u64,
+    /// Epochs whose lanes may fetch no more (a truncated partition's epoch,
+    /// revoked at the truncation).
+    pub fenced: BTreeSet<(usize, Epoch)>,
     /// Per partition, the committed offset.
     pub committed: Vec<Option<Offset>>,
     /// Per partition, the current epoch (0: never assigned).
@@ -123,8 +177,6 @@ pub struct World {
     pub dedup: Vec<DedupWindow>,
     /// The fault kinds in the schedule, one bit each ([`FaultKind::bit`]).
     pub scheduled: u32,
-    /// Per partition and offset, how many times the row landed.
-    pub landed: Vec<Vec<u32>>,
     /// Per partition, the contiguous durable prefix length.
     pub durable_prefix: Vec<Offset>,
     /// Token to FNV hash of the bytes it carried, over all incarnations.
@@ -168,12 +220,37 @@ pub struct World {
 impl World {
     /// A fresh world for `cfg`: empty logs, nothing committed.
     pub fn new(cfg: SimConfig) -> Self {
-        let rng = SmallRng::seed_from_u64(cfg.seed ^ 0xB0B0_CAFE_0000_0002);
+        let mut rng_seed = cfg.seed ^ 0xB0B0_CAFE_0000_0002;
+        if crate::planted::planted(crate::planted::SimBug::Nondeterminism) {
+            static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            rng_seed ^= RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        let rng = SmallRng::seed_from_u64(rng_seed);
         Self {
             rng,
             base: Duration::ZERO,
             origin: tokio::time::Instant::now(),
             logs: vec![Vec::new(); cfg.partitions],
+            ids: vec![Vec::new(); cfg.partitions],
+            records: Vec::new(),
+            produced: vec![0; cfg.partitions],
+            log_start: vec![0; cfg.partitions],
+            fetched_end: vec![0; cfg.partitions],
+            excused: vec![Vec::new(); cfg.partitions],
+            lost_to_retention: 0,
+            lost_to_truncation: 0,
+            gaps: 0,
+            commit_queue: VecDeque::new(),
+            wrong_rows: Vec::new(),
+            retention_done: BTreeSet::new(),
+            fenced: BTreeSet::new(),
+            schema: cfg.schema.clone(),
+            wrong_values: Vec::new(),
+            wrong_value_rows: 0,
+            server_queue: VecDeque::new(),
+            partial_inserts: 0,
+            plan_version: 0,
+            schema_refusals: 0,
             committed: vec![None; cfg.partitions],
             epochs: vec![0; cfg.partitions],
             revoking: BTreeSet::new(),
@@ -186,7 +263,6 @@ impl World {
             fetches: Vec::new(),
             dedup: vec![DedupWindow::default(); cfg.shards],
             scheduled: cfg.faults.iter().fold(0, |m, f| m | f.kind.bit()),
-            landed: vec![Vec::new(); cfg.partitions],
             durable_prefix: vec![0; cfg.partitions],
             tokens: BTreeMap::new(),
             token_conflicts: Vec::new(),
@@ -312,16 +388,24 @@ impl World {
         self.rng.random_range(range)
     }
 
-    /// Whether any sink-side fault is active at any time in `[from, to]`.
+    /// Whether any sink-side fault is active at any time in `[from, to]`,
+    /// or the incarnation's probed schema is stale (its inserts are refused).
     pub fn sink_faulty_between(&self, from: Duration, to: Duration) -> bool {
         use FaultKind::*;
-        self.cfg.faults.iter().any(|f| {
-            matches!(
-                f.kind,
-                ReplicaDown | ShardDown | WriteErrors | AmbiguousWrites | SlowReplica
-            ) && f.start <= to
-                && f.start + f.duration + Duration::from_secs(5) >= from
-        })
+        self.schema.version != self.plan_version
+            || self.cfg.faults.iter().any(|f| {
+                matches!(
+                    f.kind,
+                    ReplicaDown
+                        | ShardDown
+                        | WriteErrors
+                        | AmbiguousWrites
+                        | SlowReplica
+                        | PartialInsert
+                        | QueuedRequests
+                ) && f.start <= to
+                    && f.start + f.duration + Duration::from_secs(5) >= from
+            })
     }
 
     /// Assigns `partition` under a fresh epoch and queues the event.
@@ -351,36 +435,292 @@ impl World {
         self.trace(format!("group revoke p{partition} e{epoch}"));
     }
 
-    /// Records that `partition`'s `offset` landed in a shard table.
-    pub fn land(&mut self, partition: usize, offset: Offset) {
-        let landed = &mut self.landed[partition];
-        let i = offset as usize;
-        if landed.len() <= i {
-            landed.resize(i + 1, 0);
+    /// Appends a record with `payload_of(id)` to `partition`'s log.
+    pub fn append_record(&mut self, partition: usize) {
+        let id = self.records.len() as u32;
+        let offset = self.ids[partition].len() as Offset;
+        self.records.push(RecordFact {
+            partition: partition as u32,
+            offset,
+            landed: 0,
+        });
+        self.ids[partition].push(id);
+        self.logs[partition].push(Bytes::from(crate::schema::payload(id)));
+        self.produced[partition] += 1;
+    }
+
+    /// Appends an offset the consumer never sees (a control record, or an
+    /// aborted record under `read_committed`).
+    pub fn append_gap(&mut self, partition: usize) {
+        self.ids[partition].push(GAP);
+        self.logs[partition].push(Bytes::new());
+        self.gaps += 1;
+        self.advance_prefix(partition);
+    }
+
+    /// Whether the oracles demand nothing at `partition`'s `offset`.
+    fn not_demanded(&self, partition: usize, offset: Offset) -> bool {
+        offset < self.log_start[partition]
+            || self.excused[partition]
+                .iter()
+                .any(|&(from, to)| offset >= from && offset < to)
+    }
+
+    /// Moves `partition`'s durable prefix over every offset that landed, is a
+    /// gap, or is not demanded.
+    pub fn advance_prefix(&mut self, partition: usize) {
+        let ids = &self.ids[partition];
+        let mut prefix = self.durable_prefix[partition];
+        loop {
+            // Past the log end only offsets not demanded count (a truncation
+            // below what the consumer had read: those reads may be
+            // committed over before the producer refills the offsets).
+            let done = match ids.get(prefix as usize) {
+                Some(&id) => {
+                    id == GAP
+                        || self.records[id as usize].landed > 0
+                        || self.not_demanded(partition, prefix)
+                }
+                None => !self.excused[partition].is_empty() && self.not_demanded(partition, prefix),
+            };
+            if !done {
+                break;
+            }
+            prefix += 1;
         }
-        landed[i] += 1;
-        let prefix = &mut self.durable_prefix[partition];
-        while (*prefix as usize) < landed.len() && landed[*prefix as usize] > 0 {
-            *prefix += 1;
+        self.durable_prefix[partition] = prefix;
+    }
+
+    /// Records that a row of `partition`'s `offset`, naming record `id`,
+    /// landed in a shard table.
+    pub fn land(&mut self, partition: usize, offset: Offset, id: u32) {
+        let named = self.records.get(id as usize);
+        if named.is_none_or(|r| r.partition as usize != partition || r.offset != offset) {
+            self.wrong_rows.push(format!(
+                "a row names p{partition} offset {offset} record {id}, which is not there"
+            ));
+            return;
         }
+        self.records[id as usize].landed += 1;
+        self.advance_prefix(partition);
     }
 
     /// Rows that landed more than once, over all partitions.
     pub fn duplicates(&self) -> u64 {
-        self.landed
+        self.records
             .iter()
-            .flatten()
-            .map(|&n| u64::from(n.saturating_sub(1)))
+            .map(|r| u64::from(r.landed.saturating_sub(1)))
             .sum()
     }
 
-    /// Whether every produced record is committed.
+    /// One past `partition`'s last record the consumer can see (0 if none).
+    pub fn live_end(&self, partition: usize) -> Offset {
+        let ids = &self.ids[partition];
+        let start = self.log_start[partition] as usize;
+        ids.iter()
+            .rposition(|&id| id != GAP)
+            .filter(|&i| i >= start)
+            .map_or(0, |i| i as Offset + 1)
+    }
+
+    /// Whether every produced record is committed (trailing gaps need not
+    /// be: spate commits the last delivered offset + 1).
     pub fn caught_up(&self) -> bool {
         (0..self.cfg.partitions).all(|p| {
-            self.logs[p].len() == self.cfg.records_per_partition
-                && self.committed[p] == Some(self.logs[p].len() as Offset)
+            self.produced[p] == self.cfg.records_per_partition
+                && self.committed[p].is_some_and(|c| c >= self.live_end(p))
         })
     }
+
+    /// An unclean leader election on `partition`: the log ends at a point
+    /// up to 40 offsets back (never below the log start); the records past
+    /// it are gone and the producer writes them again.
+    /// Returns whether anything was removed.
+    pub fn truncate(&mut self, partition: usize) -> bool {
+        let end = self.ids[partition].len() as Offset;
+        let start = self.log_start[partition];
+        if end <= start {
+            return false;
+        }
+        let to = self.rng.random_range(start.max(end - 40)..end);
+        let lost = self.ids[partition][to as usize..]
+            .iter()
+            .filter(|&&id| id != GAP)
+            .count();
+        self.ids[partition].truncate(to as usize);
+        self.logs[partition].truncate(to as usize);
+        self.produced[partition] -= lost;
+        self.lost_to_truncation += lost as u64;
+        let read = self.fetched_end[partition].max(self.committed[partition].unwrap_or(0));
+        if read > to {
+            self.excused[partition].push((to, read));
+        }
+        self.durable_prefix[partition] = self.durable_prefix[partition].min(to);
+        self.advance_prefix(partition);
+        self.trace(format!(
+            "unclean leader election p{partition}: log end {end} -> {to} ({lost} records lost, consumer had read to {read})"
+        ));
+        // The source seam promises increasing offsets within an epoch, so a
+        // client that detects the truncation (KIP-320) ends the epoch: the
+        // old lane fetches no more and the partition is re-assigned.
+        let epoch = self.epochs[partition];
+        if epoch != 0 {
+            self.fenced.insert((partition, epoch));
+            self.rebalance(partition);
+        }
+        true
+    }
+
+    /// Log compaction on `partition`: about a third of the records below the
+    /// last one become gaps. Returns whether any did.
+    pub fn compact(&mut self, partition: usize) -> bool {
+        let end = self.ids[partition].len();
+        let mut removed = 0;
+        for o in (self.log_start[partition] as usize)..end.saturating_sub(1) {
+            if self.ids[partition][o] != GAP && self.rng.random_bool(0.3) {
+                self.ids[partition][o] = GAP;
+                removed += 1;
+            }
+        }
+        self.gaps += removed;
+        self.advance_prefix(partition);
+        self.trace(format!(
+            "compaction p{partition}: {removed} records removed"
+        ));
+        removed > 0
+    }
+
+    /// Retention on `partition` while the consumer is down: the log start
+    /// moves past the committed offset (to at most the log end). Returns
+    /// whether it did (nothing past the commit: nothing to delete).
+    pub fn retain(&mut self, partition: usize) -> bool {
+        let end = self.ids[partition].len() as Offset;
+        let committed = self.committed[partition]
+            .unwrap_or(0)
+            .max(self.log_start[partition]);
+        if end <= committed {
+            return false;
+        }
+        let to = self.rng.random_range(committed + 1..=end);
+        let lost = (committed..to)
+            .filter(|&o| {
+                let id = self.ids[partition][o as usize];
+                id != GAP && self.records[id as usize].landed == 0
+            })
+            .count();
+        self.lost_to_retention += lost as u64;
+        self.log_start[partition] = to;
+        self.advance_prefix(partition);
+        self.trace(format!(
+            "retention p{partition}: log start -> {to} past commit {committed} ({lost} unread records deleted)"
+        ));
+        true
+    }
+
+    /// `ALTER TABLE` on every shard: ADD a missing field, DROP a column
+    /// (never the last) or MODIFY a column's type, chosen at random (ADD
+    /// when the table has no value column).
+    pub fn alter(&mut self) {
+        use crate::schema::{ColType, Column, FIELDS};
+        let cols = self.schema.columns.len();
+        let roll = self.rng.random_range(0..3);
+        let what = if cols == 0 || (roll == 0 && cols < FIELDS) {
+            let field = (0..FIELDS)
+                .find(|f| self.schema.columns.iter().all(|c| c.field != *f))
+                .expect("a missing field");
+            let ty = ColType::ALL[self.rng.random_range(0..ColType::ALL.len())];
+            let at = self.rng.random_range(0..=cols);
+            self.schema.columns.insert(at, Column { field, ty });
+            format!("ADD COLUMN f{field} {ty:?}")
+        } else if roll == 1 && cols > 1 {
+            let at = self.rng.random_range(0..cols);
+            let c = self.schema.columns.remove(at);
+            format!("DROP COLUMN f{}", c.field)
+        } else {
+            let at = self.rng.random_range(0..cols);
+            let old = self.schema.columns[at].ty;
+            let others: Vec<ColType> = ColType::ALL.into_iter().filter(|t| *t != old).collect();
+            let ty = others[self.rng.random_range(0..others.len())];
+            self.schema.columns[at].ty = ty;
+            format!(
+                "MODIFY COLUMN f{} {old:?} -> {ty:?}",
+                self.schema.columns[at].field
+            )
+        };
+        self.schema.version += 1;
+        let now = self.schema.describe();
+        self.trace(format!("ALTER TABLE {what}: schema {now}"));
+    }
+
+    /// Applies the slow coordinator's queued commits that are due.
+    pub fn apply_due_commits(&mut self) {
+        let now = self.now();
+        while self.commit_queue.front().is_some_and(|c| c.due <= now) {
+            let c = self.commit_queue.pop_front().expect("front");
+            self.apply_commit(c.partition, c.offset, c.epoch, " late");
+        }
+    }
+
+    /// Stores a commit and records the fact with the durable prefix now (D1).
+    pub fn apply_commit(&mut self, p: usize, offset: Offset, epoch: Epoch, how: &str) {
+        let at_ms = self.now().as_millis() as u64;
+        let durable_prefix = self.durable_prefix[p];
+        self.commits.push(CommitFact {
+            at_ms,
+            partition: p,
+            offset,
+            durable_prefix,
+        });
+        self.committed[p] = Some(offset);
+        self.trace(format!(
+            "commit{how} p{p}={offset} e{epoch} (durable {durable_prefix})"
+        ));
+    }
+}
+
+/// How many wrong-value rows a run keeps described (the rest are counted).
+pub const WRONG_VALUES_KEPT: usize = 8;
+
+/// An insert a frozen replica holds, to run at `due`.
+#[derive(Clone, Debug)]
+pub struct QueuedInsert {
+    /// When it runs.
+    pub due: Duration,
+    /// Shard.
+    pub shard: usize,
+    /// Replica.
+    pub replica: usize,
+    /// The insert's token.
+    pub token: String,
+    /// The insert's body.
+    pub body: bytes::Bytes,
+}
+
+/// The id of an offset the consumer never sees.
+pub const GAP: u32 = u32::MAX;
+
+/// A produced record: where it is (or was) and how often its row landed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordFact {
+    /// Its partition.
+    pub partition: u32,
+    /// Its offset.
+    pub offset: Offset,
+    /// How many of its rows landed in shard tables.
+    pub landed: u32,
+}
+
+/// A commit the slow coordinator has taken and not yet applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueuedCommit {
+    /// When it applies.
+    pub due: Duration,
+    /// Partition.
+    pub partition: usize,
+    /// Offset.
+    pub offset: Offset,
+    /// Epoch it was sent under.
+    pub epoch: Epoch,
 }
 
 /// A part on its way from the replica that took the insert to another

@@ -16,8 +16,17 @@
 //! - **liveness**: once faults heal, every produced record is committed within
 //!   the liveness bound, and the final shutdown is clean (nothing vanishes: a
 //!   record ends delivered, or the run says it did not, D6);
+//! - **values**: every row decodes, under the schema in force when it was
+//!   written, to exactly its record's values and identity (facts gathered
+//!   by the simulated server as it writes, `sim/src/clickhouse.rs`);
+//! - not demanded by D1 (and said so in README "Verification"): records
+//!   retention deleted before they were read, and new records a truncation
+//!   put below what the consumer had fetched or committed;
 //! - **replication** (a check of the simulator itself): once healed, every
-//!   replica holds every part its shard accepted.
+//!   replica holds every part its shard accepted;
+//! - **determinism (D7)**, in campaigns: 1% of the seeds (those that are a
+//!   multiple of [`RECHECK_EVERY`]) run twice and must leave the same full
+//!   trace; a difference names the first diverging line of both runs.
 //!
 //! Duplicates are counted, not failed (at-least-once allows them).
 
@@ -28,6 +37,7 @@ use spate_core::pipeline::ExitStatus;
 use spate_core::sink::DRAIN_GRACE;
 use spate_sim::config::{FaultKind, SimConfig};
 use spate_sim::harness::{CHUNK_BYTES, SimOutcome, run_config};
+use spate_sim::world::TraceLine;
 
 pub mod shrink;
 
@@ -39,11 +49,49 @@ pub const DRAIN_SLACK: Duration = Duration::from_millis(50);
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Violation {
     /// Which oracle: `D1 commit safety`, `D1 at-least-once`,
-    /// `D1 stale commit`, `D4 token`, `D5 drain`, `D6 drain`, `D8 budget`,
-    /// `liveness`, `replication`.
+    /// `D1 stale commit`, `D4 token`, `D5 drain`, `D6 drain`,
+    /// `D7 determinism`, `D8 budget`, `values`, `liveness`, `replication`.
     pub oracle: &'static str,
     /// What exactly.
     pub detail: String,
+}
+
+/// Campaigns re-run every seed that is a multiple of this (1% of any run of
+/// consecutive seeds, fresh ones included) and compare the two traces (D7).
+pub const RECHECK_EVERY: u64 = 100;
+
+/// Whether a campaign re-runs `seed` for the determinism check.
+pub fn rechecked(seed: u64) -> bool {
+    seed % RECHECK_EVERY == 0
+}
+
+/// Runs `first`'s configuration again and compares the full traces (D7):
+/// `None` when they are equal line for line (and so are their hashes), else
+/// a `D7 determinism` violation naming the first line where they part, as
+/// each run has it.
+pub fn determinism(first: &SimOutcome) -> Option<Violation> {
+    let again = run_config(first.world.cfg.clone());
+    let (a, b) = (&first.world.trace, &again.world.trace);
+    if first.trace_hash == again.trace_hash && a == b {
+        return None;
+    }
+    let i = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    let line = |t: &[TraceLine]| {
+        t.get(i).map_or("<trace ended>".to_owned(), |l| {
+            format!("{} ms {}", l.at_ms, l.what)
+        })
+    };
+    Some(Violation {
+        oracle: "D7 determinism",
+        detail: format!(
+            "seed {} re-run diverged at trace line {i} (hashes {:016x} / {:016x}): first run `{}`, re-run `{}`",
+            first.world.cfg.seed,
+            first.trace_hash,
+            again.trace_hash,
+            line(a),
+            line(b)
+        ),
+    })
 }
 
 /// Judges one run.
@@ -87,6 +135,26 @@ pub fn check(o: &SimOutcome) -> Vec<Violation> {
                 });
             }
         }
+    }
+    // The value oracle: every row decodes, under the schema in force when
+    // it was written, to exactly the values its record held.
+    if w.wrong_value_rows > 0 {
+        v.push(Violation {
+            oracle: "values",
+            detail: format!(
+                "{} rows hold values their records did not: {}",
+                w.wrong_value_rows,
+                w.wrong_values.join("; ")
+            ),
+        });
+    }
+    // A row whose identity columns name no record at its partition and
+    // offset fails the same oracle (garbage in the identity columns).
+    for r in w.wrong_rows.iter().take(8) {
+        v.push(Violation {
+            oracle: "values",
+            detail: r.clone(),
+        });
     }
     for t in &w.token_conflicts {
         v.push(Violation {
@@ -205,6 +273,12 @@ pub struct SeedResult {
     pub duplicates: u64,
     /// Simulated time the run covered.
     pub simulated: Duration,
+    /// The fault kinds in the schedule ([`FaultKind::bit`]s).
+    pub scheduled: u32,
+    /// What issue 16's faults did: offset gaps, records lost to retention
+    /// and to truncation, partial inserts, inserts refused for a stale
+    /// schema.
+    pub effects: [u64; 5],
 }
 
 /// Runs and judges `seed`.
@@ -239,6 +313,14 @@ pub fn run_and_check_config(cfg: SimConfig) -> (SimOutcome, SeedResult) {
         combos,
         duplicates: w.duplicates(),
         simulated: w.base,
+        scheduled: w.scheduled,
+        effects: [
+            w.gaps,
+            w.lost_to_retention,
+            w.lost_to_truncation,
+            w.partial_inserts,
+            w.schema_refusals,
+        ],
     };
     (o, result)
 }
@@ -258,6 +340,13 @@ pub struct Campaign {
     pub duplicates: u64,
     /// Simulated time over all runs.
     pub simulated: Duration,
+    /// Seeds run twice for the determinism check (D7).
+    pub rechecked: u64,
+    /// [`SeedResult::effects`] summed over the runs.
+    pub effects: [u64; 5],
+    /// Per seed: the seed, its trace hash, how many violations it had and
+    /// the fault kinds its schedule holds ([`FaultKind::bit`]s).
+    pub per_seed: Vec<(u64, u64, usize, u32)>,
 }
 
 impl Campaign {
@@ -265,7 +354,11 @@ impl Campaign {
     pub fn run(first: u64, count: u64) -> Self {
         let mut c = Campaign::default();
         for seed in first..first + count {
-            let (_, r) = run_and_check(seed);
+            let (o, mut r) = run_and_check(seed);
+            if rechecked(seed) {
+                c.rechecked += 1;
+                r.violations.extend(determinism(&o));
+            }
             c.add(r);
         }
         c
@@ -274,6 +367,8 @@ impl Campaign {
     /// Adds one seed's result.
     pub fn add(&mut self, r: SeedResult) {
         self.runs += 1;
+        self.per_seed
+            .push((r.seed, r.trace_hash, r.violations.len(), r.scheduled));
         for k in &r.hit {
             *self.hits.entry(*k).or_default() += 1;
         }
@@ -282,6 +377,9 @@ impl Campaign {
         }
         self.duplicates += r.duplicates;
         self.simulated += r.simulated;
+        for (t, e) in self.effects.iter_mut().zip(r.effects) {
+            *t += e;
+        }
         if !r.violations.is_empty() {
             self.failures.push(r);
         }
@@ -319,6 +417,14 @@ impl Campaign {
             self.failures.len(),
             self.duplicates,
             self.simulated.as_secs_f64()
+        );
+        s += &format!(
+            "  determinism (D7): {} seeds re-run, each compared line by line with its first run\n",
+            self.rechecked
+        );
+        let [gaps, retention, truncation, partial, refused] = self.effects;
+        s += &format!(
+            "  effects: {gaps} offset gaps, {retention} records deleted by retention unread, {truncation} records lost to truncation, {partial} partial inserts, {refused} inserts refused for a stale schema\n"
         );
         for k in FaultKind::ALL {
             let n = self.hits.get(&k).copied().unwrap_or(0);

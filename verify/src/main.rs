@@ -9,7 +9,8 @@
 //! ```
 //!
 //! Built with `--features planted-bugs`, `--plant BUG` runs with one of
-//! spate-core's planted bugs (e.g. `TimeoutIsSuccess`).
+//! spate-core's planted bugs (e.g. `TimeoutIsSuccess`); `--plant-sim BUG`
+//! plants one of the simulator's (e.g. `IgnoreSchemaChange`) in any build.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -28,6 +29,10 @@ struct Cli {
     /// feature).
     #[arg(long, global = true)]
     plant: Option<String>,
+    /// Plant one of the simulator's own bugs (`spate_sim::planted::SimBug`,
+    /// e.g. `IgnoreSchemaChange`) for this run.
+    #[arg(long, global = true)]
+    plant_sim: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -44,6 +49,10 @@ enum Command {
         /// was hit by at least this percentage of the runs.
         #[arg(long)]
         min_coverage: Option<f64>,
+        /// Write one line per seed (`seed trace-hash violations kinds`) to this
+        /// file, to compare two builds' campaigns seed by seed.
+        #[arg(long)]
+        hashes: Option<std::path::PathBuf>,
     },
     /// Runs one seed and prints its trace and verdict.
     Replay {
@@ -111,6 +120,18 @@ fn plant(name: Option<&str>) -> Result<(), String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(name) = cli.plant_sim.as_deref() {
+        use spate_sim::planted::{SimBug, plant};
+        let Some(bug) = SimBug::ALL.into_iter().find(|b| format!("{b:?}") == name) else {
+            eprintln!(
+                "--plant-sim: unknown bug `{name}`; one of {:?}",
+                SimBug::ALL
+            );
+            return ExitCode::from(2);
+        };
+        plant(Some(bug));
+        eprintln!("planted simulator bug {bug:?}");
+    }
     if let Err(e) = plant(cli.plant.as_deref()) {
         eprintln!("{e}");
         return ExitCode::from(2);
@@ -120,11 +141,23 @@ fn main() -> ExitCode {
             seeds,
             first,
             min_coverage,
+            hashes,
         } => {
             #[allow(clippy::disallowed_methods)] // wall time of the campaign itself, not of a run
             let started = Instant::now();
             let c = Campaign::run(first, seeds);
             let wall = started.elapsed().as_secs_f64();
+            if let Some(path) = hashes {
+                let lines: String = c
+                    .per_seed
+                    .iter()
+                    .map(|(s, h, n, k)| format!("{s} {h:016x} {n} {k:x}\n"))
+                    .collect();
+                if let Err(e) = std::fs::write(&path, lines) {
+                    eprintln!("--hashes {}: {e}", path.display());
+                    return ExitCode::from(2);
+                }
+            }
             print!("{}", c.summary());
             println!(
                 "{:.0} seeds/s, {:.0} simulated s per wall s",

@@ -9,6 +9,7 @@ fn fixed_campaign_holds_every_invariant() {
     let c = Campaign::run(10_000, 100);
     assert!(c.failures.is_empty(), "{}", c.summary());
     assert_eq!(c.runs, 100);
+    assert_eq!(c.rechecked, 1, "seed 10000 is re-run (D7)");
 }
 
 #[test]
