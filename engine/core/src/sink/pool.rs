@@ -116,6 +116,7 @@ pub(crate) struct ShardStats {
     pub(crate) batches_abandoned: AtomicU64,
     pub(crate) retries: AtomicU64,
     pub(crate) possible_duplicates: AtomicU64,
+    pub(crate) possible_duplicate_rows: AtomicU64,
 }
 
 /// One shard's totals over the pool's life, as reported by [`SinkPool::drain`].
@@ -137,9 +138,14 @@ pub struct ShardReport {
     pub rows_abandoned: u64,
     /// Write attempts after the first.
     pub retries: u64,
-    /// Batches acknowledged after an earlier attempt timed out: on a server
-    /// that ignores the dedup token they may have landed twice.
+    /// Extra copies of batches that may be in the table: for each batch, the
+    /// attempts whose outcome is unknown (timed out, or the connection lost
+    /// after sending). On a server that ignores the dedup token (plain
+    /// MergeTree) an acknowledged batch with `k` of them may be stored up to
+    /// `k + 1` times; an abandoned one up to `k` times.
     pub possible_duplicates: u64,
+    /// The rows of those extra copies (each copy counts its batch's rows).
+    pub possible_duplicate_rows: u64,
     /// Whether the worker ignored the deadline and was aborted after the grace.
     pub forced_abort: bool,
 }
@@ -376,6 +382,7 @@ impl ShardShared {
             rows_abandoned: enqueued.saturating_sub(rows_flushed),
             retries: st.retries.load(Ordering::Relaxed),
             possible_duplicates: st.possible_duplicates.load(Ordering::Relaxed),
+            possible_duplicate_rows: st.possible_duplicate_rows.load(Ordering::Relaxed),
             forced_abort,
         }
     }
