@@ -66,8 +66,10 @@
 //!   (`xxHash64(toUInt64(5))` = 9925382920258869565, see the tests).
 //!   18.16 has no `xxHash64` at all.
 //! - [`KeyHash::Value`]: the integer value itself (a `Distributed` table with
-//!   the sharding key `col` for an integer column), as a `UInt64`; negative
-//!   values as their two's complement, as ClickHouse converts them.
+//!   the sharding key `col` for an integer column); a negative value counts
+//!   as the unsigned integer of the same width and bits (an `Int32` -1 as
+//!   2^32 - 1, an `Int64` -1 as 2^64 - 1), as 18.16's `Distributed` takes it
+//!   (measured, `tests/distributed_routing.rs`).
 //!
 //! A value that does not fit the type (a string for `UInt64`, `-1` for
 //! `UInt32`, `1.5`) is a record error naming the field.
@@ -200,7 +202,9 @@ impl KeyType {
         let t = std::str::from_utf8(text).map_err(|_| "not UTF-8")?;
         macro_rules! int {
             ($t:ty) => {{
-                let v: $t = t.parse().map_err(|_| "not an integer in the type's range")?;
+                let v: $t = t
+                    .parse()
+                    .map_err(|_| "not an integer in the type's range")?;
                 let b = v.to_le_bytes();
                 out[..b.len()].copy_from_slice(&b);
                 Ok(b.len())
@@ -403,20 +407,22 @@ impl ShardRouter {
             KeyHash::Typed(KeyType::String) => Ok(key_hash(text)),
             KeyHash::Typed(t) => {
                 let mut b = [0u8; 8];
-                let n = t.bytes(text, string, &mut b).map_err(RouteError::BadValue)?;
+                let n = t
+                    .bytes(text, string, &mut b)
+                    .map_err(RouteError::BadValue)?;
                 Ok(key_hash(&b[..n]))
             }
-            KeyHash::Value(KeyType::String) => Err(RouteError::BadValue("a String has no integer value")),
+            KeyHash::Value(KeyType::String) => {
+                Err(RouteError::BadValue("a String has no integer value"))
+            }
             KeyHash::Value(t) => {
                 let mut b = [0u8; 8];
-                let n = t.bytes(text, string, &mut b).map_err(RouteError::BadValue)?;
-                // Sign-extend signed types to 64 bits, as ClickHouse converts
-                // a negative sharding value to UInt64.
-                let negative = matches!(t, KeyType::Int8 | KeyType::Int16 | KeyType::Int32 | KeyType::Int64)
-                    && b[n - 1] & 0x80 != 0;
-                if negative {
-                    b[n..].fill(0xff);
-                }
+                t.bytes(text, string, &mut b)
+                    .map_err(RouteError::BadValue)?;
+                // The value's bits as the unsigned integer of its own width
+                // (zero-extended): what 18.16's Distributed takes the
+                // remainder of (an Int32 -1 is 2^32 - 1, an Int64 -1 is
+                // 2^64 - 1; measured in tests/distributed_routing.rs).
                 Ok(u64::from_le_bytes(b))
             }
         }
@@ -431,9 +437,11 @@ impl ShardRouter {
         };
         let reason = match e {
             RouteError::Missing => match &self.spec.key {
-                ShardKey::KafkaKey => "the message has no Kafka key, and sink.clickhouse.shard_key \
+                ShardKey::KafkaKey => {
+                    "the message has no Kafka key, and sink.clickhouse.shard_key \
                                        is kafka_key"
-                    .to_owned(),
+                        .to_owned()
+                }
                 _ => format!(
                     "the shard key field `{name}` (sink.clickhouse.shard_key) is missing or null"
                 ),
@@ -764,7 +772,11 @@ mod tests {
     #[test]
     fn missing_keys_are_record_errors() {
         let mut r = ShardRouter::new(ShardKey::field("u"));
-        for v in [r#"{"a":1}"#, r#"{"u":null}"#, r#"{"v":{"u":"nested, not top level"}}"#] {
+        for v in [
+            r#"{"a":1}"#,
+            r#"{"u":null}"#,
+            r#"{"v":{"u":"nested, not top level"}}"#,
+        ] {
             assert_eq!(
                 r.try_shard_for(None, v.as_bytes(), 3),
                 Err(RouteError::Missing),
@@ -858,7 +870,10 @@ mod tests {
             });
             let v = format!(r#"{{"id":{json}}}"#);
             let got = r.try_shard_for(None, v.as_bytes(), 2);
-            assert!(matches!(got, Err(RouteError::BadValue(_))), "{t:?} {json}: {got:?}");
+            assert!(
+                matches!(got, Err(RouteError::BadValue(_))),
+                "{t:?} {json}: {got:?}"
+            );
         }
     }
 
@@ -879,6 +894,15 @@ mod tests {
         // -1 as UInt64 is 2^64 - 1, and (2^64 - 1) mod 3 = 0.
         assert_eq!(r.try_shard_for(None, br#"{"id":-1}"#, 2), Ok(0));
         assert_eq!(r.try_shard_for(None, br#"{"id":4}"#, 2), Ok(1));
+        // An Int32 -150 counts as 2^32 - 150 (mod 7 = 1: shard 0), not 2^64 - 150
+        // (mod 7 = 6: shard 1).
+        let mut r = ShardRouter::with_spec(ShardSpec {
+            key: ShardKey::field("w"),
+            hash: KeyHash::Value(KeyType::Int32),
+            weights: vec![2, 5],
+            ..ShardSpec::default()
+        });
+        assert_eq!(r.try_shard_for(None, br#"{"w":-150}"#, 2), Ok(0));
     }
 
     #[test]

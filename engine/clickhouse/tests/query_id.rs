@@ -69,7 +69,10 @@ async fn an_insert_whose_token_is_a_running_query_id_is_refused_as_already_runni
         .expect_err("the id is running: the insert must be refused");
     assert_eq!(err.kind, WriteErrorKind::AlreadyRunning, "{err}");
     assert!(err.message.contains("216"), "{err}");
-    holder.await.unwrap().expect("the holder query ends normally");
+    holder
+        .await
+        .unwrap()
+        .expect("the holder query ends normally");
     // The holder ended: the same token inserts now.
     writer.insert(&endpoint, vec![row], &token).await.unwrap();
     let count = admin

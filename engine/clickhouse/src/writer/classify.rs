@@ -98,7 +98,9 @@ mod tests {
     fn a_running_query_id_means_wait() {
         let e = classify(
             500,
-            exception_code("Code: 216, e.displayText() = DB::Exception: Query with id = t-1 is already running."),
+            exception_code(
+                "Code: 216, e.displayText() = DB::Exception: Query with id = t-1 is already running.",
+            ),
             "x",
         );
         assert_eq!(e.kind, spate_core::sink::WriteErrorKind::AlreadyRunning);

@@ -266,15 +266,35 @@ fn shard_key_modes_weights_and_missing_parse_and_name_bad_keys() {
     assert_eq!(spec.hash, KeyHash::Typed(KeyType::UInt64));
     assert_eq!(spec.missing, MissingKey::RoundRobin);
     for (key, names) in [
-        ("{field: id, hash: xxhash64}", "sink.clickhouse.shard_key.type"),
-        ("{field: id, type: UInt64}", "sink.clickhouse.shard_key.type"),
-        ("{field: id, hash: xxhash64, type: Float64}", "sink.clickhouse.shard_key.type"),
-        ("{field: id, hash: value, type: String}", "sink.clickhouse.shard_key.type"),
+        (
+            "{field: id, hash: xxhash64}",
+            "sink.clickhouse.shard_key.type",
+        ),
+        (
+            "{field: id, type: UInt64}",
+            "sink.clickhouse.shard_key.type",
+        ),
+        (
+            "{field: id, hash: xxhash64, type: Float64}",
+            "sink.clickhouse.shard_key.type",
+        ),
+        (
+            "{field: id, hash: value, type: String}",
+            "sink.clickhouse.shard_key.type",
+        ),
         ("{field: id, hash: city}", "sink.clickhouse.shard_key.hash"),
-        ("{field: id, missing: drop}", "sink.clickhouse.shard_key.missing"),
-        ("{field: id, weights: [1, 2]}", "sink.clickhouse.shard_key.weights"),
+        (
+            "{field: id, missing: drop}",
+            "sink.clickhouse.shard_key.missing",
+        ),
+        (
+            "{field: id, weights: [1, 2]}",
+            "sink.clickhouse.shard_key.weights",
+        ),
     ] {
-        let e = Config::from_yaml(&with(key), no_env).unwrap_err().to_string();
+        let e = Config::from_yaml(&with(key), no_env)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains(names), "{key}: {e}");
     }
 }
