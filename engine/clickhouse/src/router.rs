@@ -28,7 +28,10 @@
 //!
 //! shows where spate put each row of a `String` column `user_id`, and a
 //! `Distributed` table over the same shards (in the same order, every weight 1)
-//! with the sharding key `xxHash64(user_id)` routes rows the same way.
+//! with the sharding key `xxHash64(user_id)` routes rows the same way. For a
+//! **numeric** column this default hashes the number's JSON text, so the
+//! `Distributed` equivalent is `xxHash64(toString(id))`, not `xxHash64(id)`
+//! (which hashes the binary value): use [`KeyHash::Typed`] for the latter.
 //!
 //! Why XXH64: it is fast (a few GB/s, so negligible per row), specified
 //! independently of any implementation (the xxHash spec), stable across
