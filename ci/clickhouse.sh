@@ -41,6 +41,12 @@
 #
 # Tables there use
 #   ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/<db>_<table>', '{replica}')
+# and every instance of that layout knows the cluster `spate_weighted` (in
+# config.d/spate-cluster.xml): the same shards and replicas over the native
+# ports, shard s with weight 3s+2 (2, 5: a total of 7, which does not divide
+# 2^32 (2^32-1), so a 32-bit key sign-extended wrongly shows) and
+# internal_replication, for Distributed
+# tables that check spate's routing against the engine's.
 # The ZooKeeper (about 85 MB resident) keeps its data under $SPATE_CH_DIR/zk.
 #
 # $SPATE_CH_EXTRA_CONFIG (optional): an XML file (root element <yandex>) copied
@@ -152,6 +158,20 @@ replica_xml() {
   printf '    <interserver_http_host>127.0.0.1</interserver_http_host>\n'
 }
 
+# cluster_xml SHARDS REPLICAS: the `spate_weighted` cluster (see the header).
+cluster_xml() {
+  local s r
+  printf '<yandex><remote_servers><spate_weighted>\n'
+  for ((s = 0; s < $1; s++)); do
+    printf '  <shard><weight>%d</weight><internal_replication>true</internal_replication>\n' "$((3 * s + 2))"
+    for ((r = 0; r < $2; r++)); do
+      printf '    <replica><host>127.0.0.1</host><port>%d</port></replica>\n' "$(($(http_port $((s * $2 + r))) + 1))"
+    done
+    printf '  </shard>\n'
+  done
+  printf '</spate_weighted></remote_servers></yandex>\n'
+}
+
 # start_one I [SHARD REPLICA]: start instance I; a replica when SHARD is given.
 start_one() {
   local i=$1 dir="$ROOT/ch$1" http tcp inter extra=""
@@ -188,6 +208,10 @@ start_one() {
     grep -q '<macros><shard>' "$dir/config.xml" || { log "instance $i: could not add the replica settings"; exit 1; }
   fi
   cp /etc/clickhouse-server/users.xml "$dir/users.xml"
+  if [[ -n "${2:-}" ]]; then
+    mkdir -p "$dir/config.d"
+    cluster_xml "$nshards" "$nreplicas" >"$dir/config.d/spate-cluster.xml"
+  fi
   if [[ -n "$EXTRA_CONFIG" ]]; then
     [[ -f "$EXTRA_CONFIG" ]] || { log "SPATE_CH_EXTRA_CONFIG=$EXTRA_CONFIG: no such file"; exit 1; }
     mkdir -p "$dir/config.d"

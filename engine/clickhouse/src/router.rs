@@ -28,7 +28,10 @@
 //!
 //! shows where spate put each row of a `String` column `user_id`, and a
 //! `Distributed` table over the same shards (in the same order, every weight 1)
-//! with the sharding key `xxHash64(user_id)` routes rows the same way.
+//! with the sharding key `xxHash64(user_id)` routes rows the same way. For a
+//! **numeric** column this default hashes the number's JSON text, so the
+//! `Distributed` equivalent is `xxHash64(toString(id))`, not `xxHash64(id)`
+//! (which hashes the binary value): use [`KeyHash::Typed`] for the latter.
 //!
 //! Why XXH64: it is fast (a few GB/s, so negligible per row), specified
 //! independently of any implementation (the xxHash spec), stable across
@@ -50,11 +53,51 @@
 //!   number the way the producer wrote it (plain integers do).
 //! - JSON object or array: its raw text as written, including whitespace.
 //!
-//! A record whose key is absent (no Kafka key, a missing field, a JSON `null`,
-//! or a value that is not one JSON object) goes round robin, like an unkeyed
-//! record; [`ShardRouter::unkeyed`] counts them. Such a record has no
-//! affinity to keep, and a value that cannot be read is refused by the
-//! encoder right after routing anyway.
+//! # Typed hashing: the shard a `Distributed` table would pick
+//!
+//! With [`KeyHash::Text`] (the default, above) a `Distributed` table whose
+//! sharding key is `xxHash64(id)` over a numeric `id` does **not** route
+//! like spate: ClickHouse hashes the number's binary value, spate its text;
+//! use `xxHash64(toString(id))` there, or switch spate to one of
+//!
+//! - [`KeyHash::Typed`]: the JSON value is read as the ClickHouse type given
+//!   ([`KeyType`]) and hashed as ClickHouse's `xxHash64(col)` hashes a value
+//!   of that type: an integer's fixed-width little-endian bytes (`UInt64` 5
+//!   hashes the 8 bytes `05 00 .. 00`; ClickHouse's `FunctionsHashing`
+//!   hashes the column's memory, little-endian on every platform it
+//!   supports), a `String`'s bytes. Checked against chdb-core 26.9
+//!   (`xxHash64(toUInt64(5))` = 9925382920258869565, see the tests).
+//!   18.16 has no `xxHash64` at all.
+//! - [`KeyHash::Value`]: the integer value itself (a `Distributed` table with
+//!   the sharding key `col` for an integer column); a negative value counts
+//!   as the unsigned integer of the same width and bits (an `Int32` -1 as
+//!   2^32 - 1, an `Int64` -1 as 2^64 - 1), as 18.16's `Distributed` takes it
+//!   (measured, `tests/distributed_routing.rs`).
+//!
+//! A value that does not fit the type (a string for `UInt64`, `-1` for
+//! `UInt32`, `1.5`) is a record error naming the field.
+//!
+//! # Shard weights
+//!
+//! As the `Distributed` engine does ("the remainder of dividing the sharding
+//! expression by the total weight of the shards": ClickHouse docs, Table
+//! engines, Distributed, "Writing data"): with weights `w0, w1, ..` the
+//! remainder `r = hash mod (w0 + w1 + ..)` picks the shard `i` whose range
+//! `[w0 + .. + w(i-1), w0 + .. + wi)` holds `r`. Without weights each is 1,
+//! which is `hash mod shards`. Checked against 18.16's `Distributed` in
+//! `tests/real_server.rs`.
+//!
+//! # A record without its key
+//!
+//! A record whose message is a well-formed JSON object without the field (or
+//! with `null` there), or which has no Kafka key when the key is the Kafka
+//! key, is refused: [`ShardRouter::try_route`] returns a record error naming
+//! the key, which the pipeline's `on_error` policy skips (counted,
+//! dead-lettered) or fails on. A mistyped field name thus shows at once
+//! instead of spreading the rows evenly. With [`MissingKey::RoundRobin`] such
+//! records go round robin instead (counted by [`ShardRouter::unkeyed`]). A
+//! message that is not a JSON object at all goes round robin and is refused
+//! by the encoder right after routing, with the decode error.
 //!
 //! Reading a field scans the message once up to the field (skipping other
 //! values without building anything) and allocates nothing per record once
@@ -63,12 +106,15 @@
 use spate_core::pipeline::chain::{RecordCx, Router};
 use spate_core::record::Payload;
 
+use spate_core::pipeline::chain::RecordError;
+
 use crate::mapping::{MappingError, parse_pointer, unescape};
 
 /// What a [`ShardRouter`] hashes.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum ShardKey {
     /// No sharding key: round robin over shards, record by record.
+    #[default]
     None,
     /// The Kafka message key.
     KafkaKey,
@@ -92,6 +138,140 @@ impl ShardKey {
     }
 }
 
+/// How the key's value becomes the 64-bit number the shard is picked by
+/// (see the module docs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KeyHash {
+    /// XXH64 of the key's bytes: a string's content, any other JSON value's
+    /// text (ClickHouse: `xxHash64(toString(col))` for plain integers).
+    #[default]
+    Text,
+    /// XXH64 of the value read as this ClickHouse type, as ClickHouse's
+    /// `xxHash64(col)` computes it.
+    Typed(KeyType),
+    /// The integer value itself (ClickHouse: sharding key `col`).
+    Value(KeyType),
+}
+
+/// The ClickHouse type a key value is read as for [`KeyHash::Typed`] and
+/// [`KeyHash::Value`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyType {
+    /// `UInt8`.
+    UInt8,
+    /// `UInt16`.
+    UInt16,
+    /// `UInt32`.
+    UInt32,
+    /// `UInt64`.
+    UInt64,
+    /// `Int8`.
+    Int8,
+    /// `Int16`.
+    Int16,
+    /// `Int32`.
+    Int32,
+    /// `Int64`.
+    Int64,
+    /// `String` (typed hashing only).
+    String,
+}
+
+impl KeyType {
+    /// The type named by `name` as ClickHouse spells it (`UInt64`, `String`).
+    pub fn parse(name: &str) -> Option<KeyType> {
+        Some(match name {
+            "UInt8" => KeyType::UInt8,
+            "UInt16" => KeyType::UInt16,
+            "UInt32" => KeyType::UInt32,
+            "UInt64" => KeyType::UInt64,
+            "Int8" => KeyType::Int8,
+            "Int16" => KeyType::Int16,
+            "Int32" => KeyType::Int32,
+            "Int64" => KeyType::Int64,
+            "String" => KeyType::String,
+            _ => return None,
+        })
+    }
+
+    /// The value's bytes as ClickHouse holds it in a column of this type
+    /// (little-endian integers, a string's bytes), written to `out`;
+    /// `Err` says why `text` (a JSON string's content when `string`, else a
+    /// JSON value's raw text) is not a value of the type.
+    fn bytes(self, text: &[u8], string: bool, out: &mut [u8; 8]) -> Result<usize, &'static str> {
+        if string {
+            return Err("a JSON string where an integer is expected");
+        }
+        let t = std::str::from_utf8(text).map_err(|_| "not UTF-8")?;
+        macro_rules! int {
+            ($t:ty) => {{
+                let v: $t = t
+                    .parse()
+                    .map_err(|_| "not an integer in the type's range")?;
+                let b = v.to_le_bytes();
+                out[..b.len()].copy_from_slice(&b);
+                Ok(b.len())
+            }};
+        }
+        match self {
+            KeyType::UInt8 => int!(u8),
+            KeyType::UInt16 => int!(u16),
+            KeyType::UInt32 => int!(u32),
+            KeyType::UInt64 => int!(u64),
+            KeyType::Int8 => int!(i8),
+            KeyType::Int16 => int!(i16),
+            KeyType::Int32 => int!(i32),
+            KeyType::Int64 => int!(i64),
+            KeyType::String => unreachable!("strings are hashed as they are"),
+        }
+    }
+}
+
+/// What a record without its key becomes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MissingKey {
+    /// A record error (the `on_error` policy decides).
+    #[default]
+    Error,
+    /// Round robin, counted by [`ShardRouter::unkeyed`].
+    RoundRobin,
+}
+
+/// Everything a [`ShardRouter`] routes by.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ShardSpec {
+    /// What is hashed.
+    pub key: ShardKey,
+    /// How.
+    pub hash: KeyHash,
+    /// Shard weights as the `Distributed` engine's (one per shard, each > 0);
+    /// empty: every shard weighs 1.
+    pub weights: Vec<u64>,
+    /// What a record without its key becomes.
+    pub missing: MissingKey,
+}
+
+/// The shard of a 64-bit sharding value among `shards`, with `weights` as
+/// the `Distributed` engine's (empty: all 1; else one per shard, each > 0):
+/// `r = value mod total weight`, the shard whose cumulative weight range
+/// holds `r`.
+#[inline]
+pub fn weighted_shard(value: u64, shards: usize, weights: &[u64]) -> usize {
+    if weights.is_empty() {
+        return (value % shards as u64) as usize;
+    }
+    debug_assert_eq!(weights.len(), shards, "one weight per shard");
+    let total: u64 = weights.iter().sum();
+    let mut r = value % total;
+    for (i, &w) in weights.iter().enumerate() {
+        if r < w {
+            return i;
+        }
+        r -= w;
+    }
+    unreachable!("r < total")
+}
+
 /// The shard of a key: `XXH64(key, 0) mod shards` (see the module docs).
 /// `shards` must be at least 1.
 #[inline]
@@ -107,21 +287,39 @@ pub fn key_hash(key: &[u8]) -> u64 {
     xxhash_rust::xxh64::xxh64(key, 0)
 }
 
-/// Routes records to shards by a hash of their [`ShardKey`], round robin when
-/// there is no key (see the module docs for the formula).
+/// Routes records to shards by a hash of their [`ShardKey`] (see the module
+/// docs for the formula, the typed modes and weights).
 #[derive(Clone, Debug)]
 pub struct ShardRouter {
-    key: ShardKey,
+    spec: ShardSpec,
     next: usize,
     unkeyed: u64,
     scratch: Vec<u8>,
 }
 
+/// Why a record has no shard.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RouteError {
+    /// The record lacks its key.
+    Missing,
+    /// The key's value does not fit the typed mode's type.
+    BadValue(&'static str),
+}
+
 impl ShardRouter {
-    /// A router hashing `key`.
+    /// A router hashing `key`'s text, every shard weighing 1, records
+    /// without the key refused.
     pub fn new(key: ShardKey) -> Self {
-        Self {
+        Self::with_spec(ShardSpec {
             key,
+            ..ShardSpec::default()
+        })
+    }
+
+    /// A router per `spec`.
+    pub fn with_spec(spec: ShardSpec) -> Self {
+        Self {
+            spec,
             next: 0,
             unkeyed: 0,
             scratch: Vec::new(),
@@ -135,34 +333,127 @@ impl ShardRouter {
 
     /// The key this router hashes.
     pub fn key(&self) -> &ShardKey {
-        &self.key
+        &self.spec.key
     }
 
-    /// Records that had a sharding key configured but no key value (no Kafka
-    /// key, a missing or null field, an unreadable message) and went round
-    /// robin instead.
+    /// Records that had a sharding key configured but no key value and went
+    /// round robin instead ([`MissingKey::RoundRobin`], or a message that is
+    /// not a JSON object).
     pub fn unkeyed(&self) -> u64 {
         self.unkeyed
     }
 
     /// The shard for a message with Kafka key `key` and value `value`, among
-    /// `shards` (at least 1). What [`Router::route`] does with a payload.
+    /// `shards` (at least 1); a record without its key goes round robin
+    /// whatever the spec says (see [`ShardRouter::try_shard_for`]).
     pub fn shard_for(&mut self, key: Option<&[u8]>, value: &[u8], shards: usize) -> usize {
-        let hashed = match &self.key {
-            ShardKey::None => return self.round(shards),
-            ShardKey::KafkaKey => key.map(key_hash),
-            ShardKey::Field(path) => field_value(value, path, &mut self.scratch).map(|v| match v {
-                Found::Input(a, b) => key_hash(&value[a..b]),
-                Found::Scratch => key_hash(&self.scratch),
-            }),
-        };
-        match hashed {
-            Some(h) => (h % shards as u64) as usize,
-            None => {
+        match self.try_shard_for(key, value, shards) {
+            Ok(s) => s,
+            Err(_) => {
                 self.unkeyed += 1;
                 self.round(shards)
             }
         }
+    }
+
+    /// The shard for a message, or why it has none: [`RouteError::Missing`]
+    /// when the record is a JSON object without the field (or `null` there),
+    /// or has no Kafka key, and the spec says [`MissingKey::Error`];
+    /// [`RouteError::BadValue`] when the value does not fit a typed mode.
+    ///
+    /// # Errors
+    /// As above.
+    pub fn try_shard_for(
+        &mut self,
+        key: Option<&[u8]>,
+        value: &[u8],
+        shards: usize,
+    ) -> Result<usize, RouteError> {
+        let h = match &self.spec.key {
+            ShardKey::None => return Ok(self.round(shards)),
+            ShardKey::KafkaKey => key.map(|k| self.hash_of(k, false)),
+            ShardKey::Field(path) => match field_value(value, path, &mut self.scratch) {
+                Some(Found::Input(a, b, string)) => Some(self.hash_of_input(&value[a..b], string)),
+                Some(Found::Scratch) => {
+                    let text = std::mem::take(&mut self.scratch);
+                    let h = self.hash_of(&text, true);
+                    self.scratch = text;
+                    Some(h)
+                }
+                None if !is_json_object(value) => {
+                    // The encoder refuses it right after, with the reason.
+                    self.unkeyed += 1;
+                    return Ok(self.round(shards));
+                }
+                None => None,
+            },
+        };
+        match h {
+            Some(h) => Ok(weighted_shard(h?, shards, &self.spec.weights)),
+            None if self.spec.missing == MissingKey::RoundRobin => {
+                self.unkeyed += 1;
+                Ok(self.round(shards))
+            }
+            None => Err(RouteError::Missing),
+        }
+    }
+
+    fn hash_of_input(&self, text: &[u8], string: bool) -> Result<u64, RouteError> {
+        self.hash_of(text, string)
+    }
+
+    /// The sharding value of a key: `text` is a string's content when
+    /// `string`, else a JSON value's raw text.
+    fn hash_of(&self, text: &[u8], string: bool) -> Result<u64, RouteError> {
+        match self.spec.hash {
+            KeyHash::Text => Ok(key_hash(text)),
+            KeyHash::Typed(KeyType::String) => Ok(key_hash(text)),
+            KeyHash::Typed(t) => {
+                let mut b = [0u8; 8];
+                let n = t
+                    .bytes(text, string, &mut b)
+                    .map_err(RouteError::BadValue)?;
+                Ok(key_hash(&b[..n]))
+            }
+            KeyHash::Value(KeyType::String) => {
+                Err(RouteError::BadValue("a String has no integer value"))
+            }
+            KeyHash::Value(t) => {
+                let mut b = [0u8; 8];
+                t.bytes(text, string, &mut b)
+                    .map_err(RouteError::BadValue)?;
+                // The value's bits as the unsigned integer of its own width
+                // (zero-extended): what 18.16's Distributed takes the
+                // remainder of (an Int32 -1 is 2^32 - 1, an Int64 -1 is
+                // 2^64 - 1; measured in tests/distributed_routing.rs).
+                Ok(u64::from_le_bytes(b))
+            }
+        }
+    }
+
+    /// The record error for a route error, naming the key.
+    pub fn record_error(&self, e: &RouteError) -> RecordError {
+        let name = match &self.spec.key {
+            ShardKey::None => "shard_key".to_owned(),
+            ShardKey::KafkaKey => "the Kafka key".to_owned(),
+            ShardKey::Field(p) => p.join("/"),
+        };
+        let reason = match e {
+            RouteError::Missing => match &self.spec.key {
+                ShardKey::KafkaKey => {
+                    "the message has no Kafka key, and sink.clickhouse.shard_key \
+                                       is kafka_key"
+                        .to_owned()
+                }
+                _ => format!(
+                    "the shard key field `{name}` (sink.clickhouse.shard_key) is missing or null"
+                ),
+            },
+            RouteError::BadValue(why) => {
+                format!("the shard key `{name}` does not fit sink.clickhouse.shard_key.type: {why}")
+            }
+        };
+        RecordError::encode(name, reason)
     }
 
     fn round(&mut self, shards: usize) -> usize {
@@ -172,17 +463,40 @@ impl ShardRouter {
     }
 }
 
+/// Whether `value` is one JSON object, structurally (checked only on the
+/// rare path of a record without its key; scalars are checked by the
+/// encoder).
+fn is_json_object(value: &[u8]) -> bool {
+    let mut sc = Scan { s: value, i: 0 };
+    sc.ws();
+    if sc.peek() != Some(b'{') || sc.skip_value(0).is_none() {
+        return false;
+    }
+    sc.ws();
+    sc.i == value.len()
+}
+
 impl<'a> Router<Payload<'a>> for ShardRouter {
     fn route(&mut self, record: &Payload<'a>, _cx: &RecordCx<'_>, shards: usize) -> usize {
         self.shard_for(record.key, record.bytes(), shards)
+    }
+
+    fn try_route(
+        &mut self,
+        record: &Payload<'a>,
+        _cx: &RecordCx<'_>,
+        shards: usize,
+    ) -> Result<usize, RecordError> {
+        self.try_shard_for(record.key, record.bytes(), shards)
+            .map_err(|e| self.record_error(&e))
     }
 }
 
 /// Where the key bytes of a field are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Found {
-    /// `value[a..b]`.
-    Input(usize, usize),
+    /// `value[a..b]`; whether it is a string's content.
+    Input(usize, usize, bool),
     /// The unescaped string now in the scratch buffer.
     Scratch,
 }
@@ -206,14 +520,14 @@ fn field_value(json: &[u8], path: &[String], scratch: &mut Vec<u8>) -> Option<Fo
                 unescape(&json[a..b], scratch).ok()?;
                 Some(Found::Scratch)
             } else {
-                Some(Found::Input(a, b))
+                Some(Found::Input(a, b, true))
             }
         }
         b'n' => None,
         _ => {
             let a = sc.i;
             sc.skip_value(0)?;
-            Some(Found::Input(a, sc.i))
+            Some(Found::Input(a, sc.i, false))
         }
     }
 }
@@ -459,8 +773,40 @@ mod tests {
     }
 
     #[test]
-    fn missing_keys_go_round_robin_and_are_counted() {
+    fn missing_keys_are_record_errors() {
         let mut r = ShardRouter::new(ShardKey::field("u"));
+        for v in [
+            r#"{"a":1}"#,
+            r#"{"u":null}"#,
+            r#"{"v":{"u":"nested, not top level"}}"#,
+        ] {
+            assert_eq!(
+                r.try_shard_for(None, v.as_bytes(), 3),
+                Err(RouteError::Missing),
+                "{v}"
+            );
+        }
+        let e = r.record_error(&RouteError::Missing);
+        assert_eq!(e.column.as_deref(), Some("u"));
+        assert!(e.reason.contains("shard key field `u`"), "{}", e.reason);
+        // Not a JSON object: round robin, for the encoder to refuse.
+        let got: Vec<usize> = ["not json", r#"{"a":"unterminated"#, ""]
+            .iter()
+            .map(|v| r.try_shard_for(None, v.as_bytes(), 3).unwrap())
+            .collect();
+        assert_eq!(got, [0, 1, 2]);
+        assert_eq!(r.unkeyed(), 3);
+        let mut k = ShardRouter::new(ShardKey::KafkaKey);
+        assert_eq!(k.try_shard_for(None, b"{}", 2), Err(RouteError::Missing));
+    }
+
+    #[test]
+    fn missing_keys_go_round_robin_when_asked_and_are_counted() {
+        let mut r = ShardRouter::with_spec(ShardSpec {
+            key: ShardKey::field("u"),
+            missing: MissingKey::RoundRobin,
+            ..ShardSpec::default()
+        });
         let got: Vec<usize> = [
             r#"{"a":1}"#,
             r#"{"u":null}"#,
@@ -478,6 +824,88 @@ mod tests {
         assert_eq!(route(&mut k, None, "{}", 2), 0);
         assert_eq!(route(&mut k, None, "{}", 2), 1);
         assert_eq!(k.unkeyed(), 2);
+    }
+
+    /// `xxHash64(col)` of typed values, from a current ClickHouse engine
+    /// (chdb-core 26.9): `SELECT xxHash64(toUInt64(5)), xxHash64(toInt32(-1)),
+    /// xxHash64(toUInt8(200)), xxHash64(toInt64(-42)),
+    /// xxHash64(toUInt16(1000)), xxHash64('5'), xxHash64(toUInt32(7))`.
+    #[test]
+    fn typed_hashes_match_clickhouse_xxhash64() {
+        let cases: [(KeyType, &str, u64); 7] = [
+            (KeyType::UInt64, "5", 9925382920258869565),
+            (KeyType::Int32, "-1", 9185342943168159635),
+            (KeyType::UInt8, "200", 164852255672563262),
+            (KeyType::Int64, "-42", 15400679513160455156),
+            (KeyType::UInt16, "1000", 11540459941412362131),
+            (KeyType::String, "\"5\"", 7674613650421074157),
+            (KeyType::UInt32, "7", 13243476881813409038),
+        ];
+        for (t, json, want) in cases {
+            let shards = 1usize << 40;
+            let mut r = ShardRouter::with_spec(ShardSpec {
+                key: ShardKey::field("id"),
+                hash: KeyHash::Typed(t),
+                ..ShardSpec::default()
+            });
+            let v = format!(r#"{{"id":{json}}}"#);
+            assert_eq!(
+                r.try_shard_for(None, v.as_bytes(), shards),
+                Ok((want % shards as u64) as usize),
+                "{t:?} {json}"
+            );
+        }
+    }
+
+    #[test]
+    fn typed_values_that_do_not_fit_are_refused() {
+        for (t, json) in [
+            (KeyType::UInt32, "-1"),
+            (KeyType::UInt8, "256"),
+            (KeyType::UInt64, "1.5"),
+            (KeyType::UInt64, "\"5\""),
+            (KeyType::Int64, "true"),
+        ] {
+            let mut r = ShardRouter::with_spec(ShardSpec {
+                key: ShardKey::field("id"),
+                hash: KeyHash::Typed(t),
+                ..ShardSpec::default()
+            });
+            let v = format!(r#"{{"id":{json}}}"#);
+            let got = r.try_shard_for(None, v.as_bytes(), 2);
+            assert!(
+                matches!(got, Err(RouteError::BadValue(_))),
+                "{t:?} {json}: {got:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn weights_pick_by_cumulative_ranges_as_distributed_does() {
+        // Weights 1, 2: remainder 0 -> shard 0; 1, 2 -> shard 1.
+        let got: Vec<usize> = (0..6).map(|v| weighted_shard(v, 2, &[1, 2])).collect();
+        assert_eq!(got, [0, 1, 1, 0, 1, 1]);
+        let got: Vec<usize> = (0..7).map(|v| weighted_shard(v, 3, &[2, 0, 5])).collect();
+        assert_eq!(got, [0, 0, 2, 2, 2, 2, 2]);
+        assert_eq!(weighted_shard(u64::MAX, 3, &[]), (u64::MAX % 3) as usize);
+        let mut r = ShardRouter::with_spec(ShardSpec {
+            key: ShardKey::field("id"),
+            hash: KeyHash::Value(KeyType::Int64),
+            weights: vec![1, 2],
+            ..ShardSpec::default()
+        });
+        // -1 as UInt64 is 2^64 - 1, and (2^64 - 1) mod 3 = 0.
+        assert_eq!(r.try_shard_for(None, br#"{"id":-1}"#, 2), Ok(0));
+        assert_eq!(r.try_shard_for(None, br#"{"id":4}"#, 2), Ok(1));
+        // An Int32 -150 counts as 2^32 - 150 (mod 7 = 1: shard 0), not 2^64 - 150
+        // (mod 7 = 6: shard 1).
+        let mut r = ShardRouter::with_spec(ShardSpec {
+            key: ShardKey::field("w"),
+            hash: KeyHash::Value(KeyType::Int32),
+            weights: vec![2, 5],
+            ..ShardSpec::default()
+        });
+        assert_eq!(r.try_shard_for(None, br#"{"w":-150}"#, 2), Ok(0));
     }
 
     #[test]

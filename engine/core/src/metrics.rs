@@ -18,9 +18,15 @@ pub const ROWS_WRITTEN: &str = "spate_sink_rows_written_total";
 pub const BYTES_WRITTEN: &str = "spate_sink_bytes_written_total";
 /// Counter: write attempts after the first, per shard.
 pub const RETRIES: &str = "spate_sink_retries_total";
-/// Counter: batches acknowledged after an earlier attempt timed out (possible
-/// duplicates where the server ignores the dedup token).
+/// Counter: extra batch copies that may be in the table: one per write attempt
+/// whose outcome is unknown (timed out, connection lost after sending) of a
+/// batch, where the server ignores the dedup token (plain MergeTree). A batch
+/// acknowledged after `k` such attempts may be stored up to `k + 1` times and
+/// adds `k`.
 pub const POSSIBLE_DUPLICATES: &str = "spate_sink_possible_duplicate_batches_total";
+/// Counter: the rows of those extra copies ([`POSSIBLE_DUPLICATES`] weighted
+/// by each batch's rows).
+pub const POSSIBLE_DUPLICATE_ROWS: &str = "spate_sink_possible_duplicate_rows_total";
 /// Gauge: seconds of retry backoff a shard's writes are sleeping right now
 /// (summed over its concurrent writes).
 pub const BACKOFF_SECONDS: &str = "spate_sink_backoff_seconds";
@@ -48,6 +54,8 @@ pub struct ShardMetrics {
     pub retries: Counter,
     /// [`POSSIBLE_DUPLICATES`].
     pub possible_duplicates: Counter,
+    /// [`POSSIBLE_DUPLICATE_ROWS`].
+    pub possible_duplicate_rows: Counter,
     /// [`BACKOFF_SECONDS`].
     pub backoff_seconds: Gauge,
     /// [`INFLIGHT_WRITES`].
@@ -67,6 +75,7 @@ impl ShardMetrics {
             bytes_written: ::metrics::counter!(BYTES_WRITTEN, "shard" => s.clone()),
             retries: ::metrics::counter!(RETRIES, "shard" => s.clone()),
             possible_duplicates: ::metrics::counter!(POSSIBLE_DUPLICATES, "shard" => s.clone()),
+            possible_duplicate_rows: ::metrics::counter!(POSSIBLE_DUPLICATE_ROWS, "shard" => s.clone()),
             backoff_seconds: ::metrics::gauge!(BACKOFF_SECONDS, "shard" => s.clone()),
             inflight_writes: ::metrics::gauge!(INFLIGHT_WRITES, "shard" => s.clone()),
             queue_depth: ::metrics::gauge!(QUEUE_DEPTH, "shard" => s),

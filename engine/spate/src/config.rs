@@ -20,7 +20,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
-use spate_clickhouse::router::ShardKey;
+use spate_clickhouse::router::{KeyHash, KeyType, MissingKey, ShardKey, ShardSpec};
 use spate_core::pipeline::{self, OnError, PipelineConfig};
 use spate_core::sink::{BatchConfig, RetryConfig, SinkConfig};
 use spate_kafka::KafkaSourceConfig;
@@ -543,9 +543,10 @@ pub struct TlsSection {
 }
 
 /// `sink.clickhouse.shard_key`: exactly one of `{field: name}`,
-/// `{pointer: /a/b}` or `{kafka_key: true}`. A row goes to shard
-/// `XXH64(key bytes, seed 0) mod shards` (see `spate_clickhouse::router`);
-/// rows without the key go round robin.
+/// `{pointer: /a/b}` or `{kafka_key: true}`, with optional `hash`, `type`,
+/// `weights` and `missing`. By default a row goes to shard
+/// `XXH64(key text, seed 0) mod shards` (see `spate_clickhouse::router`);
+/// a row without the key is a record error (the `on_error` policy).
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct ShardKeySection {
@@ -558,6 +559,22 @@ pub struct ShardKeySection {
     /// The Kafka message key.
     #[serde(default)]
     pub kafka_key: bool,
+    /// `text` (default: XXH64 of the key's text), `xxhash64` (as
+    /// ClickHouse's `xxHash64(col)` of the value read as `type`) or `value`
+    /// (the integer value itself, as a `Distributed` sharding key `col`).
+    #[serde(default)]
+    pub hash: Option<String>,
+    /// The ClickHouse type the key is read as for `hash: xxhash64` or
+    /// `value`: `UInt8`..`UInt64`, `Int8`..`Int64`, `String` (xxhash64 only).
+    #[serde(default, rename = "type")]
+    pub key_type: Option<String>,
+    /// One weight per shard, as the `Distributed` engine's (default all 1).
+    #[serde(default)]
+    pub weights: Option<Vec<u64>>,
+    /// `error` (default: a record without its key is a record error) or
+    /// `round_robin`.
+    #[serde(default)]
+    pub missing: Option<String>,
 }
 
 impl ClickHouseSection {
@@ -603,6 +620,93 @@ impl ClickHouseSection {
                 "set exactly one of field, pointer or kafka_key: true",
             )),
         }
+    }
+
+    /// Everything the router routes by: the key, the hash mode, weights and
+    /// what a record without its key becomes.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the `sink.clickhouse.shard_key.*` key:
+    /// an unknown `hash`, `type` or `missing`, a `type` without a typed hash
+    /// (or the reverse), weights that are not one positive number per shard.
+    pub fn shard_spec(&self) -> Result<ShardSpec, ConfigError> {
+        let key = self.shard_key()?;
+        let Some(k) = &self.shard_key else {
+            return Ok(ShardSpec::default());
+        };
+        let key_type = match &k.key_type {
+            None => None,
+            Some(t) => Some(KeyType::parse(t).ok_or_else(|| {
+                invalid(
+                    "sink.clickhouse.shard_key.type",
+                    format!("`{t}` is not one of UInt8, UInt16, UInt32, UInt64, Int8, Int16, Int32, Int64, String"),
+                )
+            })?),
+        };
+        let hash = match (k.hash.as_deref().unwrap_or("text"), key_type) {
+            ("text", None) => KeyHash::Text,
+            ("xxhash64", Some(t)) => KeyHash::Typed(t),
+            ("value", Some(KeyType::String)) => {
+                return Err(invalid(
+                    "sink.clickhouse.shard_key.type",
+                    "`hash: value` needs an integer type",
+                ));
+            }
+            ("value", Some(t)) => KeyHash::Value(t),
+            ("text", Some(_)) => {
+                return Err(invalid(
+                    "sink.clickhouse.shard_key.type",
+                    "only with `hash: xxhash64` or `hash: value`",
+                ));
+            }
+            ("xxhash64" | "value", None) => {
+                return Err(invalid(
+                    "sink.clickhouse.shard_key.type",
+                    "required with `hash: xxhash64` or `hash: value`",
+                ));
+            }
+            (other, _) => {
+                return Err(invalid(
+                    "sink.clickhouse.shard_key.hash",
+                    format!("`{other}` is not one of text, xxhash64, value"),
+                ));
+            }
+        };
+        let weights = k.weights.clone().unwrap_or_default();
+        if !weights.is_empty() {
+            if weights.len() != self.shards.len() {
+                return Err(invalid(
+                    "sink.clickhouse.shard_key.weights",
+                    format!(
+                        "{} weight(s) for {} shard(s): give one per shard",
+                        weights.len(),
+                        self.shards.len()
+                    ),
+                ));
+            }
+            if weights.iter().sum::<u64>() == 0 {
+                return Err(invalid(
+                    "sink.clickhouse.shard_key.weights",
+                    "the weights sum to 0",
+                ));
+            }
+        }
+        let missing = match k.missing.as_deref().unwrap_or("error") {
+            "error" => MissingKey::Error,
+            "round_robin" => MissingKey::RoundRobin,
+            other => {
+                return Err(invalid(
+                    "sink.clickhouse.shard_key.missing",
+                    format!("`{other}` is not one of error, round_robin"),
+                ));
+            }
+        };
+        Ok(ShardSpec {
+            key,
+            hash,
+            weights,
+            missing,
+        })
     }
 }
 
@@ -778,7 +882,7 @@ impl Config {
     /// # Errors
     /// [`ConfigError::Invalid`] naming the first bad key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.sink.clickhouse.shard_key()?;
+        self.sink.clickhouse.shard_spec()?;
         if self.pipeline.name.trim().is_empty() {
             return Err(invalid("pipeline.name", "must not be empty"));
         }

@@ -12,4 +12,5 @@
 pub mod admin;
 pub mod config;
 pub mod kafka_tools;
+pub mod sample;
 pub mod service;

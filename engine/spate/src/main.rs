@@ -37,6 +37,8 @@ const EXIT_FAILED: u8 = 3;
 /// Exit code when a second SIGINT/SIGTERM cut the drain short (nothing past
 /// unwritten data was committed, so it replays: D1).
 const EXIT_SECOND_SIGNAL: i32 = 130;
+/// Bound on reading the sample of `check --sample`.
+const SAMPLE_WITHIN: Duration = Duration::from_secs(15);
 /// Bound on each broker round trip `check`, `produce` and `broker` make.
 const KAFKA_RPC: Duration = Duration::from_secs(10);
 
@@ -74,6 +76,13 @@ enum Command {
         /// The config file.
         #[arg(short, long)]
         config: PathBuf,
+        /// Also read up to N messages (from the group's committed offsets,
+        /// or the beginning; never committing), run them through decode,
+        /// mapping and routing without inserting, and report per column
+        /// how many values were missing, null, defaulted or refused, the
+        /// first errors and the shard distribution.
+        #[arg(long, value_name = "N")]
+        sample: Option<usize>,
     },
     /// An embedded Kafka broker (librdkafka's mock cluster) until Ctrl-C.
     Broker {
@@ -115,7 +124,7 @@ fn main() -> ExitCode {
     init_tracing(cli.log_format, default_filter);
     match cli.command {
         Command::Run { config } => run(&config),
-        Command::Check { config } => check(&config),
+        Command::Check { config, sample } => check(&config, sample),
         Command::Broker {
             port,
             topic,
@@ -249,7 +258,7 @@ fn spawn_second_signal_exit() -> std::io::Result<()> {
         .map(drop)
 }
 
-fn check(path: &std::path::Path) -> ExitCode {
+fn check(path: &std::path::Path, sample: Option<usize>) -> ExitCode {
     let config = match load(path) {
         Ok(c) => c,
         Err(code) => return code,
@@ -397,6 +406,10 @@ fn check(path: &std::path::Path) -> ExitCode {
             }
         }
     }
+    if let Some(n) = sample {
+        println!();
+        problems += check_sample(&config, &plan, n);
+    }
     if problems == 0 {
         println!("check: ok");
         ExitCode::SUCCESS
@@ -404,6 +417,38 @@ fn check(path: &std::path::Path) -> ExitCode {
         println!("check: {problems} problem(s)");
         ExitCode::from(EXIT_FAILED)
     }
+}
+
+/// `check --sample N`: reads, maps and routes up to `n` messages; prints the
+/// report; returns the number of problems.
+fn check_sample(config: &Config, plan: &service::Plan, n: usize) -> usize {
+    let spec = match config.sink.clickhouse.shard_spec() {
+        Ok(s) => s,
+        Err(e) => {
+            println!("sample: PROBLEM: {e}");
+            return 1;
+        }
+    };
+    let messages = match spate::sample::read(config, n, SAMPLE_WITHIN) {
+        Ok(m) => m,
+        Err(e) => {
+            println!("sample: PROBLEM: {}", chain(&e));
+            return 1;
+        }
+    };
+    let report = spate::sample::analyze(
+        plan,
+        &spec,
+        config.sink.clickhouse.shards.len(),
+        config.format.json.mode,
+        &messages,
+    );
+    print!("{}", report.render());
+    let problems = report.problems();
+    for p in &problems {
+        println!("sample: PROBLEM: {p}");
+    }
+    problems.len()
 }
 
 fn print_table(header: &[&str; 4], rows: &[[String; 4]]) {

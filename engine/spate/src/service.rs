@@ -499,7 +499,7 @@ pub fn build(
     let source = KafkaSource::new(config.kafka_config())?;
     let columns = plan.columns.clone();
     let options = plan.options.clone();
-    let shard_key = config.sink.clickhouse.shard_key()?;
+    let shard_spec = config.sink.clickhouse.shard_spec()?;
     let decoder = match config.format.json.mode {
         JsonMode::Object => MessageDecoder::Object,
         JsonMode::Ndjson => MessageDecoder::Ndjson,
@@ -511,7 +511,7 @@ pub fn build(
                 .expect("the encoder was checked by plan()");
             ChainProcessor::new(
                 decoder,
-                Terminal::new(encoder, ShardRouter::new(shard_key.clone()), buffers),
+                Terminal::new(encoder, ShardRouter::with_spec(shard_spec.clone()), buffers),
             )
         });
     let mut builder = Pipeline::builder(config.pipeline_config(), source, writer, factory);

@@ -93,7 +93,7 @@ fn a_sink_failure_names_the_servers_reason_in_the_summary() {
     for part in [
         "status=Failed",
         "stopped committing at a failed batch",
-        "cause: shard 0: fatal write error: ClickHouse code 60",
+        "cause: shard 0: fatal write error: ",
         &table.name,
         "attempt(s))",
     ] {
@@ -102,6 +102,14 @@ fn a_sink_failure_names_the_servers_reason_in_the_summary() {
             "`{part}` missing from the summary: {out}"
         );
     }
+    // The server's code 60 where the insert reached it; on 18.16 the schema
+    // re-read before each insert (Native without a type check) finds the
+    // table gone first and says so.
+    assert!(
+        out.contains("ClickHouse code 60")
+            || out.contains("does not exist (no rows in system.columns)"),
+        "the summary names the missing table: {out}"
+    );
 }
 
 /// Issue 19: a schema probe failure at start said "write error", and a

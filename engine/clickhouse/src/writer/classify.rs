@@ -43,6 +43,12 @@ pub const SCHEMA_CHANGE_CODES: &[u32] = &[
     368, // BAD_CAST (a Native block's type is not the table's, 18.16)
 ];
 
+/// `QUERY_WITH_SAME_ID_IS_ALREADY_RUNNING`: the insert carries the batch token
+/// as its `query_id`, so this means an earlier attempt of the same batch still
+/// runs on that server and this one did not start (measured on 18.16:
+/// `Code: 216 ... Query with id = ... is already running`).
+pub const ALREADY_RUNNING_CODE: u32 = 216;
+
 /// The `N` of a body starting `Code: N` (leading whitespace allowed).
 pub fn exception_code(body: &str) -> Option<u32> {
     let rest = body.trim_start().strip_prefix("Code:")?.trim_start();
@@ -57,6 +63,9 @@ pub fn exception_code(body: &str) -> Option<u32> {
 /// text, with the endpoint).
 pub fn classify(status: u16, code: Option<u32>, message: &str) -> WriteError {
     match code {
+        Some(ALREADY_RUNNING_CODE) => WriteError::already_running(format!(
+            "ClickHouse code {ALREADY_RUNNING_CODE}: {message}"
+        )),
         Some(c) if RETRYABLE_CODES.contains(&c) => {
             WriteError::retryable(format!("ClickHouse code {c}: {message}"))
         }
@@ -109,5 +118,17 @@ mod tests {
             assert!(!RETRYABLE_CODES.contains(&c), "{c}");
             assert!(classify(500, Some(c), "x").is_fatal(), "{c}");
         }
+    }
+
+    #[test]
+    fn a_running_query_id_means_wait() {
+        let e = classify(
+            500,
+            exception_code(
+                "Code: 216, e.displayText() = DB::Exception: Query with id = t-1 is already running.",
+            ),
+            "x",
+        );
+        assert_eq!(e.kind, spate_core::sink::WriteErrorKind::AlreadyRunning);
     }
 }

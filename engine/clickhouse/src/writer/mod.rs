@@ -14,7 +14,13 @@
 //! where the server knows that setting: each endpoint is asked once
 //! (`system.settings`), and an endpoint that does not know it (18.16) is
 //! logged at warn level, since retries there rely on the server's block-hash
-//! deduplication of identical bytes (Replicated*MergeTree only).
+//! deduplication of identical bytes (Replicated*MergeTree only). The token is
+//! also sent as the insert's `query_id` on every server: while an earlier
+//! attempt of the batch still runs there (a stalled server that timed the
+//! client out, then resumed), the server refuses the next one with code 216,
+//! which the retry loop waits out instead of storing the batch again. A
+//! retry on *another* replica of the shard cannot be stopped that way (a
+//! different server does not know the running id).
 //!
 //! Errors are classified for the retry loop ([`classify`]): connection
 //! refused, reset or timed out, HTTP 5xx without a ClickHouse code, and the
@@ -618,7 +624,11 @@ impl HttpWriter {
         if self.schema_read_due(endpoint, caps) {
             self.check_schema(endpoint).await?;
         }
-        let mut extra: Vec<(&str, &str)> = Vec::with_capacity(2);
+        // The token is also the query id: a server still running an earlier
+        // attempt of this batch refuses this one (code 216) instead of
+        // storing it a second time. Another replica cannot know it.
+        let mut extra: Vec<(&str, &str)> = Vec::with_capacity(3);
+        extra.push(("query_id", token));
         if caps.dedup_token {
             extra.push(("insert_deduplication_token", token));
         }

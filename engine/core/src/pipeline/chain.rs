@@ -171,6 +171,21 @@ pub trait Encoder<T>: Send {
 pub trait Router<T>: Send {
     /// The shard for `record`; must be `< shards`.
     fn route(&mut self, record: &T, cx: &RecordCx<'_>, shards: usize) -> usize;
+
+    /// The shard for `record`, or a record error when it has none (a record
+    /// without its sharding key): what the terminal stage calls. The
+    /// default is [`Router::route`], which always has a shard.
+    ///
+    /// # Errors
+    /// A [`RecordError`] the lane's `on_error` policy handles.
+    fn try_route(
+        &mut self,
+        record: &T,
+        cx: &RecordCx<'_>,
+        shards: usize,
+    ) -> Result<usize, RecordError> {
+        Ok(self.route(record, cx, shards))
+    }
 }
 
 /// Round robin over shards, record by record: for tables without a sharding

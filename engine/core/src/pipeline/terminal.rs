@@ -299,7 +299,7 @@ impl<E, R> Terminal<E, R> {
 impl<T, E: Encoder<T>, R: Router<T>> Stage<T> for Terminal<E, R> {
     #[inline]
     fn push(&mut self, record: T, cx: &RecordCx<'_>) -> Result<(), RecordError> {
-        let shard = self.router.route(&record, cx, self.buffers.shards());
+        let shard = self.router.try_route(&record, cx, self.buffers.shards())?;
         debug_assert!(
             shard < self.buffers.shards(),
             "router picked shard {shard} out of range"

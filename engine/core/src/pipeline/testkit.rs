@@ -306,8 +306,11 @@ pub enum WriterMode {
     FailRetryable,
     /// Fail with a fatal error.
     FailFatal,
+    /// Refuse as a replica does that still runs an earlier attempt with the
+    /// same query id ([`WriteError::already_running`]).
+    AlreadyRunning,
     /// Never answer while the mode stays `Hang`; answers per the new mode when
-    /// it changes.
+    /// it changes. (In a [`CaptureWriter::script`], never answers at all.)
     Hang,
 }
 
@@ -328,6 +331,7 @@ pub struct Attempt {
 struct CaptureState {
     mode: WriterMode,
     replica_modes: BTreeMap<(usize, usize), WriterMode>,
+    script: std::collections::VecDeque<WriterMode>,
     attempts: Vec<Attempt>,
 }
 
@@ -350,6 +354,7 @@ impl CaptureWriter {
             state: Arc::new(Mutex::new(CaptureState {
                 mode: WriterMode::Accept,
                 replica_modes: BTreeMap::new(),
+                script: std::collections::VecDeque::new(),
                 attempts: Vec::new(),
             })),
         }
@@ -371,6 +376,13 @@ impl CaptureWriter {
             Some(m) => s.replica_modes.insert((shard, replica), m),
             None => s.replica_modes.remove(&(shard, replica)),
         };
+    }
+
+    /// Scripts the next writes, whichever replica they go to: the i-th next
+    /// attempt answers per `modes[i]` (a scripted `Hang` never answers and is
+    /// recorded as not accepted); after the script, the modes apply again.
+    pub fn script(&self, modes: impl IntoIterator<Item = WriterMode>) {
+        self.lock().script.extend(modes);
     }
 
     /// Every attempt so far, in order.
@@ -411,7 +423,17 @@ fn split_lines(body: &Bytes) -> Vec<Bytes> {
 
 impl Writer for CaptureWriter {
     async fn write(&self, endpoint: &Endpoint, batch: &SealedBatch) -> Result<(), WriteError> {
-        let mut mode = self.mode_for(endpoint);
+        let scripted = self.lock().script.pop_front();
+        if scripted == Some(WriterMode::Hang) {
+            self.lock().attempts.push(Attempt {
+                endpoint: endpoint.clone(),
+                token: batch.token().to_owned(),
+                body: batch.to_contiguous(),
+                accepted: false,
+            });
+            return std::future::pending().await;
+        }
+        let mut mode = scripted.unwrap_or_else(|| self.mode_for(endpoint));
         while mode == WriterMode::Hang {
             tokio::time::sleep(Duration::from_millis(5)).await;
             mode = self.mode_for(endpoint);
@@ -427,6 +449,9 @@ impl Writer for CaptureWriter {
             WriterMode::Accept => Ok(()),
             WriterMode::FailRetryable => Err(WriteError::retryable("scripted retryable failure")),
             WriterMode::FailFatal => Err(WriteError::fatal("scripted fatal failure")),
+            WriterMode::AlreadyRunning => Err(WriteError::already_running(
+                "scripted: query with this id is already running",
+            )),
             WriterMode::Hang => unreachable!("left the loop"),
         }
     }

@@ -119,6 +119,7 @@ pub(crate) struct ShardStats {
     /// Why the shard's first batch was abandoned (the run report's cause).
     /// Written once, off the hot path (an abandon is the end of a run).
     pub(crate) first_abandon: std::sync::Mutex<Option<String>>,
+    pub(crate) possible_duplicate_rows: AtomicU64,
 }
 
 impl ShardStats {
@@ -153,9 +154,14 @@ pub struct ShardReport {
     pub rows_abandoned: u64,
     /// Write attempts after the first.
     pub retries: u64,
-    /// Batches acknowledged after an earlier attempt timed out: on a server
-    /// that ignores the dedup token they may have landed twice.
+    /// Extra copies of batches that may be in the table: for each batch, the
+    /// attempts whose outcome is unknown (timed out, or the connection lost
+    /// after sending). On a server that ignores the dedup token (plain
+    /// MergeTree) an acknowledged batch with `k` of them may be stored up to
+    /// `k + 1` times; an abandoned one up to `k` times.
     pub possible_duplicates: u64,
+    /// The rows of those extra copies (each copy counts its batch's rows).
+    pub possible_duplicate_rows: u64,
     /// Whether the worker ignored the deadline and was aborted after the grace.
     pub forced_abort: bool,
     /// Why the shard's first batch was abandoned: the last error of its
@@ -404,6 +410,7 @@ impl ShardShared {
             rows_abandoned: enqueued.saturating_sub(rows_flushed),
             retries: st.retries.load(Ordering::Relaxed),
             possible_duplicates: st.possible_duplicates.load(Ordering::Relaxed),
+            possible_duplicate_rows: st.possible_duplicate_rows.load(Ordering::Relaxed),
             forced_abort,
             first_abandon_cause: if forced_abort {
                 Some("the worker ignored the drain deadline and was aborted".to_owned())

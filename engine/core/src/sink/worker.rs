@@ -272,6 +272,17 @@ impl Drop for GaugeGuard<'_> {
     }
 }
 
+/// Counts `copies` possible extra copies of a batch of `rows` rows.
+fn count_possible_duplicates(shared: &ShardShared, rows: u64, copies: u64) {
+    let st = &shared.stats;
+    let m = &shared.metrics;
+    st.possible_duplicates.fetch_add(copies, Ordering::Relaxed);
+    st.possible_duplicate_rows
+        .fetch_add(copies * rows, Ordering::Relaxed);
+    m.possible_duplicates.increment(copies);
+    m.possible_duplicate_rows.increment(copies * rows);
+}
+
 /// Why a batch was given up on.
 enum Abandon {
     Fatal(WriteError),
@@ -281,6 +292,17 @@ enum Abandon {
 /// Writes one sealed batch, retrying the same bytes and token on the next
 /// healthy replica with backoff, until it is acknowledged, fails fatally or
 /// runs out of attempts. Owns the batch's acks: delivered only on success.
+///
+/// An answer [`WriteErrorKind::AlreadyRunning`] (the replica still runs an
+/// earlier attempt of this batch under the same query id) is waited out: the
+/// same replica is asked again after a backoff, without counting a failure
+/// or touching its breaker.
+///
+/// Every attempt whose outcome is unknown (timeout, connection lost after
+/// sending) may have landed: the batch may be in the table once per such
+/// attempt plus once for the acknowledged one where the server ignores the
+/// token (plain MergeTree). That number is logged as "up to N copies" and
+/// the extra copies are counted (`possible_duplicates`, in batches and rows).
 async fn write_batch<W: Writer>(
     writer: Arc<W>,
     shared: Arc<ShardShared>,
@@ -292,21 +314,29 @@ async fn write_batch<W: Writer>(
     let _inflight = GaugeGuard::new(&shared.metrics.inflight_writes, 1.0);
     let batch = &pending.batch;
     let mut failures: u32 = 0;
-    // Whether an earlier attempt timed out: it may have landed, so a later
-    // success may have written the batch twice where the server ignores the
-    // token (a plain MergeTree without a dedup window).
-    let mut ambiguous = false;
+    // Attempts that timed out or lost the connection after sending: each may
+    // have landed.
+    let mut ambiguous: u64 = 0;
+    // Consecutive "still running" answers, for the wait's backoff; and the
+    // replica that gave them, asked again next.
+    let mut waits: u32 = 0;
+    let mut again: Option<usize> = None;
     let outcome = loop {
-        let pick = shared
-            .replicas
-            .lock()
-            .expect("replica set lock")
-            .pick(Instant::now());
-        let replica = match pick {
-            Pick::Replica(r) => r,
-            Pick::WaitUntil(t) => {
-                sleep_until(t).await;
-                continue;
+        let replica = match again.take() {
+            Some(r) => r,
+            None => {
+                let pick = shared
+                    .replicas
+                    .lock()
+                    .expect("replica set lock")
+                    .pick(Instant::now());
+                match pick {
+                    Pick::Replica(r) => r,
+                    Pick::WaitUntil(t) => {
+                        sleep_until(t).await;
+                        continue;
+                    }
+                }
             }
         };
         let endpoint = &shared.endpoints[replica];
@@ -332,13 +362,29 @@ async fn write_batch<W: Writer>(
             }
             Err(e) => e,
         };
+        if err.kind == WriteErrorKind::AlreadyRunning {
+            // The earlier attempt is alive on this replica: not a failure.
+            waits = waits.saturating_add(1);
+            let delay = backoff_delay(&config.retry, waits, rng.random::<f64>());
+            tracing::warn!(
+                %endpoint, token = batch.token(), wait = waits, backoff_ms = delay.as_millis() as u64,
+                error = %err, "an earlier attempt of this batch still runs on the replica; waiting"
+            );
+            let _backoff = GaugeGuard::new(&shared.metrics.backoff_seconds, delay.as_secs_f64());
+            sleep(delay).await;
+            again = Some(replica);
+            continue;
+        }
+        waits = 0;
         shared
             .replicas
             .lock()
             .expect("replica set lock")
             .failure(replica, Instant::now());
         failures = failures.saturating_add(1);
-        ambiguous |= err.kind == WriteErrorKind::Ambiguous;
+        if err.kind == WriteErrorKind::Ambiguous {
+            ambiguous += 1;
+        }
         if err.is_fatal() {
             break Err(Abandon::Fatal(err));
         }
@@ -365,15 +411,17 @@ async fn write_batch<W: Writer>(
             m.batches_flushed.increment(1);
             m.rows_written.increment(batch.rows());
             m.bytes_written.increment(batch.bytes());
-            if ambiguous {
-                st.possible_duplicates.fetch_add(1, Ordering::Relaxed);
-                m.possible_duplicates.increment(1);
+            if ambiguous > 0 {
+                count_possible_duplicates(&shared, batch.rows(), ambiguous);
                 tracing::warn!(
                     shard = shared.shard,
                     token = batch.token(),
                     rows = batch.rows(),
-                    "batch acknowledged after an attempt that timed out: where the server ignores \
-                     the dedup token (plain MergeTree), its rows may be in the table twice"
+                    ambiguous_attempts = ambiguous,
+                    "batch acknowledged after {ambiguous} attempt(s) whose outcome is unknown \
+                     (timed out or cut off after sending): where the server ignores the dedup \
+                     token (plain MergeTree), its rows may be in the table up to {} times",
+                    ambiguous + 1
                 );
             }
             // D1: delivered only after a replica acknowledged the insert.
@@ -392,6 +440,20 @@ async fn write_batch<W: Writer>(
                 attempts = failures, ranges = ?batch.ranges(), error = %err,
                 "batch abandoned ({why}); its acks fail and its partitions stop committing"
             );
+            if ambiguous > 0 {
+                // Not acknowledged, yet it may have landed: a later run
+                // rereads it and adds one more copy.
+                count_possible_duplicates(&shared, batch.rows(), ambiguous);
+                tracing::warn!(
+                    shard = shared.shard,
+                    token = batch.token(),
+                    rows = batch.rows(),
+                    ambiguous_attempts = ambiguous,
+                    "the abandoned batch may be in the table up to {ambiguous} times already \
+                     (attempts whose outcome is unknown); a run that rereads it adds one more \
+                     copy where the server ignores the dedup token"
+                );
+            }
             // Dropping `pending` fails the acks (D1).
         }
     }

@@ -39,6 +39,13 @@ pub enum WriteErrorKind {
     /// `Retryable`, with the same token (D4); a later success is counted as
     /// a possible duplicate.
     Ambiguous,
+    /// The replica is still running an earlier attempt of this very batch
+    /// (the insert's `query_id` is the batch token, and ClickHouse refuses a
+    /// second query with an id that is running: code 216). This attempt did
+    /// not land; the earlier one may still. The worker waits (backoff) and
+    /// asks the same replica again; it is neither a failure counted against
+    /// `retry.max_attempts` nor one that opens the replica's breaker.
+    AlreadyRunning,
     /// The batch itself is refused (schema mismatch, malformed data, no such
     /// table, authorisation): abandon it at once and fail its acks.
     Fatal,
@@ -49,6 +56,7 @@ pub enum WriteErrorKind {
 #[error("{} write error: {message}", match .kind {
     WriteErrorKind::Retryable => "retryable",
     WriteErrorKind::Ambiguous => "ambiguous",
+    WriteErrorKind::AlreadyRunning => "already-running",
     WriteErrorKind::Fatal => "fatal",
 })]
 pub struct WriteError {
@@ -75,6 +83,15 @@ impl WriteError {
         }
     }
 
+    /// The replica still runs an earlier attempt with this batch's token as
+    /// its query id: wait and ask again (see [`WriteErrorKind::AlreadyRunning`]).
+    pub fn already_running(message: impl Into<String>) -> Self {
+        Self {
+            kind: WriteErrorKind::AlreadyRunning,
+            message: message.into(),
+        }
+    }
+
     /// A failure no retry can fix.
     pub fn fatal(message: impl Into<String>) -> Self {
         Self {
@@ -90,6 +107,7 @@ impl WriteError {
         let kind = match self.kind {
             WriteErrorKind::Retryable => "retryable",
             WriteErrorKind::Ambiguous => "ambiguous",
+            WriteErrorKind::AlreadyRunning => "already-running",
             WriteErrorKind::Fatal => "fatal",
         };
         format!("{kind} {what} error: {}", self.message)
@@ -107,7 +125,9 @@ impl WriteError {
 /// An implementation must send the same bytes on every attempt of a batch:
 /// `batch.segments()` byte for byte, or a pure function of them (the
 /// ClickHouse writer's Native transcode), and pass `batch.token()` as the
-/// dedup token every time (D4). It need not
+/// dedup token every time (D4), and, where the server can refuse a query
+/// whose id is already running (ClickHouse's `query_id`), as the attempt's
+/// id, answering [`WriteErrorKind::AlreadyRunning`] when it does. It need not
 /// impose its own timeout: the pool bounds each attempt by
 /// `sink.write_timeout` and drops the future when it expires.
 pub trait Writer: Send + Sync + 'static {
@@ -115,7 +135,8 @@ pub trait Writer: Send + Sync + 'static {
     /// insert durably.
     ///
     /// # Errors
-    /// [`WriteError`] classified [`WriteErrorKind::Retryable`] or
+    /// [`WriteError`] classified [`WriteErrorKind::Retryable`],
+    /// [`WriteErrorKind::Ambiguous`], [`WriteErrorKind::AlreadyRunning`] or
     /// [`WriteErrorKind::Fatal`].
     fn write(
         &self,

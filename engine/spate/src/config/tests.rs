@@ -359,3 +359,55 @@ fn epoch_units_and_empty_strings_parse_globally_and_per_column() {
     ));
     assert!(e.contains("mapping.column_options.at"), "{e}");
 }
+
+#[test]
+fn shard_key_modes_weights_and_missing_parse_and_name_bad_keys() {
+    use spate_clickhouse::router::{KeyHash, KeyType, MissingKey};
+    let with = |key: &str| {
+        format!("{MINIMAL}\n").replace("table: t}}", &format!("table: t, shard_key: {key}}}}}"))
+    };
+    let c = Config::from_yaml(&with("{field: id}"), no_env).unwrap();
+    let spec = c.sink.clickhouse.shard_spec().unwrap();
+    assert_eq!(spec.hash, KeyHash::Text);
+    assert_eq!(spec.missing, MissingKey::Error);
+    let c = Config::from_yaml(
+        &with("{field: id, hash: xxhash64, type: UInt64, missing: round_robin}"),
+        no_env,
+    )
+    .unwrap();
+    let spec = c.sink.clickhouse.shard_spec().unwrap();
+    assert_eq!(spec.hash, KeyHash::Typed(KeyType::UInt64));
+    assert_eq!(spec.missing, MissingKey::RoundRobin);
+    for (key, names) in [
+        (
+            "{field: id, hash: xxhash64}",
+            "sink.clickhouse.shard_key.type",
+        ),
+        (
+            "{field: id, type: UInt64}",
+            "sink.clickhouse.shard_key.type",
+        ),
+        (
+            "{field: id, hash: xxhash64, type: Float64}",
+            "sink.clickhouse.shard_key.type",
+        ),
+        (
+            "{field: id, hash: value, type: String}",
+            "sink.clickhouse.shard_key.type",
+        ),
+        ("{field: id, hash: city}", "sink.clickhouse.shard_key.hash"),
+        (
+            "{field: id, missing: drop}",
+            "sink.clickhouse.shard_key.missing",
+        ),
+        (
+            "{field: id, weights: [1, 2]}",
+            "sink.clickhouse.shard_key.weights",
+        ),
+    ] {
+        let e = Config::from_yaml(&with(key), no_env)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(names), "{key}: {e}");
+    }
+}
