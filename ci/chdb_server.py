@@ -40,11 +40,11 @@ Served:
 
 Test-only switches (also the CLI flags --drop-replies N, --refuse N,
 --delay-ms MS):
-- `POST /_chdb/fault?drop=N&refuse=N&delay_ms=MS`: the next N INSERTs are
-  executed and then the connection is closed without a reply (the
-  ambiguous write); the next N INSERTs are refused with code 252
-  (TOO_MANY_PARTS, retryable) without executing; every request waits MS
-  first. Answers the current switches as JSON.
+- `GET|POST /_chdb/fault?[table=db.t&]drop=N&refuse=N&delay_ms=MS`: the
+  next N INSERTs into `db.t` (every table without `table`) are executed and
+  then the connection is closed without a reply (the ambiguous write); the
+  next N are refused with code 252 (TOO_MANY_PARTS, retryable) without
+  executing; every request waits MS first. Answers the switches as JSON.
 - `GET /_chdb/inserts`: every INSERT seen, as JSON lines (port, table,
   settings, outcome: ok / dropped / refused / error).
 """
@@ -120,8 +120,8 @@ class Engine:
         self.lock = threading.Lock()
         self.user = user
         self.password = password
-        self.drop = 0
-        self.refuse = 0
+        # Test switches per table ("db.t"), "*" for every table.
+        self.faults = {}
         self.delay_ms = 0
         self.inserts = []
 
@@ -133,6 +133,15 @@ class Engine:
             text = str(e).strip()
             m = CODE_RE.search(text)
             raise EngineError(int(m.group(1)) if m else 1001, text) from None
+
+    def take_fault(self, table, kind):
+        """Consumes one `kind` switch for `table` (or "*"); caller holds the lock."""
+        for key in (table, "*"):
+            f = self.faults.get(key)
+            if f and f.get(kind, 0) > 0:
+                f[kind] -= 1
+                return True
+        return False
 
     def columns(self, db, table):
         rows = self.run(
@@ -278,10 +287,13 @@ class Handler(BaseHTTPRequestHandler):
     def fault(self, params):
         e = self.engine
         with e.lock:
-            for key in ("drop", "refuse", "delay_ms"):
+            f = e.faults.setdefault(params.get("table", "*"), {})
+            for key in ("drop", "refuse"):
                 if key in params:
-                    setattr(e, key, int(params[key]))
-            state = {"drop": e.drop, "refuse": e.refuse, "delay_ms": e.delay_ms}
+                    f[key] = int(params[key])
+            if "delay_ms" in params:
+                e.delay_ms = int(params["delay_ms"])
+            state = {"faults": e.faults, "delay_ms": e.delay_ms}
         self.reply(200, (json.dumps(state) + "\n").encode())
 
     def select(self, sql, settings, params):
@@ -322,8 +334,7 @@ class Handler(BaseHTTPRequestHandler):
                 for c in wanted:
                     if c not in types:
                         raise EngineError(16, f"Code: 16. DB::Exception: No such column {c} in table {db}.{table}. (NO_SUCH_COLUMN_IN_TABLE)")
-                if e.refuse > 0:
-                    e.refuse -= 1
+                if e.take_fault(f"{db}.{table}", "refuse"):
                     record["outcome"] = "refused"
                     raise EngineError(252, "Code: 252. DB::Exception: Too many parts (refused by chdb_server's test switch). (TOO_MANY_PARTS)")
                 path = os.path.join(e.tmp, "body.bin")
@@ -339,9 +350,7 @@ class Handler(BaseHTTPRequestHandler):
                 if settings:
                     sql += " SETTINGS " + settings_clause(settings)
                 e.run(sql)
-                drop = e.drop > 0
-                if drop:
-                    e.drop -= 1
+                drop = e.take_fault(f"{db}.{table}", "drop")
                 record["outcome"] = "dropped" if drop else "ok"
             except EngineError as err:
                 record.setdefault("outcome", "error")
@@ -356,7 +365,8 @@ class Handler(BaseHTTPRequestHandler):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--port", type=int, action="append", required=True, help="repeat for more replicas")
+    ap.add_argument("--port", type=int, action="append", required=True,
+                    help="repeat for more replicas; 0 picks a free port")
     ap.add_argument("--data", required=True, help="the chdb session's data directory")
     ap.add_argument("--user", default="default")
     ap.add_argument("--password", default="")
@@ -366,7 +376,8 @@ def main():
     args = ap.parse_args()
     chdb = chdb_venv.ensure_chdb(__file__, sys.argv[1:], tag="chdb_server")
     engine = Engine(chdb, os.path.abspath(args.data), args.user, args.password)
-    engine.drop, engine.refuse, engine.delay_ms = args.drop_replies, args.refuse, args.delay_ms
+    engine.faults["*"] = {"drop": args.drop_replies, "refuse": args.refuse}
+    engine.delay_ms = args.delay_ms
     Handler.engine = engine
     servers = []
     for port in args.port:
@@ -374,7 +385,8 @@ def main():
         srv.daemon_threads = True
         threading.Thread(target=srv.serve_forever, daemon=True).start()
         servers.append(srv)
-    urls = [f"http://127.0.0.1:{p}" for p in args.port]
+    # Port 0: the system picks a free one; the printed URL says which.
+    urls = [f"http://127.0.0.1:{srv.server_address[1]}" for srv in servers]
     for u in urls:
         for _ in range(100):
             try:

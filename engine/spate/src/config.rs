@@ -415,6 +415,38 @@ pub struct ClickHouseSection {
     /// TLS for `https://` replica URLs.
     #[serde(default)]
     pub tls: TlsSection,
+    /// ClickHouse settings sent with every INSERT (`async_insert: 1`,
+    /// `insert_quorum: 2`, `max_insert_block_size: 1048576`); values are
+    /// YAML scalars (bools as 1/0). Names are checked against each
+    /// replica's `system.settings` at start and by `spate check`.
+    #[serde(default)]
+    pub settings: BTreeMap<String, SettingValue>,
+}
+
+/// One value of `sink.clickhouse.settings`: a YAML scalar.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum SettingValue {
+    /// `true`/`false`, sent as `1`/`0`.
+    Bool(bool),
+    /// An integer.
+    Int(i64),
+    /// A float.
+    Float(f64),
+    /// Text, sent as it is.
+    Text(String),
+}
+
+impl SettingValue {
+    /// The value as the query-string parameter carries it.
+    pub fn to_param(&self) -> String {
+        match self {
+            SettingValue::Bool(b) => u8::from(*b).to_string(),
+            SettingValue::Int(i) => i.to_string(),
+            SettingValue::Float(f) => f.to_string(),
+            SettingValue::Text(t) => t.clone(),
+        }
+    }
 }
 
 /// `sink.clickhouse.compression`.
@@ -732,6 +764,27 @@ impl Config {
             }
         }
         ch.compression()?;
+        for name in ch.settings.keys() {
+            let key = format!("sink.clickhouse.settings.{name}");
+            if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                return Err(invalid(key, "a setting name is letters, digits and `_`"));
+            }
+            let owned = [
+                (
+                    "insert_deduplication_token",
+                    "spate sends its batch token there (D4)",
+                ),
+                ("query", "not a setting"),
+                ("user", "set it with `sink.clickhouse.user`"),
+                ("password", "set it with `sink.clickhouse.password`"),
+                ("database", "set it with `sink.clickhouse.database`"),
+                ("query_id", "not a setting"),
+                ("session_id", "not a setting"),
+            ];
+            if let Some((_, why)) = owned.iter().find(|(p, _)| p == name) {
+                return Err(invalid(key, *why));
+            }
+        }
         if ch.tls.insecure && ch.tls.ca_file.is_some() {
             return Err(invalid(
                 "sink.clickhouse.tls.insecure",

@@ -150,6 +150,11 @@ pub fn writer_config(
         user: user.clone(),
         password: ch.password.clone().unwrap_or_default(),
     });
+    w.insert_settings = ch
+        .settings
+        .iter()
+        .map(|(k, v)| (k.clone(), v.to_param()))
+        .collect();
     w.query_timeout = config.pipeline_config().sink.write_timeout;
     Ok(w)
 }
