@@ -596,3 +596,160 @@ fn current_types_round_trip_through_spate() {
     println!("{} rows round-tripped, {errors} record errors", got.len());
     db.query(&format!("DROP TABLE default.{table}"));
 }
+
+/// `yaml` with `sink.clickhouse.settings: {settings}` (a YAML flow map).
+fn with_settings(yaml: &str, table: &str, settings: &str) -> String {
+    let line = format!("    table: {table}\n");
+    let out = yaml.replace(&line, &format!("{line}    settings: {settings}\n"));
+    assert_ne!(out, yaml, "settings added");
+    out
+}
+
+/// `sink.clickhouse.settings` reach the engine with every insert. The
+/// effect shown: with `max_block_size` and `min_insert_block_size_rows` at
+/// 100 (merges stopped), the engine cuts each insert into parts of at most
+/// 100 rows, where it makes one part per insert by default. The endpoint's
+/// log also shows every insert carried the settings. (`insert_deduplicate:
+/// 0` would not show it: measured on 26.9, an insert with
+/// `insert_deduplication_token` is deduplicated even with it.)
+#[test]
+fn insert_settings_reach_the_engine() {
+    let Some(urls) = chdb_urls() else {
+        return;
+    };
+    let table = format!("spate_chdb_settings_{}", std::process::id());
+    let db = Chdb::new(&urls[0], &table);
+    flights_table(&db, &table);
+    db.query(&format!("SYSTEM STOP MERGES default.{table}"));
+    let (topic, partitions, rows) = ("flights", 1, 1_000u64);
+    let mock = kafka_tools::start_broker(topic, partitions).unwrap();
+    let brokers = mock.bootstrap_servers();
+    produce(
+        &brokers,
+        topic,
+        partitions,
+        &(0..rows).map(flight_row).collect::<Vec<_>>(),
+    );
+    let port = free_port();
+    let group = format!("chdb-settings-{}", std::process::id());
+    let yaml = chdb_config(
+        &group,
+        &brokers,
+        topic,
+        &urls[..1],
+        &table,
+        port,
+        "{ policy: fail }",
+    );
+    let yaml = with_settings(
+        &yaml,
+        &table,
+        "{ max_block_size: 100, min_insert_block_size_rows: 100, min_insert_block_size_bytes: 0 }",
+    );
+    run_until_committed(
+        "chdb-settings",
+        &yaml,
+        &brokers,
+        &group,
+        topic,
+        partitions,
+        port,
+    );
+    let count = db.number(&format!("SELECT count() FROM default.{table}"));
+    assert_eq!(count, rows);
+    let ours: Vec<Value> = db
+        .inserts()
+        .into_iter()
+        .filter(|i| i["table"] == format!("default.{table}") && i["outcome"] == "ok")
+        .collect();
+    for i in &ours {
+        assert_eq!(i["settings"]["max_block_size"], "100", "{i}");
+        assert_eq!(i["settings"]["min_insert_block_size_rows"], "100", "{i}");
+    }
+    let parts = db.number(&format!(
+        "SELECT count() FROM system.parts WHERE database = 'default' AND table = '{table}' AND active"
+    ));
+    println!(
+        "{} inserts made {parts} parts of at most 100 rows",
+        ours.len()
+    );
+    assert!(
+        parts > ours.len() as u64,
+        "the engine applied the block settings: {parts} parts, {} inserts",
+        ours.len()
+    );
+    assert!(parts >= rows / 100, "{parts} parts for {rows} rows");
+    db.query(&format!("DROP TABLE default.{table}"));
+}
+
+/// A setting the server does not know stops `spate run` at start and fails
+/// `spate check`, both naming it; no insert is attempted.
+#[test]
+fn unknown_insert_setting_fails_at_start_naming_it() {
+    let Some(urls) = chdb_urls() else {
+        return;
+    };
+    let table = format!("spate_chdb_badsetting_{}", std::process::id());
+    let db = Chdb::new(&urls[0], &table);
+    flights_table(&db, &table);
+    let (topic, partitions) = ("flights", 1);
+    let mock = kafka_tools::start_broker(topic, partitions).unwrap();
+    let brokers = mock.bootstrap_servers();
+    produce(
+        &brokers,
+        topic,
+        partitions,
+        &(0..10).map(flight_row).collect::<Vec<_>>(),
+    );
+    let port = free_port();
+    let group = format!("chdb-badsetting-{}", std::process::id());
+    let yaml = chdb_config(
+        &group,
+        &brokers,
+        topic,
+        &urls[..1],
+        &table,
+        port,
+        "{ policy: fail }",
+    );
+    let yaml = with_settings(
+        &yaml,
+        &table,
+        "{ max_insert_block_size: 1000, no_such_setting_xyz: 1 }",
+    );
+
+    let mut spate = Spate::start("chdb-badsetting", &yaml);
+    let (code, out) = spate.wait_exit(EXIT);
+    let logs = spate.logs();
+    assert_ne!(code, Some(0), "stdout: {out}\nlog: {logs}");
+    assert!(
+        logs.contains("no_such_setting_xyz"),
+        "the log names the setting:\n{logs}"
+    );
+    assert!(
+        !logs.contains("`max_insert_block_size`"),
+        "only the unknown one is named:\n{logs}"
+    );
+
+    let file =
+        std::env::temp_dir().join(format!("spate-chdb-badsetting-{}.yaml", std::process::id()));
+    std::fs::write(&file, &yaml).unwrap();
+    let check = std::process::Command::new(env!("CARGO_BIN_EXE_spate"))
+        .args(["check", "-c"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&check.stdout);
+    assert_eq!(check.status.code(), Some(3), "check fails:\n{text}");
+    assert!(
+        text.contains("PROBLEM") && text.contains("no_such_setting_xyz"),
+        "check names the setting:\n{text}"
+    );
+    let tried = db
+        .inserts()
+        .iter()
+        .filter(|i| i["table"] == format!("default.{table}"))
+        .count();
+    assert_eq!(tried, 0, "no insert was attempted");
+    db.query(&format!("DROP TABLE default.{table}"));
+}
