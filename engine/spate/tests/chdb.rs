@@ -337,6 +337,22 @@ fn schema_probe_reads_a_current_system_columns() {
     let names: Vec<&str> = plan.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(names, ["id", "t", "lc", "n", "added"]);
     db.query(&format!("DROP TABLE default.{table}"));
+
+    // A type spate cannot encode stops the plan naming column and type.
+    db.query(&format!(
+        "CREATE TABLE default.{table}_dyn (id UInt64, d Dynamic) ENGINE = MergeTree ORDER BY id"
+    ));
+    let writer = HttpWriter::new(HttpWriterConfig::new(
+        "default",
+        format!("{table}_dyn"),
+        Vec::new(),
+    ));
+    let schema = rt.block_on(writer.table_schema(&urls[0])).unwrap();
+    let e = plan_insert(&schema, &InsertOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`d`") && e.contains("`Dynamic`"), "{e}");
+    db.query(&format!("DROP TABLE default.{table}_dyn"));
 }
 
 /// The type round trip's table: every type spate encodes that 18.16 lacks
@@ -357,7 +373,8 @@ const TYPES_TABLE: &str = "id UInt64, \
     fs FixedString(4), \
     tup Tuple(name String, n UInt8), \
     nest Nested(k String, v UInt32), \
-    af Array(Nullable(Float64))";
+    af Array(Nullable(Float64)), \
+    j JSON, jp JSON";
 
 /// A valid record (every column) and what the engine reads back for it.
 fn base() -> (Value, Value) {
@@ -370,7 +387,8 @@ fn base() -> (Value, Value) {
         "i128": "-1", "u256": "1",
         "d9": "1.50", "d18": "-2.0001", "d38": "3.1415926535", "d76": "0.00000000000000000001",
         "e8": "a", "e16": "x", "fs": "abcd", "tup": {"name": "x", "n": 3},
-        "nest.k": ["p", "q"], "nest.v": [1, 2], "af": [1.5, null, -2]
+        "nest.k": ["p", "q"], "nest.v": [1, 2], "af": [1.5, null, -2],
+        "j": {"a": 1, "b": {"c": "x"}, "l": [1, 2]}, "meta": {"props": {"k": "v"}, "other": 1}
     });
     let expected = json!({
         "lc": "cat", "lcn": "dog", "alc": ["a", null, "b"],
@@ -381,7 +399,8 @@ fn base() -> (Value, Value) {
         "i128": "-1", "u256": "1",
         "d9": "1.50", "d18": "-2.0001", "d38": "3.1415926535", "d76": "0.00000000000000000001",
         "e8": "a", "e16": "x", "fs": "abcd", "tup": {"name": "x", "n": 3},
-        "nest.k": ["p", "q"], "nest.v": [1, 2], "af": [1.5, null, -2]
+        "nest.k": ["p", "q"], "nest.v": [1, 2], "af": [1.5, null, -2],
+        "j": {"a": "1", "b": {"c": "x"}, "l": ["1", "2"]}, "jp": {"k": "v"}
     });
     (input, expected)
 }
@@ -486,6 +505,15 @@ fn type_cases() -> Vec<(Value, Option<Value>)> {
         ),
         (json!({"tup": {"name": "x", "n": 256}}), None),
         (json!({"af": [1, "x"]}), None),
+        // JSON: an object (also a sub-object by pointer, column jp); a
+        // string, an array or a missing object is a record error.
+        (
+            json!({"j": {}, "meta": {"props": {"n": null, "f": 1.5}}}),
+            Some(json!({"j": {}, "jp": {"f": 1.5}})),
+        ),
+        (json!({"j": "{\"a\": 1}"}), None),
+        (json!({"j": [1, 2]}), None),
+        (json!({"meta": {}}), None),
         // LowCardinality(Nullable) null; a null into a non-Nullable column.
         (json!({"lcn": null}), Some(json!({"lcn": null}))),
         (json!({"lc": null}), None),
@@ -552,7 +580,7 @@ fn current_types_round_trip_through_spate() {
         &table,
         port,
         "{ policy: skip }",
-    );
+    ) + "mapping: { columns: { jp: /meta/props } }\n";
     let spate = Spate::start("chdb-types", &yaml);
     await_commits(&spate, &brokers, &group, topic, partitions, port);
     let skipped = metric(port, "spate_records_skipped_total");

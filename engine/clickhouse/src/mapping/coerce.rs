@@ -17,7 +17,8 @@
 //!   precision; digits finer than the column keeps are floored, as
 //!   ClickHouse's own parser truncates them;
 //! - UUID, IPv4, IPv6 from their text forms; Enum from a declared name or
-//!   value.
+//!   value;
+//! - JSON from an object only, as its text (the server parses it).
 //!
 //! Anything else is an error with a reason; the caller names the column.
 
@@ -204,6 +205,13 @@ pub fn put_scalar(
             };
             out.push(u8::from(b));
         }
+        // JSON: an object's text as a String (the insert carries
+        // input_format_binary_read_json_as_string = 1); anything else would
+        // fail the whole insert on the server, so it is this record's error.
+        ChType::Json(_) => match tok {
+            Tok::Composite(s) if s.first() == Some(&b'{') => put_string(out, s),
+            _ => return Err(format!("{} is not a JSON object", show(tok))),
+        },
         ChType::String => match tok {
             Tok::Str(s) | Tok::Number(s) | Tok::Composite(s) => put_string(out, s),
             Tok::Bool(b) => put_string(out, if b { b"true" } else { b"false" }),
