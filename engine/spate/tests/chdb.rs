@@ -552,7 +552,8 @@ fn current_types_round_trip_through_spate() {
         let mut line = rec.to_string();
         while let Some(start) = line.find("\"#raw:") {
             let end = start + 1 + line[start + 1..].find('"').unwrap();
-            line.replace_range(start..=end, &line[start + 6..end].to_owned());
+            let number = line[start + 6..end].to_string();
+            line.replace_range(start..=end, &number);
         }
         lines.push(line);
         match expected {
