@@ -29,6 +29,8 @@ step() { printf '\n== %s ==\n' "$*"; }
 # where the chdb step reads them.
 TARGET="${CARGO_TARGET_DIR:-target}"
 export SPATE_CHDB_DIR="${SPATE_CHDB_DIR:-$TARGET/chdb}"
+# One chdb-core venv for ci/chdb_server.py and ci/chdb_check.py (ci/chdb_venv.py).
+export SPATE_CHDB_VENV="${SPATE_CHDB_VENV:-$SPATE_CHDB_DIR/venv}"
 
 step "toolchain"
 cargo --version
@@ -68,7 +70,7 @@ chdb_dir=$(mktemp -d /tmp/spate-chdb.XXXXXX)
 python3 ci/chdb_server.py --port 0 --port 0 --data "$chdb_dir/data" >"$chdb_dir/urls" 2>"$chdb_dir/log" &
 chdb_pid=$!
 trap 'kill $chdb_pid 2>/dev/null || true; bash ci/clickhouse.sh stop || true; repl stop || true' EXIT
-# The first run installs chdb-core into target/chdb/venv (pip, ~530 MB).
+# The first run installs chdb-core into $SPATE_CHDB_VENV (pip, ~530 MB).
 for _ in $(seq 1 1200); do
   [ "$(wc -l <"$chdb_dir/urls")" -ge 2 ] && break
   kill -0 $chdb_pid 2>/dev/null || { cat "$chdb_dir/log" >&2; echo "ci/chdb_server.py did not start" >&2; exit 1; }
