@@ -69,7 +69,7 @@ step "a current ClickHouse engine behind a test endpoint (ci/chdb_server.py, chd
 chdb_dir=$(mktemp -d /tmp/spate-chdb.XXXXXX)
 python3 ci/chdb_server.py --port 0 --port 0 --data "$chdb_dir/data" >"$chdb_dir/urls" 2>"$chdb_dir/log" &
 chdb_pid=$!
-trap 'kill $chdb_pid 2>/dev/null || true; bash ci/clickhouse.sh stop || true; repl stop || true' EXIT
+trap 'kill $chdb_pid 2>/dev/null || true; rm -rf "$chdb_dir"; bash ci/clickhouse.sh stop || true; repl stop || true' EXIT
 # The first run installs chdb-core into $SPATE_CHDB_VENV (pip, ~530 MB).
 for _ in $(seq 1 1200); do
   [ "$(wc -l <"$chdb_dir/urls")" -ge 2 ] && break
