@@ -31,9 +31,10 @@ script re-runs itself there.
 
 import json
 import os
-import subprocess
 import sys
-import venv
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import chdb_venv  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SETTINGS = (
@@ -44,28 +45,9 @@ SETTINGS = (
 
 
 def ensure_chdb(case_dir):
-    """Returns the chdb module, installing chdb-core into a venv if needed."""
-    try:
-        import chdb  # noqa: PLC0415
-
-        return chdb
-    except ImportError:
-        pass
-    env_dir = os.path.join(case_dir, "venv")
-    python = os.path.join(env_dir, "bin", "python")
-    if os.environ.get("SPATE_CHDB_REEXEC"):
-        print("chdb_check: chdb-core is not importable even in " + env_dir, file=sys.stderr)
-        sys.exit(2)
-    if not os.path.exists(python):
-        print("chdb_check: creating " + env_dir, file=sys.stderr)
-        venv.create(env_dir, with_pip=True)
-    check = subprocess.run([python, "-c", "import chdb"], capture_output=True)
-    if check.returncode != 0:
-        print("chdb_check: pip install chdb-core into " + env_dir, file=sys.stderr)
-        subprocess.run([python, "-m", "pip", "install", "-q", "chdb-core"], check=True)
-    os.environ["SPATE_CHDB_REEXEC"] = "1"
-    os.execv(python, [python, os.path.abspath(__file__), *sys.argv[1:]])
-    return None  # not reached
+    """Returns the chdb module, installing chdb-core into DIR/venv if needed."""
+    env_dir = os.environ.get("SPATE_CHDB_VENV") or os.path.join(case_dir, "venv")
+    return chdb_venv.ensure_chdb(__file__, sys.argv[1:], env_dir, "chdb_check")
 
 
 def sql_string(s):

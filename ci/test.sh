@@ -29,6 +29,8 @@ step() { printf '\n== %s ==\n' "$*"; }
 # where the chdb step reads them.
 TARGET="${CARGO_TARGET_DIR:-target}"
 export SPATE_CHDB_DIR="${SPATE_CHDB_DIR:-$TARGET/chdb}"
+# One chdb-core venv for ci/chdb_server.py and ci/chdb_check.py (ci/chdb_venv.py).
+export SPATE_CHDB_VENV="${SPATE_CHDB_VENV:-$SPATE_CHDB_DIR/venv}"
 
 step "toolchain"
 cargo --version
@@ -59,6 +61,26 @@ ch_http=${SPATE_CLICKHOUSE_URL##*:}
 if [ "$(clickhouse-client --port $((ch_http + 1)) -q "SELECT count() FROM system.settings WHERE name = 'insert_deduplication_token'")" = 0 ]; then
   echo "ClickHouse $(clickhouse-client --port $((ch_http + 1)) -q 'SELECT version()') lacks insert_deduplication_token: retries rely on ReplicatedMergeTree block dedup (identical bytes), tested in engine/clickhouse/tests/replicated.rs"
 fi
+
+step "a current ClickHouse engine behind a test endpoint (ci/chdb_server.py, chdb-core)"
+# Not a server: chdb-core's engine is real, the HTTP layer is ours (read the
+# script's header). Two ports of one process share one chdb session, so they
+# act as two replicas of one table (engine/spate/tests/chdb.rs).
+chdb_dir=$(mktemp -d /tmp/spate-chdb.XXXXXX)
+python3 ci/chdb_server.py --port 0 --port 0 --data "$chdb_dir/data" >"$chdb_dir/urls" 2>"$chdb_dir/log" &
+chdb_pid=$!
+trap 'kill $chdb_pid 2>/dev/null || true; rm -rf "$chdb_dir"; bash ci/clickhouse.sh stop || true; repl stop || true' EXIT
+# The first run installs chdb-core into $SPATE_CHDB_VENV (pip, ~530 MB).
+for _ in $(seq 1 1200); do
+  [ "$(wc -l <"$chdb_dir/urls")" -ge 2 ] && break
+  kill -0 $chdb_pid 2>/dev/null || { cat "$chdb_dir/log" >&2; echo "ci/chdb_server.py did not start" >&2; exit 1; }
+  sleep 0.5
+done
+[ "$(wc -l <"$chdb_dir/urls")" -ge 2 ] || { cat "$chdb_dir/log" >&2; echo "ci/chdb_server.py did not answer in 10 minutes" >&2; exit 1; }
+cat "$chdb_dir/log"
+SPATE_CHDB_URLS=$(paste -sd, "$chdb_dir/urls")
+export SPATE_CHDB_URLS
+echo "SPATE_CHDB_URLS=$SPATE_CHDB_URLS"
 
 step "cargo test (unit, integration, proptest, real ClickHouse)"
 cargo test --workspace --features spate/containers --locked

@@ -581,11 +581,11 @@ mod tests {
             Err(SchemaError::NotInsertable(..))
         ));
 
-        let body = r#"{"name":"j","type":"JSON","default_kind":"","default_expression":""}"#;
+        let body = r#"{"name":"j","type":"Dynamic","default_kind":"","default_expression":""}"#;
         let s = TableSchema::from_json_each_row("db", "t", body).unwrap();
         let e = plan_insert(&s, &InsertOptions::default()).unwrap_err();
         let msg = e.to_string();
-        assert!(msg.contains("`j`") && msg.contains("`JSON`"), "{msg}");
+        assert!(msg.contains("`j`") && msg.contains("`Dynamic`"), "{msg}");
         assert!(matches!(
             TableSchema::from_json_each_row("db", "t", "\n"),
             Err(SchemaError::NoSuchTable { .. })

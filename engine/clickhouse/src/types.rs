@@ -75,6 +75,14 @@ pub enum ChType {
     },
     /// A 128-bit UUID.
     Uuid,
+    /// The current `JSON` type (ClickHouse 24.8+), with its arguments' text
+    /// as the server prints them (`max_dynamic_paths = 8, a.b UInt32`) when
+    /// it has any. spate sends its values as JSON text in a RowBinary
+    /// String, which the server reads with the setting
+    /// `input_format_binary_read_json_as_string = 1`
+    /// (<https://clickhouse.com/docs/interfaces/formats/RowBinary>, format
+    /// settings); only JSON objects are accepted.
+    Json(Option<String>),
     /// An IPv4 address.
     Ipv4,
     /// An IPv6 address.
@@ -147,6 +155,18 @@ impl ChType {
             return Err(p.err("unexpected text after the type"));
         }
         Ok(ty)
+    }
+
+    /// Whether the type is or contains the `JSON` type (an insert into
+    /// it needs `input_format_binary_read_json_as_string = 1`).
+    pub fn contains_json(&self) -> bool {
+        match self {
+            ChType::Json(_) => true,
+            ChType::Nullable(t) | ChType::LowCardinality(t) | ChType::Array(t) => t.contains_json(),
+            ChType::Map(k, v) => k.contains_json() || v.contains_json(),
+            ChType::Tuple(elements) => elements.iter().any(|e| e.ty.contains_json()),
+            _ => false,
+        }
     }
 
     /// Whether the type is `Nullable(_)`, directly or under LowCardinality
@@ -310,6 +330,39 @@ impl<'s> Parser<'s> {
         }
     }
 
+    /// The text between `(` and its matching `)` (quotes and back quotes
+    /// respected), trimmed; the position ends after the `)`.
+    fn balanced_args(&mut self) -> Result<String, TypeParseError> {
+        self.expect(b'(')?;
+        let start = self.pos;
+        let bytes = self.s.as_bytes();
+        let mut depth = 1usize;
+        while let Some(&c) = bytes.get(self.pos) {
+            self.pos += 1;
+            match c {
+                b'(' => depth += 1,
+                b')' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        return Ok(self.s[start..self.pos - 1].trim().to_owned());
+                    }
+                }
+                b'\'' | b'`' => {
+                    while let Some(&q) = bytes.get(self.pos) {
+                        self.pos += 1;
+                        if q == b'\\' {
+                            self.pos += 1;
+                        } else if q == c {
+                            break;
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Err(self.err("unbalanced parentheses"))
+    }
+
     fn inner(&mut self, depth: usize) -> Result<Box<ChType>, TypeParseError> {
         self.expect(b'(')?;
         let t = self.ty(depth + 1)?;
@@ -344,6 +397,14 @@ impl<'s> Parser<'s> {
             "Bool" => ChType::Bool,
             "String" => ChType::String,
             "UUID" => ChType::Uuid,
+            "JSON" => {
+                self.ws();
+                if self.peek() == Some(b'(') {
+                    ChType::Json(Some(self.balanced_args()?))
+                } else {
+                    ChType::Json(None)
+                }
+            }
             "IPv4" => ChType::Ipv4,
             "IPv6" => ChType::Ipv6,
             "Date" => ChType::Date,
@@ -576,6 +637,8 @@ impl fmt::Display for ChType {
                 f.write_str(")")
             }
             ChType::Uuid => f.write_str("UUID"),
+            ChType::Json(None) => f.write_str("JSON"),
+            ChType::Json(Some(args)) => write!(f, "JSON({args})"),
             ChType::Ipv4 => f.write_str("IPv4"),
             ChType::Ipv6 => f.write_str("IPv6"),
             ChType::Decimal { precision, scale } => write!(f, "Decimal({precision}, {scale})"),
@@ -676,6 +739,16 @@ mod tests {
             }
         );
         assert_eq!(p("UUID"), ChType::Uuid);
+        assert_eq!(p("JSON"), ChType::Json(None));
+        let typed = "JSON(max_dynamic_paths = 8, a.b UInt32, SKIP `x)y`)";
+        assert_eq!(
+            p(typed),
+            ChType::Json(Some("max_dynamic_paths = 8, a.b UInt32, SKIP `x)y`".into()))
+        );
+        assert_eq!(p(typed).to_string(), typed);
+        assert!(p("Array(JSON)").contains_json());
+        assert!(!p("Array(String)").contains_json());
+        assert!(ChType::parse("JSON(a UInt8").is_err());
         assert_eq!(p("IPv6"), ChType::Ipv6);
     }
 
@@ -740,13 +813,13 @@ mod tests {
 
     #[test]
     fn errors_name_type_and_position() {
-        let e = ChType::parse("Array(Nullable(JSON))").unwrap_err();
-        assert_eq!(e.input, "Array(Nullable(JSON))");
+        let e = ChType::parse("Array(Nullable(Dynamic))").unwrap_err();
+        assert_eq!(e.input, "Array(Nullable(Dynamic))");
         assert_eq!(e.position, 15);
-        assert!(e.reason.contains("JSON"), "{e}");
+        assert!(e.reason.contains("Dynamic"), "{e}");
         let msg = e.to_string();
         assert!(
-            msg.contains("Array(Nullable(JSON))") && msg.contains("byte 15"),
+            msg.contains("Array(Nullable(Dynamic))") && msg.contains("byte 15"),
             "{msg}"
         );
 

@@ -492,6 +492,12 @@ pub struct ClickHouseSection {
     /// columns are re-read before every insert whatever this says.
     #[serde(default)]
     pub schema_refresh: Option<Dur>,
+    /// ClickHouse settings sent with every INSERT (`async_insert: 1`,
+    /// `insert_quorum: 2`, `max_insert_block_size: 1048576`); values are
+    /// YAML scalars (bools as 1/0). Names are checked against each
+    /// replica's `system.settings` at start and by `spate check`.
+    #[serde(default)]
+    pub settings: BTreeMap<String, SettingValue>,
 }
 
 /// `sink.clickhouse.format`.
@@ -511,6 +517,32 @@ impl FormatName {
         match self {
             FormatName::Native => spate_clickhouse::writer::InsertFormat::Native,
             FormatName::RowBinary => spate_clickhouse::writer::InsertFormat::RowBinary,
+        }
+    }
+}
+
+/// One value of `sink.clickhouse.settings`: a YAML scalar.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum SettingValue {
+    /// `true`/`false`, sent as `1`/`0`.
+    Bool(bool),
+    /// An integer.
+    Int(i64),
+    /// A float.
+    Float(f64),
+    /// Text, sent as it is.
+    Text(String),
+}
+
+impl SettingValue {
+    /// The value as the query-string parameter carries it.
+    pub fn to_param(&self) -> String {
+        match self {
+            SettingValue::Bool(b) => u8::from(*b).to_string(),
+            SettingValue::Int(i) => i.to_string(),
+            SettingValue::Float(f) => f.to_string(),
+            SettingValue::Text(t) => t.clone(),
         }
     }
 }
@@ -934,6 +966,27 @@ impl Config {
             }
         }
         ch.compression()?;
+        for name in ch.settings.keys() {
+            let key = format!("sink.clickhouse.settings.{name}");
+            if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                return Err(invalid(key, "a setting name is letters, digits and `_`"));
+            }
+            let owned = [
+                (
+                    "insert_deduplication_token",
+                    "spate sends its batch token there (D4)",
+                ),
+                ("query", "not a setting"),
+                ("user", "set it with `sink.clickhouse.user`"),
+                ("password", "set it with `sink.clickhouse.password`"),
+                ("database", "set it with `sink.clickhouse.database`"),
+                ("query_id", "not a setting"),
+                ("session_id", "not a setting"),
+            ];
+            if let Some((_, why)) = owned.iter().find(|(p, _)| p == name) {
+                return Err(invalid(key, *why));
+            }
+        }
         if ch.tls.insecure && ch.tls.ca_file.is_some() {
             return Err(invalid(
                 "sink.clickhouse.tls.insecure",

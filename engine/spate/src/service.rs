@@ -142,6 +142,10 @@ impl Plan {
     }
 }
 
+/// The ClickHouse setting that lets RowBinary input carry a `JSON` column's
+/// value as JSON text (a String).
+pub const JSON_AS_STRING: &str = "input_format_binary_read_json_as_string";
+
 /// The writer's config for `config`, with `columns` (empty for the schema
 /// probe itself).
 ///
@@ -181,6 +185,22 @@ pub fn writer_config(
         user: user.clone(),
         password: ch.password.clone().unwrap_or_default(),
     });
+    w.insert_settings = ch
+        .settings
+        .iter()
+        .map(|(k, v)| (k.clone(), v.to_param()))
+        .collect();
+    // JSON columns get their values as JSON text in a RowBinary String
+    // (https://clickhouse.com/docs/interfaces/formats/RowBinary, format
+    // settings); a user's own value for the setting wins.
+    let json = w
+        .columns
+        .iter()
+        .any(|(_, t)| spate_clickhouse::types::ChType::parse(t).is_ok_and(|t| t.contains_json()));
+    if json && !ch.settings.contains_key(JSON_AS_STRING) {
+        w.insert_settings
+            .push((JSON_AS_STRING.to_owned(), "1".to_owned()));
+    }
     w.query_timeout = config.pipeline_config().sink.write_timeout;
     Ok(w)
 }

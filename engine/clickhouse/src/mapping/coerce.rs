@@ -19,7 +19,8 @@
 //!   DateTime takes 1970-01-01..2106-02-07 06:28:15, DateTime64
 //!   1900-01-01..2299-12-31 (outside: an error);
 //! - UUID, IPv4, IPv6 from their text forms; Enum from a declared name or
-//!   value.
+//!   value;
+//! - JSON from an object only, as its text (the server parses it).
 //!
 //! Anything else is an error with a reason; the caller names the column.
 
@@ -237,6 +238,13 @@ pub fn put_scalar(
             };
             out.push(u8::from(b));
         }
+        // JSON: an object's text as a String (the insert carries
+        // input_format_binary_read_json_as_string = 1); anything else would
+        // fail the whole insert on the server, so it is this record's error.
+        ChType::Json(_) => match tok {
+            Tok::Composite(s) if s.first() == Some(&b'{') => put_string(out, s),
+            _ => return Err(format!("{} is not a JSON object", show(tok))),
+        },
         ChType::String => match tok {
             Tok::Str(s) | Tok::Number(s) | Tok::Composite(s) => put_string(out, s),
             Tok::Bool(b) => put_string(out, if b { b"true" } else { b"false" }),

@@ -1869,3 +1869,21 @@ fn conversion_table_of_the_readme() {
         Value::Null
     );
 }
+
+/// A JSON column takes an object as its text (the server parses it, with
+/// input_format_binary_read_json_as_string); a string, a number, an array
+/// or a null would fail the whole insert there, so each is this record's
+/// error naming the column.
+#[test]
+fn json_columns_take_objects_as_text_only() {
+    assert_eq!(
+        ok("JSON", r#"{"a": 1, "b": {"c": [1, "x"]}}"#),
+        s(r#"{"a": 1, "b": {"c": [1, "x"]}}"#)
+    );
+    assert_eq!(ok("JSON(a UInt8)", "{}"), s("{}"));
+    for bad in [r#""{}""#, "1", "[1, 2]", "true"] {
+        let e = err("JSON", bad);
+        assert!(e.reason.contains("not a JSON object"), "{bad}: {e}");
+    }
+    err("JSON", "null");
+}

@@ -424,10 +424,10 @@ impl Scalar<'_, '_, '_, '_, '_> {
         self.put(Tok::Number(t.bytes()))
     }
 
-    /// An array or object: only String columns take it, as compact JSON
-    /// text (re-serialised, so object keys come out sorted).
+    /// An array or object: only String (and JSON) columns take it, as
+    /// compact JSON text (re-serialised, so object keys come out sorted).
     fn put_composite<E: de::Error>(self, v: serde_json::Value) -> Result<bool, E> {
-        if !matches!(base_type(self.ty), ChType::String) {
+        if !matches!(base_type(self.ty), ChType::String | ChType::Json(_)) {
             let ty = self.ty;
             return Err(self
                 .ctx

@@ -99,7 +99,7 @@ pub fn decode(ty: &ChType, input: &mut &[u8]) -> Result<Value, DecodeError> {
             b @ (0 | 1) => Value::Bool(b == 1),
             b => return Err(invalid(format!("bool byte {b}"))),
         },
-        ChType::String => {
+        ChType::String | ChType::Json(_) => {
             let n = length(input, ty)?;
             Value::String(take(input, n, ty)?.to_vec())
         }

@@ -318,7 +318,7 @@ pub fn encode(ty: &ChType, value: &Value, out: &mut Vec<u8>) -> Result<(), Encod
         }
         (ChType::Float32, Value::Float32(f)) => out.extend_from_slice(&f.to_le_bytes()),
         (ChType::Float64, Value::Float64(f)) => out.extend_from_slice(&f.to_le_bytes()),
-        (ChType::String, Value::String(s)) => put_string(out, s),
+        (ChType::String | ChType::Json(_), Value::String(s)) => put_string(out, s),
         (ChType::FixedString(n), Value::String(s)) => {
             if s.len() > *n {
                 return Err(out_of_range(ty, String::from_utf8_lossy(s)));

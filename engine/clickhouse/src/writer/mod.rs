@@ -196,6 +196,12 @@ pub struct HttpWriterConfig {
     /// Extra ClickHouse settings sent with every request as query-string
     /// parameters (`("max_insert_block_size", "1048576")`).
     pub settings: Vec<(String, String)>,
+    /// ClickHouse settings sent with every INSERT only (after
+    /// [`settings`](Self::settings), as query-string parameters):
+    /// `sink.clickhouse.settings`. [`Writer::probe`] checks each name
+    /// against the server's `system.settings` and fails naming the ones it
+    /// does not know, so a typo stops the start, not the first insert.
+    pub insert_settings: Vec<(String, String)>,
     /// How insert bodies are compressed (default none).
     pub compression: Compression,
     /// The rustls config for `https://` URLs (build it with
@@ -232,6 +238,7 @@ impl HttpWriterConfig {
             connect_timeout: Duration::from_secs(5),
             query_timeout: Duration::from_secs(30),
             settings: Vec::new(),
+            insert_settings: Vec::new(),
             compression: Compression::None,
             tls: None,
             format: InsertFormat::Native,
@@ -541,6 +548,53 @@ impl HttpWriter {
         Ok(caps)
     }
 
+    /// Checks that `endpoint` knows every name in
+    /// [`HttpWriterConfig::insert_settings`] (`system.settings`).
+    ///
+    /// # Errors
+    /// A fatal [`WriteError`] naming every unknown setting; the query's
+    /// own error when the server cannot be asked.
+    pub async fn check_insert_settings(&self, endpoint: &Endpoint) -> Result<(), WriteError> {
+        if self.config.insert_settings.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<String> = self
+            .config
+            .insert_settings
+            .iter()
+            .map(|(k, _)| crate::schema::quote_literal(k))
+            .collect();
+        let answer = self
+            .query(
+                &endpoint.url,
+                &format!(
+                    "SELECT name FROM system.settings WHERE name IN ({})",
+                    names.join(", ")
+                ),
+            )
+            .await?;
+        let known: Vec<&str> = answer.lines().map(str::trim).collect();
+        let unknown: Vec<&str> = self
+            .config
+            .insert_settings
+            .iter()
+            .map(|(k, _)| k.as_str())
+            .filter(|k| !known.contains(k))
+            .collect();
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        Err(WriteError::fatal(format!(
+            "{endpoint}: sink.clickhouse.settings: the server does not know {} \
+             (not in its system.settings)",
+            unknown
+                .iter()
+                .map(|k| format!("`{k}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )))
+    }
+
     /// Reads `database.table`'s columns from `system.columns` on `url` (the
     /// schema probe).
     ///
@@ -627,7 +681,12 @@ impl HttpWriter {
         // The token is also the query id: a server still running an earlier
         // attempt of this batch refuses this one (code 216) instead of
         // storing it a second time. Another replica cannot know it.
-        let mut extra: Vec<(&str, &str)> = Vec::with_capacity(3);
+        let mut extra: Vec<(&str, &str)> = self
+            .config
+            .insert_settings
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
         extra.push(("query_id", token));
         if caps.dedup_token {
             extra.push(("insert_deduplication_token", token));
@@ -754,6 +813,7 @@ impl Writer for HttpWriter {
             )));
         }
         self.caps(endpoint).await?;
+        self.check_insert_settings(endpoint).await?;
         if self.config.columns.is_empty() {
             return Ok(());
         }

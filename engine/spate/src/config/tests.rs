@@ -411,3 +411,44 @@ fn shard_key_modes_weights_and_missing_parse_and_name_bad_keys() {
         assert!(e.contains(names), "{key}: {e}");
     }
 }
+
+#[test]
+fn insert_settings_load_as_params_and_bad_names_are_named() {
+    let c = Config::from_yaml(
+        &MINIMAL.replace(
+            "table: t}",
+            "table: t, settings: {async_insert: true, insert_quorum: 2, max_insert_block_size: 1048576, \
+             insert_quorum_timeout: 60000, load_balancing: random, x_ratio: 0.5}}",
+        ),
+        no_env,
+    )
+    .unwrap();
+    let params: Vec<(String, String)> = c
+        .sink
+        .clickhouse
+        .settings
+        .iter()
+        .map(|(k, v)| (k.clone(), v.to_param()))
+        .collect();
+    assert_eq!(
+        params,
+        [
+            ("async_insert".to_owned(), "1".to_owned()),
+            ("insert_quorum".to_owned(), "2".to_owned()),
+            ("insert_quorum_timeout".to_owned(), "60000".to_owned()),
+            ("load_balancing".to_owned(), "random".to_owned()),
+            ("max_insert_block_size".to_owned(), "1048576".to_owned()),
+            ("x_ratio".to_owned(), "0.5".to_owned()),
+        ]
+    );
+    let e = err(&MINIMAL.replace(
+        "table: t}",
+        "table: t, settings: {insert_deduplication_token: x}}",
+    ));
+    assert!(
+        e.contains("sink.clickhouse.settings.insert_deduplication_token"),
+        "{e}"
+    );
+    let e = err(&MINIMAL.replace("table: t}", "table: t, settings: {\"a b\": 1}}"));
+    assert!(e.contains("sink.clickhouse.settings.a b"), "{e}");
+}
