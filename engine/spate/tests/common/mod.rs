@@ -7,6 +7,8 @@
 //! Each target uses a subset, hence the `dead_code` allowance.
 #![allow(dead_code)]
 
+pub mod real;
+
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
