@@ -246,8 +246,14 @@ case "${1:-}" in
     install_if_missing
     fetch_jars
     if [[ -f "$ROOT/nodes" ]]; then
-      log "a cluster is already set up under $ROOT; run stop first"
-      exit 1
+      for d in "$ROOT"/node*; do
+        if [[ -f "$d/pid" ]] && kill -0 "$(cat "$d/pid")" 2>/dev/null; then
+          log "a cluster is already running under $ROOT (pid $(cat "$d/pid")); run stop first"
+          exit 1
+        fi
+      done
+      log "removing the state of a cluster under $ROOT that no longer runs"
+      rm -rf "$ROOT"
     fi
     t0=$SECONDS
     mkdir -p "$ROOT"

@@ -38,7 +38,7 @@ step "ClickHouse for the real-server tests (ci/clickhouse.sh)"
 # One plain instance, and 2 shards x 2 ReplicatedMergeTree replicas with a
 # local ZooKeeper; both stopped on exit (one trap: a second would replace it).
 repl() { SPATE_CH_DIR=/tmp/spate-ch-repl SPATE_CH_BASE_PORT=19123 bash ci/clickhouse.sh "$@"; }
-trap 'bash ci/clickhouse.sh stop || true; repl stop || true' EXIT
+trap 'bash ci/clickhouse.sh stop || true; repl stop || true; bash ci/kafka.sh stop || true' EXIT
 SPATE_CLICKHOUSE_URL=$(bash ci/clickhouse.sh start 1 | head -n1)
 export SPATE_CLICKHOUSE_URL
 echo "SPATE_CLICKHOUSE_URL=$SPATE_CLICKHOUSE_URL"
@@ -51,8 +51,20 @@ if [ "$(clickhouse-client --port $((ch_http + 1)) -q "SELECT count() FROM system
   echo "ClickHouse $(clickhouse-client --port $((ch_http + 1)) -q 'SELECT version()') lacks insert_deduplication_token: retries rely on ReplicatedMergeTree block dedup (identical bytes), tested in engine/clickhouse/tests/replicated.rs"
 fi
 
-step "cargo test (unit, integration, proptest, real ClickHouse)"
+step "Apache Kafka 4.4 for the real-broker tests (ci/kafka.sh)"
+# 3 KRaft nodes (controller+broker each), RF 3, min.insync.replicas 2; the
+# jars come from Maven Central once (target/kafka-libs, the Maven cache).
+# engine/spate/tests/real_kafka.rs runs against it; SPATE_KAFKA_REQUIRED=1
+# makes those tests fail, not skip, without SPATE_KAFKA_BROKERS. A broker
+# that cannot start fails this step with its log lines (set -e).
+kafka_t0=$SECONDS
+SPATE_KAFKA_BROKERS=$(bash ci/kafka.sh start 3 | tail -n1)
+export SPATE_KAFKA_BROKERS SPATE_KAFKA_REQUIRED=1
+echo "SPATE_KAFKA_BROKERS=$SPATE_KAFKA_BROKERS (up after $((SECONDS - kafka_t0))s)"
+
+step "cargo test (unit, integration, proptest, real ClickHouse, real Kafka)"
 cargo test --workspace --features spate/containers --locked
+bash ci/kafka.sh stop
 if [ "$SPATE_CONTAINERS" = 1 ]; then
   echo "container tests ran (engine/spate/tests/containers.rs)"
 else
