@@ -25,7 +25,10 @@
 # $SPATE_KAFKA_DIR (default /tmp/spate-kafka). Defaults for every topic:
 # replication factor min(3,N), min.insync.replicas 2 (1 when N=1); the
 # offsets and transaction-state topics likewise (5 partitions each, so the
-# first group or transaction is quick); group.initial.rebalance.delay.ms 0.
+# first group or transaction is quick); group.initial.rebalance.delay.ms 0;
+# no automatic topic creation (tests create theirs, with RF and partitions);
+# message.max.bytes 16 MiB (spate::kafka_tools::MAX_MESSAGE_BYTES: the e2e
+# poison record is 2 MiB).
 #
 #   export SPATE_KAFKA_BROKERS=$(ci/kafka.sh start | tail -n1)
 #   SPATE_KAFKA_BROKERS=... cargo test -p spate --test real_kafka
@@ -124,8 +127,10 @@ num.network.threads=2
 num.io.threads=4
 num.recovery.threads.per.data.dir=1
 log.retention.hours=24
-auto.create.topics.enable=true
+auto.create.topics.enable=false
 delete.topic.enable=true
+message.max.bytes=16777216
+replica.fetch.max.bytes=16777216
 EOF
   cat >"$dir/log4j2.properties" <<EOF
 status = warn

@@ -64,6 +64,8 @@ echo "SPATE_KAFKA_BROKERS=$SPATE_KAFKA_BROKERS (up after $((SECONDS - kafka_t0))
 
 step "cargo test (unit, integration, proptest, real ClickHouse, real Kafka)"
 cargo test --workspace --features spate/containers --locked
+# The mock-cluster e2e tests again, same bodies, on the real cluster.
+SPATE_E2E_KAFKA=real cargo test -p spate --features spate/containers --locked --test e2e
 bash ci/kafka.sh stop
 if [ "$SPATE_CONTAINERS" = 1 ]; then
   echo "container tests ran (engine/spate/tests/containers.rs)"
