@@ -42,14 +42,14 @@
 #
 # $SPATE_KAFKA_HEAP (default -Xmx384m -Xms64m) sets each JVM's heap.
 # Never a silent skip: a node that exits or does not register within
-# $SPATE_KAFKA_WAIT_SECS (default 90) fails `start` with its last log lines.
+# $SPATE_KAFKA_WAIT_SECS (default 180) fails `start` with its last log lines.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
 REPO="$(cd "$HERE/.." && pwd)"
 ROOT="${SPATE_KAFKA_DIR:-/tmp/spate-kafka}"
 BASE="${SPATE_KAFKA_BASE_PORT:-29092}"
-WAIT_SECS="${SPATE_KAFKA_WAIT_SECS:-90}"
+WAIT_SECS="${SPATE_KAFKA_WAIT_SECS:-180}"
 LIBS="${SPATE_KAFKA_LIBS:-$REPO/target/kafka-libs}"
 HEAP="${SPATE_KAFKA_HEAP:--Xmx384m -Xms64m}"
 # A fixed cluster id (base64url of 16 bytes, the form Kafka's Uuid takes):
@@ -204,10 +204,16 @@ wait_one() {
   local i=$1 want=$2 deadline dir="$ROOT/node$1"
   deadline=$((SECONDS + WAIT_SECS))
   until [[ "$(registered "$i")" -ge "$want" ]]; do
-    if ((SECONDS > deadline)) || ! kill -0 "$(cat "$dir/pid")" 2>/dev/null; then
-      log "node $i exited or did not list $want registered brokers within ${WAIT_SECS}s; last log lines:"
+    if ! kill -0 "$(cat "$dir/pid")" 2>/dev/null; then
+      log "node $i (pid $(cat "$dir/pid")) exited before $want brokers were registered; last log lines:"
       tail -n 20 "$dir/log/stdout.log" >&2 2>/dev/null || true
-      grep -E 'ERROR|FATAL|Exception' "$dir/log/server.log" 2>/dev/null | tail -n 20 >&2 || true
+      tail -n 30 "$dir/log/server.log" >&2 2>/dev/null || true
+      exit 1
+    fi
+    if ((SECONDS > deadline)); then
+      log "node $i (pid $(cat "$dir/pid"), running) listed $(registered "$i") of $want brokers after ${WAIT_SECS}s; its errors and last log lines:"
+      grep -E 'ERROR|FATAL|Exception' "$dir/log/server.log" 2>/dev/null | tail -n 10 >&2 || true
+      tail -n 20 "$dir/log/server.log" >&2 2>/dev/null || true
       exit 1
     fi
     sleep 0.5
