@@ -64,8 +64,9 @@ echo "SPATE_KAFKA_BROKERS=$SPATE_KAFKA_BROKERS (up after $((SECONDS - kafka_t0))
 
 step "cargo test (unit, integration, proptest, real ClickHouse, real Kafka)"
 cargo test --workspace --features spate/containers --locked
-# The mock-cluster e2e tests again, same bodies, on the real cluster.
-SPATE_E2E_KAFKA=real cargo test -p spate --features spate/containers --locked --test e2e
+# The mock-cluster e2e tests again, same bodies, on the real cluster
+# (--workspace: the same feature set as above, so nothing is rebuilt).
+SPATE_E2E_KAFKA=real cargo test --workspace --features spate/containers --locked --test e2e
 bash ci/kafka.sh stop
 if [ "$SPATE_CONTAINERS" = 1 ]; then
   echo "container tests ran (engine/spate/tests/containers.rs)"
