@@ -4,6 +4,13 @@
 # embedded Kafka broker into the same ClickHouse, one after another.
 #
 #   bash ci/peer-bench.sh [ROWS]      ROWS defaults to 1,000,000
+#   bash ci/peer-bench.sh --kafka real [ROWS]
+#                                     the same against a real Apache Kafka
+#                                     4.4 cluster instead of the mock:
+#                                     ci/kafka.sh start 3 (KRaft, RF 3,
+#                                     min.insync.replicas 2), a topic of
+#                                     PEER_BENCH_PARTITIONS (default 12)
+#                                     partitions, stopped at the end
 #
 # What it does (everything it needs is installed here; it is a benchmark, not
 # part of ci/test.sh):
@@ -55,13 +62,26 @@
 #   PEER_BENCH_PY_BATCH=100000    rows per Python insert
 #   PEER_BENCH_SYSTEMS="spate kafka python"  which systems run (any subset)
 #   PEER_BENCH_SPATE_THREADS=2    spate's pipeline.threads
+#   --kafka real: SPATE_KAFKA_DIR=/tmp/spate-kafka-peer-bench
+#   SPATE_KAFKA_BASE_PORT=17292 (clients 17292.., quorum 17392..)
+#   PEER_BENCH_PARTITIONS=12
 #
 # Output: a Markdown table on stdout and in $CARGO_TARGET_DIR/peer-bench.md;
 # logs of every process under $CARGO_TARGET_DIR/peer-bench/.
 set -euo pipefail
 
-ROWS="${1:-1000000}"
-[[ "$ROWS" =~ ^[1-9][0-9]*$ ]] || { echo "usage: $0 [ROWS]" >&2; exit 2; }
+KAFKA_KIND=mock
+ROWS=1000000
+while (($#)); do
+  case "$1" in
+    --kafka) KAFKA_KIND="${2:-}"; shift 2 || true ;;
+    *) ROWS="$1"; shift ;;
+  esac
+done
+[[ "$KAFKA_KIND" == mock || "$KAFKA_KIND" == real ]] || { echo "usage: $0 [--kafka mock|real] [ROWS]" >&2; exit 2; }
+[[ "$ROWS" =~ ^[1-9][0-9]*$ ]] || { echo "usage: $0 [--kafka mock|real] [ROWS]" >&2; exit 2; }
+export SPATE_KAFKA_DIR="${SPATE_KAFKA_DIR:-/tmp/spate-kafka-peer-bench}"
+export SPATE_KAFKA_BASE_PORT="${SPATE_KAFKA_BASE_PORT:-17292}"
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
@@ -91,6 +111,7 @@ log() { printf 'peer-bench: %s\n' "$*" >&2; }
 die() { log "FAILED: $*"; exit 1; }
 
 BROKER_PID=""
+KAFKA_STARTED=""
 CONSUMER_PID=""
 CH_STARTED=""
 cleanup() {
@@ -102,6 +123,9 @@ cleanup() {
   if [[ -n "$BROKER_PID" ]] && kill -0 "$BROKER_PID" 2>/dev/null; then
     kill "$BROKER_PID" 2>/dev/null || true
     wait "$BROKER_PID" 2>/dev/null || true
+  fi
+  if [[ -n "$KAFKA_STARTED" ]]; then
+    bash ci/kafka.sh stop >/dev/null 2>&1 || true
   fi
   if [[ -n "$CH_STARTED" ]]; then
     # Keep the server's log (the Kafka engine's only account of itself).
@@ -174,6 +198,14 @@ if ((PARTITIONS < 8)); then PARTITIONS=8; fi
 log "$ROWS rows, $BYTES bytes of NDJSON, $PARTITIONS partitions"
 
 # --- 3. broker, loaded once ---------------------------------------------------
+if [[ "$KAFKA_KIND" == real ]]; then
+PARTITIONS="${PEER_BENCH_PARTITIONS:-12}"
+KAFKA_STARTED=1
+BROKERS="$(bash ci/kafka.sh start 3 | tail -n1)" || die "ci/kafka.sh start failed"
+"$PY" ci/peer_bench.py create-topic "$BROKERS" "$TOPIC" "$PARTITIONS" 3
+BROKER_DESC="a real Apache Kafka 4.4.0 cluster (ci/kafka.sh: 3 KRaft nodes, $PARTITIONS partitions, replication factor 3, min.insync.replicas 2)"
+else
+BROKER_DESC="the embedded broker (librdkafka mock cluster, $PARTITIONS partitions)"
 "$SPATE" broker --topic "$TOPIC" --partitions "$PARTITIONS" >"$WORK/broker.out" 2>"$WORK/broker.log" &
 BROKER_PID=$!
 for _ in $(seq 1 100); do
@@ -183,6 +215,7 @@ for _ in $(seq 1 100); do
 done
 BROKERS="$(head -n1 "$WORK/broker.out")"
 [[ -n "$BROKERS" ]] || die "spate broker printed no address"
+fi
 log "broker $BROKERS; producing"
 "$SPATE" produce --brokers "$BROKERS" --topic "$TOPIC" "$DATA" >"$WORK/produce.out" 2>"$WORK/produce.log"
 IN_TOPIC="$("$PY" ci/peer_bench.py watermarks "$BROKERS" "$TOPIC")"
@@ -433,7 +466,7 @@ check_retention "the end"
 
 # --- 6. table -------------------------------------------------------------------
 {
-  echo "$ROWS flight rows ($BYTES bytes NDJSON) pre-loaded once into the embedded broker (librdkafka mock cluster, $PARTITIONS partitions, every low watermark checked 0 before each run), then moved into ClickHouse $CH_VERSION on the same machine ($(nproc) cores, $(awk '/^model name/ { $1=$2=$3=""; print; exit }' /proc/cpuinfo | sed 's/^ *//')), one system after another, each in its own consumer group and into a fresh MergeTree table. Command: \`bash ci/peer-bench.sh $ROWS\`."
+  echo "$ROWS flight rows ($BYTES bytes NDJSON) pre-loaded once into $BROKER_DESC (every low watermark checked 0 before each run), then moved into ClickHouse $CH_VERSION on the same machine ($(nproc) cores, $(awk '/^model name/ { $1=$2=$3=""; print; exit }' /proc/cpuinfo | sed 's/^ *//')), one system after another, each in its own consumer group and into a fresh MergeTree table. Command: \`bash ci/peer-bench.sh --kafka $KAFKA_KIND $ROWS\`."
   echo
   echo "| system | rows landed | duplicates | wall s (first row consumed -> all landed) | rows/s | consumer CPU s / M rows | consumer peak RSS MiB | ClickHouse CPU s / M rows | ClickHouse peak RSS MiB | notes |"
   echo "|---|---|---|---|---|---|---|---|---|---|"

@@ -7,6 +7,10 @@
       retention, and a count in ClickHouse would then be short for a reason
       that is not the consumer's.
 
+  peer_bench.py create-topic BROKERS TOPIC PARTITIONS REPLICATION
+      Creates TOPIC (for `ci/peer-bench.sh --kafka real`: the real cluster
+      creates no topic by itself). Exits 1 with the broker's error.
+
   peer_bench.py consume BROKERS TOPIC GROUP CLICKHOUSE_URL TABLE BATCH_ROWS FIRST_ROW_FILE
       The do-it-yourself baseline: a plain confluent-kafka consumer loop that
       joins message values into JSONEachRow batches of BATCH_ROWS rows (or
@@ -48,6 +52,18 @@ def watermarks(brokers: str, topic: str) -> int:
         return total
     finally:
         c.close()
+
+
+def create_topic(brokers: str, topic: str, partitions: int, rf: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    a = AdminClient({"bootstrap.servers": brokers})
+    futures = a.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=rf)])
+    for name, f in futures.items():
+        try:
+            f.result(30)
+        except KafkaException as e:
+            sys.exit(f"peer_bench.py: create topic {name} on {brokers}: {e}")
 
 
 def consume(brokers, topic, group, url, table, batch_rows, first_file):
@@ -128,6 +144,8 @@ def consume(brokers, topic, group, url, table, batch_rows, first_file):
 def main():
     if len(sys.argv) == 4 and sys.argv[1] == "watermarks":
         print(watermarks(sys.argv[2], sys.argv[3]))
+    elif len(sys.argv) == 6 and sys.argv[1] == "create-topic":
+        create_topic(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
     elif len(sys.argv) == 9 and sys.argv[1] == "consume":
         a = sys.argv
         consume(a[2], a[3], a[4], a[5], a[6], int(a[7]), a[8])

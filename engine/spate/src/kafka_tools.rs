@@ -14,8 +14,11 @@ use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::mocking::MockCluster;
-use rdkafka::producer::{BaseProducer, BaseRecord, DefaultProducerContext, Producer};
+use rdkafka::producer::{
+    BaseProducer, BaseRecord, DefaultProducerContext, DeliveryResult, Producer, ProducerContext,
+};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use rdkafka::{ClientContext, Message};
 
 /// An embedded broker.
 pub type MockBroker = MockCluster<'static, DefaultProducerContext>;
@@ -34,6 +37,17 @@ pub enum KafkaToolError {
     /// The topic does not exist on the brokers.
     #[error("topic `{0}` does not exist")]
     NoTopic(String),
+    /// Messages the broker did not take (delivery reports with an error,
+    /// e.g. a message larger than the broker's `message.max.bytes`).
+    #[error("{count} message(s) to {topic} not delivered; first: {first}")]
+    Undelivered {
+        /// Topic.
+        topic: String,
+        /// How many.
+        count: u64,
+        /// The first failure: partition and error.
+        first: String,
+    },
     /// The broker deleted data (retention) from a partition.
     #[error(
         "{topic}/{partition}: low watermark is {low}, not 0: the broker deleted data (retention)"
@@ -93,6 +107,25 @@ pub fn partition_count(
     Ok(t.partitions().len() as i32)
 }
 
+/// Records failed deliveries of [`produce_lines`] (count, first error).
+#[derive(Default)]
+struct DeliveryCheck(std::sync::Mutex<(u64, Option<String>)>);
+
+impl ClientContext for DeliveryCheck {}
+
+impl ProducerContext for DeliveryCheck {
+    type DeliveryOpaque = ();
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((e, m)) = result {
+            let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            g.0 += 1;
+            if g.1.is_none() {
+                g.1 = Some(format!("partition {}: {e}", m.partition()));
+            }
+        }
+    }
+}
+
 /// The largest message [`produce_lines`] sends, in bytes (16 MiB).
 pub const MAX_MESSAGE_BYTES: &str = "16777216";
 
@@ -103,7 +136,8 @@ pub const MAX_MESSAGE_BYTES: &str = "16777216";
 ///
 /// # Errors
 /// [`KafkaToolError::Client`] for a refused message or a flush that did not
-/// finish within `timeout`.
+/// finish within `timeout`; [`KafkaToolError::Undelivered`] when the broker
+/// refused any (counted from the delivery reports after the flush).
 pub fn produce_lines<'a>(
     brokers: &str,
     topic: &str,
@@ -114,14 +148,14 @@ pub fn produce_lines<'a>(
     mut progress: impl FnMut(u64),
 ) -> Result<u64, KafkaToolError> {
     assert!(partitions > 0, "a topic has at least one partition");
-    let producer: BaseProducer = ClientConfig::new()
+    let producer: BaseProducer<DeliveryCheck> = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("linger.ms", "5")
         .set("queue.buffering.max.messages", "1000000")
         // Lines up to 16 MiB (librdkafka's default refuses more than 1 MB
         // before the broker sees it; the broker may still refuse).
         .set("message.max.bytes", MAX_MESSAGE_BYTES)
-        .create()
+        .create_with_context(DeliveryCheck::default())
         .map_err(client_err(format!("producer for {brokers}")))?;
     let mut n: u64 = 0;
     for line in lines {
@@ -151,6 +185,20 @@ pub fn produce_lines<'a>(
     producer
         .flush(timeout)
         .map_err(client_err(format!("flush to {topic}")))?;
+    let (failed, first) = std::mem::take(
+        &mut *producer
+            .context()
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()),
+    );
+    if failed > 0 {
+        return Err(KafkaToolError::Undelivered {
+            topic: topic.to_owned(),
+            count: failed,
+            first: first.unwrap_or_default(),
+        });
+    }
     progress(n);
     Ok(n)
 }

@@ -2,7 +2,10 @@
 //! (`spate run -c FILE`), an embedded Kafka broker (librdkafka's mock
 //! cluster) in this test process, and the real ClickHouse at
 //! `SPATE_CLICKHOUSE_URL` (ci/test.sh starts one; without it each test prints
-//! `skipped: SPATE_CLICKHOUSE_URL not set` and passes). The replicated
+//! `skipped: SPATE_CLICKHOUSE_URL not set` and passes). With
+//! `SPATE_E2E_KAFKA=real` the same tests run against the real Apache Kafka
+//! cluster at `SPATE_KAFKA_BROKERS` instead (`common::Broker`; ci/test.sh
+//! runs this file both ways). The replicated
 //! cluster's tests are in `e2e_cluster.rs`; shared helpers in `common/`.
 //!
 //! Each test owns its table (named by process id and test), its topic and
@@ -31,8 +34,9 @@ fn flights_land_at_least_once_and_sigterm_exits_clean() {
         return;
     };
     let table = Table::create(&url, "clean");
-    let (topic, partitions, rows) = ("flights", 8, 4_000u64);
-    let mock = kafka_tools::start_broker(topic, partitions).unwrap();
+    let (partitions, rows) = (8, 4_000u64);
+    let (mock, topic) = Broker::start("flights", partitions);
+    let topic = topic.as_str();
     let brokers = mock.bootstrap_servers();
     let lines: Vec<String> = (0..rows).map(flight_row).collect();
     produce(&brokers, topic, partitions, &lines);
@@ -160,9 +164,12 @@ fn poison_messages_are_skipped_counted_by_reason_and_dead_lettered() {
         return;
     };
     let table = Table::create(&url, "poison");
-    let (topic, dlq, partitions) = ("flights", "flights-dlq", 4);
-    let mock = kafka_tools::start_broker(topic, partitions).unwrap();
-    mock.create_topic(dlq, 1, 1).unwrap();
+    let partitions = 4;
+    let (mock, topic) = Broker::start("flights", partitions);
+    let topic = topic.as_str();
+    let dlq = mock.topic_name("flights-dlq");
+    mock.create_topic(&dlq, 1);
+    let dlq = dlq.as_str();
     let brokers = mock.bootstrap_servers();
     let good = 1_000u64;
     let poison = poison();
@@ -241,8 +248,9 @@ fn a_poison_record_under_fail_stops_without_committing_past_it() {
         return;
     };
     let table = Table::create(&url, "poisonfail");
-    let (topic, partitions) = ("flights", 2);
-    let mock = kafka_tools::start_broker(topic, partitions).unwrap();
+    let partitions = 2;
+    let (mock, topic) = Broker::start("flights", partitions);
+    let topic = topic.as_str();
     let brokers = mock.bootstrap_servers();
     let mut lines: Vec<String> = (0..400).map(flight_row).collect();
     // Line i goes to partition i % 2 at offset i / 2: this is flights/1 offset 50.
@@ -289,7 +297,7 @@ fn check_prints_the_mapping_and_fails_on_an_unreachable_replica() {
         return;
     };
     let table = Table::create(&url, "check");
-    let mock = kafka_tools::start_broker("flights", 2).unwrap();
+    let (mock, topic) = Broker::start("flights", 2);
     let brokers = mock.bootstrap_servers();
     let run_check = |yaml: &str| {
         let path =
@@ -309,7 +317,7 @@ fn check_prints_the_mapping_and_fails_on_an_unreachable_replica() {
     let good = config(
         "chk",
         &brokers,
-        "flights",
+        &topic,
         &url,
         &table.name,
         free_port(),
@@ -317,7 +325,10 @@ fn check_prints_the_mapping_and_fails_on_an_unreachable_replica() {
     );
     let (code, out) = run_check(&good);
     assert_eq!(code, Some(0), "{out}");
-    assert!(out.contains("topic flights: 2 partitions"), "{out}");
+    assert!(
+        out.contains(&format!("topic {topic}: 2 partitions")),
+        "{out}"
+    );
     for column in ["id", "date", "delay", "distance", "origin", "destination"] {
         assert!(
             out.lines().any(|l| l.trim_start().starts_with(column)),
@@ -434,8 +445,9 @@ fn sigterm_with_a_hung_shard_exits_in_time_with_abandoned_then_restart_loses_not
         return;
     };
     let table = Table::create(&url, "hung");
-    let (topic, partitions, rows) = ("flights", 4, 2_000u64);
-    let mock = kafka_tools::start_broker(topic, partitions).unwrap();
+    let (partitions, rows) = (4, 2_000u64);
+    let (mock, topic) = Broker::start("flights", partitions);
+    let topic = topic.as_str();
     let brokers = mock.bootstrap_servers();
     let lines: Vec<String> = (0..rows).map(flight_row).collect();
     produce(&brokers, topic, partitions, &lines);
@@ -503,9 +515,10 @@ fn kill_9_after_a_commit_then_restart_resumes_from_the_commits() {
         return;
     };
     let table = Table::create(&url, "kill9");
-    let (topic, partitions) = ("flights", 8);
+    let partitions = 8;
     let (first, rows) = (2_000u64, 12_000u64);
-    let mock = kafka_tools::start_broker(topic, partitions).unwrap();
+    let (mock, topic) = Broker::start("flights", partitions);
+    let topic = topic.as_str();
     let brokers = mock.bootstrap_servers();
     let lines: Vec<String> = (0..rows).map(flight_row).collect();
     produce(&brokers, topic, partitions, &lines[..first as usize]);
@@ -595,8 +608,9 @@ fn a_second_signal_during_the_drain_exits_at_once() {
         return;
     };
     let table = Table::create(&url, "second");
-    let (topic, partitions) = ("flights", 2);
-    let mock = kafka_tools::start_broker(topic, partitions).unwrap();
+    let partitions = 2;
+    let (mock, topic) = Broker::start("flights", partitions);
+    let topic = topic.as_str();
     let brokers = mock.bootstrap_servers();
     let gate = Gate::start(&url);
     let port = free_port();

@@ -7,6 +7,8 @@
 //! Each target uses a subset, hence the `dead_code` allowance.
 #![allow(dead_code)]
 
+pub mod real;
+
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -529,4 +531,65 @@ pub fn metric(port: u16, name: &str) -> f64 {
         })
         .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
         .sum()
+}
+
+/// The broker an e2e test runs against: librdkafka's mock cluster in this
+/// process (the default), or the real cluster of `ci/kafka.sh` when
+/// `SPATE_E2E_KAFKA=real` (then `SPATE_KAFKA_BROKERS` must be set: the
+/// same test bodies, the broker chosen by the environment; ci/test.sh runs
+/// `e2e.rs` both ways).
+pub enum Broker {
+    /// The embedded mock cluster.
+    Mock(kafka_tools::MockBroker),
+    /// The real cluster; topics are created with replication factor 3.
+    Real(real::RealKafka),
+}
+
+impl Broker {
+    /// A broker with topic `topic` of `partitions` partitions; returns the
+    /// topic's name there (on the real cluster, suffixed with the process
+    /// id, so concurrent tests and earlier runs do not meet).
+    pub fn start(topic: &str, partitions: i32) -> (Broker, String) {
+        if std::env::var("SPATE_E2E_KAFKA").is_ok_and(|v| v == "real") {
+            let kafka = real::RealKafka::from_env()
+                .expect("SPATE_E2E_KAFKA=real needs SPATE_KAFKA_BROKERS (ci/kafka.sh start)");
+            let b = Broker::Real(kafka);
+            let name = b.topic_name(topic);
+            b.create_topic(&name, partitions);
+            (b, name)
+        } else {
+            let mock = kafka_tools::start_broker(topic, partitions).unwrap();
+            (Broker::Mock(mock), topic.to_owned())
+        }
+    }
+
+    /// What topic `base` is called on this broker: on the real cluster
+    /// suffixed with the process id and a counter (each call a new name).
+    pub fn topic_name(&self, base: &str) -> String {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        match self {
+            Broker::Mock(_) => base.to_owned(),
+            Broker::Real(_) => format!(
+                "{base}-{}-{}",
+                std::process::id(),
+                NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            ),
+        }
+    }
+
+    /// Creates `topic` (a name from [`Broker::topic_name`]).
+    pub fn create_topic(&self, topic: &str, partitions: i32) {
+        match self {
+            Broker::Mock(m) => m.create_topic(topic, partitions, 1).unwrap(),
+            Broker::Real(k) => k.create_topic(topic, partitions, 3, &[]),
+        }
+    }
+
+    /// The bootstrap list.
+    pub fn bootstrap_servers(&self) -> String {
+        match self {
+            Broker::Mock(m) => m.bootstrap_servers(),
+            Broker::Real(k) => k.brokers.clone(),
+        }
+    }
 }
