@@ -315,8 +315,9 @@ fn schema_probe_reads_a_current_system_columns() {
     let names: Vec<&str> = plan.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(
         names,
-        ["id", "t", "lc", "n"],
-        "DEFAULT left to the server; MATERIALIZED, ALIAS, EPHEMERAL never named"
+        ["id", "t", "lc", "n", "status", "seen"],
+        "DEFAULT columns named (a field present in the record lands); MATERIALIZED, ALIAS, \
+         EPHEMERAL never named"
     );
 
     db.query(&format!(
@@ -335,7 +336,7 @@ fn schema_probe_reads_a_current_system_columns() {
     assert_eq!(schema.columns[added].type_text, "Map(String, UInt64)");
     let plan = plan_insert(&schema, &InsertOptions::default()).unwrap();
     let names: Vec<&str> = plan.iter().map(|c| c.name.as_str()).collect();
-    assert_eq!(names, ["id", "t", "lc", "n", "added"]);
+    assert_eq!(names, ["id", "t", "lc", "n", "added", "status", "seen"]);
     db.query(&format!("DROP TABLE default.{table}"));
 
     // A type spate cannot encode stops the plan naming column and type.
@@ -674,6 +675,12 @@ fn insert_settings_reach_the_engine() {
         &yaml,
         &table,
         "{ max_block_size: 100, min_insert_block_size_rows: 100, min_insert_block_size_bytes: 0 }",
+    )
+    // The block settings cut a row format's input into blocks; a Native
+    // body arrives as ready blocks, which they leave alone.
+    .replace(
+        &format!("    table: {table}\n"),
+        &format!("    table: {table}\n    format: rowbinary\n"),
     );
     run_until_committed(
         "chdb-settings",

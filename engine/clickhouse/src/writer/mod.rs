@@ -322,6 +322,20 @@ impl HttpWriter {
             );
             config.format = InsertFormat::RowBinary;
         }
+        if config.format == InsertFormat::Native {
+            if let Err(e) = BlockPlan::new(&config.columns) {
+                // A type without a Native encoder here (JSON): the rows go
+                // as RowBinary, guarded by the schema re-read before every
+                // insert instead of the server's type check.
+                tracing::warn!(
+                    table = %format!("{}.{}", config.database, config.table),
+                    "{e}: inserting as {} instead, with the table's columns re-read before \
+                     every insert",
+                    config.row_format.name()
+                );
+                config.format = InsertFormat::RowBinary;
+            }
+        }
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(config.connect_timeout));
         connector.set_nodelay(true);
