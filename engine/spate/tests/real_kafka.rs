@@ -538,7 +538,13 @@ fn records_deleted_past_the_commit_while_stopped_are_logged_counted_and_reset() 
     let counted = metric(port, "spate_committed_offset_out_of_range_total");
     let logs = spate.logs();
     let (code, out) = spate.terminate();
-    assert_eq!(code, Some(0), "{out}");
+    // A clean run that met an out-of-range commit says so: status
+    // OffsetReset, exit 4 (engine/spate/README.md, "The run summary").
+    assert_eq!(code, Some(4), "{out}");
+    assert!(
+        out.contains("status=OffsetReset") && out.contains("offset_resets=["),
+        "the summary names the reset: {out}"
+    );
     assert_eq!(
         counted, partitions as f64,
         "out-of-range commits counted\n{logs}"
