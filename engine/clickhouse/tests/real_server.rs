@@ -171,7 +171,9 @@ async fn types_round_trip(format: InsertFormat, tag: &str) {
     let (writer, body) = encode_as(&db, "t", &rows, format).await;
     let ep = endpoint(&url);
     writer.probe(&ep).await.unwrap();
-    writer.insert(&ep, vec![body], "it-types-1").await.unwrap();
+    // The token is also the query id: the two formats run side by side.
+    let token = format!("it-{tag}-1");
+    writer.insert(&ep, vec![body], &token).await.unwrap();
 
     // Dates and times compare as stored numbers: 18.16 stores Date 65535
     // (2149-06-06) and DateTime 2^32-1 (2106-02-07 06:28:15) but prints them
