@@ -380,7 +380,19 @@ pub fn committed(
     topic: &str,
     partitions: i32,
 ) -> BTreeMap<i32, Option<i64>> {
-    kafka_tools::committed_offsets(brokers, group, topic, partitions, RPC).unwrap()
+    // A real cluster answers NotCoordinator / CoordinatorLoadInProgress
+    // while a group's coordinator moves or loads: ask again for a while.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        match kafka_tools::committed_offsets(brokers, group, topic, partitions, RPC) {
+            Ok(offsets) => return offsets,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("committed offsets of {group}: {e}; asking again");
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            Err(e) => panic!("committed offsets of {group} on {topic}: {e}"),
+        }
+    }
 }
 
 /// Sum of the committed offsets of `group` (records behind its commits).

@@ -188,9 +188,19 @@ impl RealKafka {
         for p in 0..partitions {
             tpl.add_partition(topic, p);
         }
-        let tpl = c
-            .committed_offsets(tpl, RPC)
-            .unwrap_or_else(|e| panic!("committed offsets of {group} on {topic}: {e}"));
+        // NotCoordinator / CoordinatorLoadInProgress while the group's
+        // coordinator moves or loads: ask again for a while.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        let tpl = loop {
+            match c.committed_offsets(tpl.clone(), RPC) {
+                Ok(t) => break t,
+                Err(e) if std::time::Instant::now() < deadline => {
+                    eprintln!("committed offsets of {group}: {e}; asking again");
+                    std::thread::sleep(std::time::Duration::from_millis(250));
+                }
+                Err(e) => panic!("committed offsets of {group} on {topic}: {e}"),
+            }
+        };
         tpl.elements()
             .iter()
             .map(|e| {
