@@ -25,9 +25,10 @@ done
 step() { printf '\n== %s ==\n' "$*"; }
 
 # Every path into the build tree follows CARGO_TARGET_DIR (a common setup
-# keeps it outside the checkout); the chdb fixtures test writes its cases
+# keeps it outside the checkout), as an absolute path (cargo runs each test
+# in its package directory); the chdb fixtures test writes its cases
 # where the chdb step reads them.
-TARGET="${CARGO_TARGET_DIR:-target}"
+TARGET="$(realpath -m "${CARGO_TARGET_DIR:-target}")"
 export SPATE_CHDB_DIR="${SPATE_CHDB_DIR:-$TARGET/chdb}"
 # One chdb-core venv for ci/chdb_server.py and ci/chdb_check.py (ci/chdb_venv.py).
 export SPATE_CHDB_VENV="${SPATE_CHDB_VENV:-$SPATE_CHDB_DIR/venv}"
