@@ -285,9 +285,9 @@ pub struct HttpWriter {
     config: HttpWriterConfig,
     insert_query: String,
     caps: Mutex<HashMap<Arc<str>, ServerCaps>>,
-    /// The Native block plan, or why the columns cannot be written as
-    /// Native (every insert then fails with it); `None` for RowBinary.
-    native: Option<Result<Arc<BlockPlan>, String>>,
+    /// The Native block plan; `None` when the rows go as they were encoded
+    /// (RowBinary or RowBinaryWithDefaults, see [`native_plan`]).
+    native: Option<Arc<BlockPlan>>,
     /// When each replica's columns were last read (schema refresh).
     schema_read: Mutex<HashMap<Arc<str>, tokio::time::Instant>>,
     watch: SchemaWatch,
@@ -306,36 +306,46 @@ impl From<WriteError> for Failure {
     }
 }
 
+/// The Native block plan for `config`, or `None` with `config.format` set
+/// to RowBinary where Native cannot carry the rows: a plan with per-row
+/// server DEFAULTs (the rows go as RowBinaryWithDefaults), or a column
+/// without a Native encoder here (JSON). Either way the table's columns are
+/// then re-read before every insert, which guards the rows instead of the
+/// server's type check; the reason is logged once at start.
+fn native_plan(config: &mut HttpWriterConfig) -> Option<Arc<BlockPlan>> {
+    if config.format != InsertFormat::Native {
+        return None;
+    }
+    let table = format!("{}.{}", config.database, config.table);
+    if config.row_format == crate::schema::RowFormat::RowBinaryWithDefaults {
+        tracing::info!(
+            %table,
+            "a column takes the server's per-row DEFAULT: inserting as \
+             RowBinaryWithDefaults (Native cannot carry per-row defaults), with the \
+             table's columns re-read before every insert"
+        );
+        config.format = InsertFormat::RowBinary;
+        return None;
+    }
+    match BlockPlan::new(&config.columns) {
+        Ok(plan) => Some(Arc::new(plan)),
+        Err(e) => {
+            tracing::warn!(
+                %table,
+                "{e}: inserting as {} instead, with the table's columns re-read before \
+                 every insert",
+                config.row_format.name()
+            );
+            config.format = InsertFormat::RowBinary;
+            None
+        }
+    }
+}
+
 impl HttpWriter {
     /// A writer for `config`. Needs a tokio runtime when used, not when built.
     pub fn new(mut config: HttpWriterConfig) -> Self {
-        if config.format == InsertFormat::Native
-            && config.row_format == crate::schema::RowFormat::RowBinaryWithDefaults
-        {
-            // Native has no per-row defaults: the rows go as they were
-            // encoded, and the schema re-read guards them as for RowBinary.
-            tracing::info!(
-                table = %format!("{}.{}", config.database, config.table),
-                "a column takes the server's per-row DEFAULT: inserting as \
-                 RowBinaryWithDefaults (Native cannot carry per-row defaults), with the \
-                 table's columns re-read before every insert"
-            );
-            config.format = InsertFormat::RowBinary;
-        }
-        if config.format == InsertFormat::Native {
-            if let Err(e) = BlockPlan::new(&config.columns) {
-                // A type without a Native encoder here (JSON): the rows go
-                // as RowBinary, guarded by the schema re-read before every
-                // insert instead of the server's type check.
-                tracing::warn!(
-                    table = %format!("{}.{}", config.database, config.table),
-                    "{e}: inserting as {} instead, with the table's columns re-read before \
-                     every insert",
-                    config.row_format.name()
-                );
-                config.format = InsertFormat::RowBinary;
-            }
-        }
+        let native = native_plan(&mut config);
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(config.connect_timeout));
         connector.set_nodelay(true);
@@ -382,11 +392,6 @@ impl HttpWriter {
                 InsertFormat::RowBinary => config.row_format.name(),
             }
         );
-        let native = (config.format == InsertFormat::Native).then(|| {
-            BlockPlan::new(&config.columns)
-                .map(Arc::new)
-                .map_err(|e| e.to_string())
-        });
         Self {
             client,
             insert_query: percent_encode(&insert),
@@ -712,8 +717,7 @@ impl HttpWriter {
         let compression = self.config.compression;
         let segments = match (&self.native, compression) {
             (None, Compression::None) => segments,
-            (Some(Err(e)), _) => return Err(WriteError::fatal(format!("{endpoint}: {e}"))),
-            (Some(Ok(plan)), _) => {
+            (Some(plan), _) => {
                 // CPU-bound (milliseconds per MiB): off the I/O threads, so
                 // other shards' inserts and probes keep moving.
                 let plan = Arc::clone(plan);
