@@ -406,3 +406,41 @@ fn shutdown_in_thread_mode_records_and_writes_the_ranges_it_seals() {
         }
     }
 }
+
+/// D8: an open range takes budget as it grows, so a stalled sink stalls
+/// intake, not memory: with every write hanging and ranges that would
+/// otherwise grow to the whole log (no size or linger seal), what is polled
+/// stays near the in-flight budget.
+#[tokio::test(start_paused = true)]
+async fn open_ranges_take_budget_as_they_grow_so_a_stalled_sink_stalls_intake() {
+    let (source, script) = ScriptedSource::new(16);
+    // Rows "0-NNNN\n": 7 bytes.
+    for i in 1000..3000 {
+        script.append(&tp(), format!("0-{i}"));
+    }
+    script.assign(&tp());
+    let writer = CaptureWriter::new();
+    writer.set_mode(WriterMode::Hang);
+    let mut c = config(1_000_000);
+    c.sink.batch.max_bytes = 1 << 30;
+    c.sink.batch.linger = Duration::from_secs(3600);
+    c.chunk.max_bytes = 256;
+    c.budget_bytes = 2048;
+    c.shutdown_drain_timeout = Duration::from_millis(100);
+    let pipeline = Pipeline::builder(c, source, writer.clone(), chain)
+        .build()
+        .expect("valid config");
+    let budget = pipeline.budget();
+    let shutdown = Shutdown::new();
+    let run = tokio::spawn(pipeline.run_inline(shutdown.clone()));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(budget.bytes_in_use() <= 2048, "{}", budget.bytes_in_use());
+    let polls = script.polls();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(script.polls() > polls, "the paused lane is polled on (D2)");
+    shutdown.trigger();
+    let report = run.await.expect("pipeline task");
+    // The budget (2048 bytes, about 290 rows) plus a chunk's worth and a
+    // poll batch, not the 2,000 records of the log.
+    assert!(report.polled < 400, "{}", report.summary());
+}
