@@ -22,9 +22,6 @@ use spate_core::pipeline::chain::{
 };
 use spate_core::pipeline::driver::{ChainProcessor, Driver, Processor, RecordCounters};
 use spate_core::pipeline::terminal::{ChunkBuffers, ChunkConfig, Terminal};
-use spate_core::pipeline::testkit::{
-    Attempt, CaptureWriter, LineEncoder, ScriptHandle, ScriptedLane, ScriptedSource, WriterMode,
-};
 use spate_core::pipeline::{
     DeadLetter, ExitStatus, OnError, Pipeline, PipelineConfig, PipelineError, RunReport, Shutdown,
 };
@@ -32,6 +29,9 @@ use spate_core::record::{Epoch, Offset, Payload, TopicPartition};
 use spate_core::sink::{DRAIN_GRACE, RunNonce, SinkConfig, SinkPool};
 use spate_core::source::{
     AssignmentEvent, BufferedBatch, CommitOffset, Lane, PollBatch, Source, SourceError,
+};
+use spate_testkit::{
+    Attempt, CaptureWriter, LineEncoder, ScriptHandle, ScriptedLane, ScriptedSource, WriterMode,
 };
 use tokio::time::Instant;
 

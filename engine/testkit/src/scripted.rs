@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::pipeline::chain::{Encoder, RecordCx, RecordError};
-use crate::record::{Epoch, Offset, Payload, TopicPartition};
-use crate::sink::{Endpoint, SealedBatch, WriteError, Writer};
-use crate::source::{AssignmentEvent, BufferedBatch, CommitOffset, Lane, Source, SourceError};
+use spate_core::pipeline::chain::{Encoder, RecordCx, RecordError};
+use spate_core::record::{Epoch, Offset, Payload, TopicPartition};
+use spate_core::sink::{Endpoint, SealedBatch, WriteError, Writer};
+use spate_core::source::{AssignmentEvent, BufferedBatch, CommitOffset, Lane, Source, SourceError};
 
 #[derive(Debug, Default)]
 struct Log {
