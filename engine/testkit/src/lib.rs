@@ -10,6 +10,9 @@
 //!   [`CaptureWriter`] (records every write attempt; can be told to fail or
 //!   hang) and a [`LineEncoder`] (one newline-terminated row per payload).
 //!   `engine/core/tests/pipeline_smoke.rs` is a complete example.
+//! - [`harness`]: a [`Harness`] builder over those three for paused-clock
+//!   pipeline tests (partitions filled and assigned, the sink's shape, any
+//!   setting), and the [`Run`] it starts (wait until committed, stop).
 //! - [`fixtures`]: the 15-column event schema the mapping tests, the
 //!   throughput example and the encode bench all measure.
 //! - [`process`]: the pid of the local server behind a URL (the real-server
@@ -18,9 +21,11 @@
 //! These doubles use mutexes freely: they are test code, not the record path.
 
 pub mod fixtures;
+pub mod harness;
 pub mod process;
 pub mod scripted;
 
+pub use harness::{Harness, Run};
 pub use scripted::{
     Attempt, CaptureWriter, LineEncoder, ScriptHandle, ScriptedLane, ScriptedSource, WriterMode,
 };

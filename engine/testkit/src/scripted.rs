@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use spate_core::pipeline::Shutdown;
 use spate_core::pipeline::chain::{Encoder, RecordCx, RecordError};
 use spate_core::record::{Epoch, Offset, Payload, TopicPartition};
 use spate_core::sink::{Endpoint, SealedBatch, WriteError, Writer};
@@ -40,6 +41,9 @@ struct ScriptState {
     released: Vec<(TopicPartition, Epoch)>,
     fail_commits: u32,
     consumer_error: bool,
+    rows_read: u64,
+    bytes_read: u64,
+    shutdown_after: Option<(u64, Shutdown)>,
 }
 
 /// A test handle on a [`ScriptedSource`]: append records, script assignment
@@ -116,6 +120,23 @@ impl ScriptHandle {
     /// Lane polls served so far (also paused and empty ones).
     pub fn polls(&self) -> u64 {
         self.polls.load(Ordering::Relaxed)
+    }
+
+    /// Records the lanes returned so far, over every partition and epoch.
+    pub fn rows_read(&self) -> u64 {
+        self.lock().rows_read
+    }
+
+    /// Value bytes of the records the lanes returned so far.
+    pub fn bytes_read(&self) -> u64 {
+        self.lock().bytes_read
+    }
+
+    /// Triggers `shutdown` from inside the lane poll that brings
+    /// [`ScriptHandle::rows_read`] to `rows` or more: a stop that arrives
+    /// mid-stream, with the rows just read still in the driver's hands.
+    pub fn shutdown_after(&self, rows: u64, shutdown: Shutdown) {
+        self.lock().shutdown_after = Some((rows, shutdown));
     }
 }
 
@@ -244,7 +265,7 @@ impl Lane for ScriptedLane {
         self.handle.polls.fetch_add(1, Ordering::Relaxed);
         self.buf.clear();
         if !self.paused {
-            let s = self.handle.lock();
+            let mut s = self.handle.lock();
             if let Some(log) = s
                 .logs
                 .get(&self.partition)
@@ -253,6 +274,13 @@ impl Lane for ScriptedLane {
                 let start = self.position as usize;
                 let end = log.values.len().min(start + self.handle.max_batch);
                 self.buf.extend_from_slice(&log.values[start.min(end)..end]);
+            }
+            s.rows_read += self.buf.len() as u64;
+            s.bytes_read += self.buf.iter().map(|v| v.len() as u64).sum::<u64>();
+            if let Some((rows, shutdown)) = &s.shutdown_after {
+                if s.rows_read >= *rows {
+                    shutdown.trigger();
+                }
             }
         }
         self.first = self.position;
