@@ -19,7 +19,7 @@ use spate_clickhouse::num::Wide;
 use spate_clickhouse::rowbinary::{Value, encode, put_string};
 use spate_clickhouse::time::TimeFormat;
 use spate_clickhouse::types::ChType;
-use spate_testkit::fixtures::{EVENT15, event15_row};
+use spate_testkit::fixtures::{EVENT15, FLIGHTS, event15_row};
 
 const FIXTURE: &str = include_str!("../tests/fixtures/flights-50.ndjson");
 const TARGET_ROWS: usize = 2_000_000;
@@ -114,13 +114,11 @@ fn main() {
             ("destination", ChType::String),
         ])
     } else {
-        simple_columns([
-            ("date", ChType::parse("DateTime").unwrap()),
-            ("delay", ChType::Int32),
-            ("distance", ChType::UInt32),
-            ("origin", ChType::parse("LowCardinality(String)").unwrap()),
-            ("destination", ChType::String),
-        ])
+        simple_columns(
+            FLIGHTS
+                .iter()
+                .map(|&(name, ty)| (name, ChType::parse(ty).unwrap())),
+        )
     };
     let options = MappingOptions {
         time: TimeRules {

@@ -14,7 +14,7 @@ use spate_clickhouse::mapping::{JsonRowEncoder, MappingOptions, TimeRules, simpl
 use spate_clickhouse::native::BlockPlan;
 use spate_clickhouse::time::TimeFormat;
 use spate_clickhouse::types::ChType;
-use spate_testkit::fixtures::EVENT15;
+use spate_testkit::fixtures::{EVENT15, FLIGHTS};
 
 struct Counting;
 
@@ -91,13 +91,11 @@ fn flights_rows_allocate_nothing_per_row() {
         .lines()
         .map(str::to_owned)
         .collect();
-    let cols = simple_columns([
-        ("date", ChType::parse("DateTime").unwrap()),
-        ("delay", ChType::Int32),
-        ("distance", ChType::UInt32),
-        ("origin", ChType::parse("LowCardinality(String)").unwrap()),
-        ("destination", ChType::String),
-    ]);
+    let cols = simple_columns(
+        FLIGHTS
+            .iter()
+            .map(|&(name, ty)| (name, ChType::parse(ty).unwrap())),
+    );
     let options = MappingOptions {
         time: TimeRules {
             formats: vec![TimeFormat::compile("%Y/%m/%d %H:%M").unwrap()],

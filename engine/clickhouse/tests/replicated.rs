@@ -46,28 +46,12 @@ use tokio::net::{TcpListener, TcpStream};
 
 /// The replica URLs per shard, or `None` (and a `skipped:` line).
 fn cluster() -> Option<Vec<Vec<String>>> {
-    let skip = |why: &str| {
-        // Straight to stderr: the harness captures print macros only.
-        let _ = writeln!(std::io::stderr(), "skipped: {why}");
-        None
-    };
-    let Ok(spec) = std::env::var("SPATE_CLICKHOUSE_SHARDS") else {
-        return skip("SPATE_CLICKHOUSE_SHARDS not set");
-    };
-    let shards: Vec<Vec<String>> = spec
-        .split(';')
-        .map(|s| {
-            s.split(',')
-                .map(|u| u.trim().to_owned())
-                .filter(|u| !u.is_empty())
-                .collect::<Vec<_>>()
+    spate_testkit::env::clickhouse_shards()
+        .inspect_err(|why| {
+            // Straight to stderr: the harness captures print macros only.
+            let _ = writeln!(std::io::stderr(), "skipped: {why}");
         })
-        .filter(|s| !s.is_empty())
-        .collect();
-    if shards.len() < 2 || shards.iter().any(|s| s.len() < 2) {
-        return skip("SPATE_CLICKHOUSE_SHARDS needs at least 2 shards of at least 2 replicas");
-    }
-    Some(shards)
+        .ok()
 }
 
 /// The SIGSTOP test freezes a server every other test uses: it takes this

@@ -1,11 +1,28 @@
 //! Shared event fixtures.
 //!
+//! [`FLIGHTS`] is the flights table the mapping tests and examples read the
+//! `flights-*.ndjson` fixtures into.
+//!
 //! [`EVENT15`] is the 15-column clickstream event that the no-allocation
 //! mapping test (`engine/clickhouse/tests/no_alloc.rs`), the throughput
 //! example (`engine/clickhouse/examples/throughput.rs`) and the encode bench
 //! (`benches/benches/encode.rs`) all use, so a column changed here changes
 //! every measurement of it at once. Types are ClickHouse type names as
 //! `system.columns.type` prints them (the form `ChType::parse` reads).
+
+/// The flights table of `fixtures/flights-*.ndjson` (dates as
+/// [`FLIGHT_TIME_FORMAT`]), `origin` as `LowCardinality(String)`:
+/// `(column name, ClickHouse type)`, in table order.
+pub const FLIGHTS: [(&str, &str); 5] = [
+    ("date", "DateTime"),
+    ("delay", "Int32"),
+    ("distance", "UInt32"),
+    ("origin", "LowCardinality(String)"),
+    ("destination", "String"),
+];
+
+/// The strftime format of the flights fixtures' `date` field.
+pub const FLIGHT_TIME_FORMAT: &str = "%Y/%m/%d %H:%M";
 
 /// The 15-column event: `(column name, ClickHouse type)`, in table order.
 pub const EVENT15: [(&str, &str); 15] = [

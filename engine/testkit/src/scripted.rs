@@ -18,7 +18,9 @@ use spate_core::pipeline::Shutdown;
 use spate_core::pipeline::chain::{Encoder, RecordCx, RecordError};
 use spate_core::record::{Epoch, Offset, Payload, TopicPartition};
 use spate_core::sink::{Endpoint, SealedBatch, WriteError, Writer};
-use spate_core::source::{AssignmentEvent, BufferedBatch, CommitOffset, Lane, Source, SourceError};
+use spate_core::source::{AssignmentEvent, CommitOffset, Source, SourceError};
+
+use crate::lane::{LaneFeed, LaneState, MemLane};
 
 #[derive(Debug, Default)]
 struct Log {
@@ -185,15 +187,14 @@ impl Source for ScriptedSource {
                 AssignmentEvent::Assigned {
                     partition: partition.clone(),
                     epoch,
-                    lane: ScriptedLane {
+                    lane: MemLane::new(
                         partition,
                         epoch,
                         position,
-                        paused: false,
-                        buf: Vec::new(),
-                        first: 0,
-                        handle: self.handle.clone(),
-                    },
+                        ScriptFeed {
+                            handle: self.handle.clone(),
+                        },
+                    ),
                 }
             }
             Scripted::Revoke(partition) => {
@@ -238,67 +239,44 @@ impl Source for ScriptedSource {
     }
 }
 
-/// A lane of a [`ScriptedSource`].
+/// A lane of a [`ScriptedSource`]: the shared in-memory lane
+/// ([`crate::lane`]) fed from the script's log.
+pub type ScriptedLane = MemLane<ScriptFeed>;
+
+/// Feeds a [`ScriptedLane`] from its partition's scripted log: at most
+/// `max_batch` records from its position, nothing while paused or once the
+/// partition was revoked (a later epoch).
 #[derive(Debug)]
-pub struct ScriptedLane {
-    partition: TopicPartition,
-    epoch: Epoch,
-    position: Offset,
-    paused: bool,
-    buf: Vec<Bytes>,
-    first: Offset,
+pub struct ScriptFeed {
     handle: ScriptHandle,
 }
 
-impl Lane for ScriptedLane {
-    type Batch<'a> = BufferedBatch<'a>;
-
-    fn partition(&self) -> &TopicPartition {
-        &self.partition
-    }
-
-    fn epoch(&self) -> Epoch {
-        self.epoch
-    }
-
-    fn poll(&mut self, _timeout: Duration) -> Result<BufferedBatch<'_>, SourceError> {
+impl LaneFeed for ScriptFeed {
+    fn feed(&mut self, lane: &mut LaneState) -> Result<(), SourceError> {
         self.handle.polls.fetch_add(1, Ordering::Relaxed);
-        self.buf.clear();
-        if !self.paused {
-            let mut s = self.handle.lock();
-            if let Some(log) = s
-                .logs
-                .get(&self.partition)
-                .filter(|l| l.epoch == self.epoch)
-            {
-                let start = self.position as usize;
-                let end = log.values.len().min(start + self.handle.max_batch);
-                self.buf.extend_from_slice(&log.values[start.min(end)..end]);
-            }
-            s.rows_read += self.buf.len() as u64;
-            s.bytes_read += self.buf.iter().map(|v| v.len() as u64).sum::<u64>();
-            if let Some((rows, shutdown)) = &s.shutdown_after {
-                if s.rows_read >= *rows {
-                    shutdown.trigger();
-                }
+        if lane.paused {
+            return Ok(());
+        }
+        let mut s = self.handle.lock();
+        let mut bytes = 0;
+        if let Some(log) = s
+            .logs
+            .get(&lane.partition)
+            .filter(|l| l.epoch == lane.epoch)
+        {
+            let start = lane.position as usize;
+            let end = log.values.len().min(start + self.handle.max_batch);
+            let values = &log.values[start.min(end)..end];
+            bytes = values.iter().map(|v| v.len() as u64).sum::<u64>();
+            lane.take(lane.position, values);
+        }
+        s.rows_read += lane.taken() as u64;
+        s.bytes_read += bytes;
+        if let Some((rows, shutdown)) = &s.shutdown_after {
+            if s.rows_read >= *rows {
+                shutdown.trigger();
             }
         }
-        self.first = self.position;
-        self.position += self.buf.len() as Offset;
-        Ok(BufferedBatch {
-            values: &self.buf,
-            partition: &self.partition,
-            first: self.first,
-        })
-    }
-
-    fn pause(&mut self) -> Result<(), SourceError> {
-        self.paused = true;
-        Ok(())
-    }
-
-    fn resume(&mut self) -> Result<(), SourceError> {
-        self.paused = false;
         Ok(())
     }
 }

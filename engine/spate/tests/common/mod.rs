@@ -43,25 +43,9 @@ pub fn clickhouse_url() -> Option<String> {
 /// (`a1,a2;b1,b2`, as ci/test.sh exports it), or `None` after printing why
 /// the test is skipped.
 pub fn clickhouse_shards() -> Option<Vec<Vec<String>>> {
-    let Ok(spec) = std::env::var("SPATE_CLICKHOUSE_SHARDS") else {
-        println!("skipped: SPATE_CLICKHOUSE_SHARDS not set");
-        return None;
-    };
-    let shards: Vec<Vec<String>> = spec
-        .split(';')
-        .map(|s| {
-            s.split(',')
-                .map(|u| u.trim().to_owned())
-                .filter(|u| !u.is_empty())
-                .collect::<Vec<_>>()
-        })
-        .filter(|s| !s.is_empty())
-        .collect();
-    if shards.len() < 2 || shards.iter().any(|s| s.len() < 2) {
-        println!("skipped: SPATE_CLICKHOUSE_SHARDS needs at least 2 shards of 2 replicas");
-        return None;
-    }
-    Some(shards)
+    spate_testkit::env::clickhouse_shards()
+        .inspect_err(|why| println!("skipped: {why}"))
+        .ok()
 }
 
 /// Flight row `id`: a fixture row (the first 1,000 repeat) with its id.
