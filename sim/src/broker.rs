@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use spate_core::record::{Epoch, Offset, TopicPartition};
 use spate_core::source::{AssignmentEvent, CommitOffset, Source, SourceError};
-use spate_testkit::lane::{LaneFeed, LaneState, MemLane};
+use spate_testkit::lane::{self, LaneFeed, LaneState, MemLane};
 
 use crate::config::FaultKind;
 use crate::world::{GAP, GroupEvent, Shared};
@@ -67,18 +67,10 @@ impl Source for SimSource {
                 let position = w.committed[p].unwrap_or(0);
                 w.trace(format!("deliver assign p{p} e{epoch} from {position}"));
                 let partition = TopicPartition::new(Arc::clone(&self.topic), p as i32);
-                AssignmentEvent::Assigned {
-                    partition: partition.clone(),
-                    epoch,
-                    lane: MemLane::new(
-                        partition,
-                        epoch,
-                        position,
-                        WorldFeed {
-                            world: self.world.clone(),
-                        },
-                    ),
-                }
+                let feed = WorldFeed {
+                    world: self.world.clone(),
+                };
+                lane::assigned(partition, epoch, position, feed)
             }
             GroupEvent::Revoke(p, epoch) => {
                 w.trace(format!("deliver revoke p{p} e{epoch}"));

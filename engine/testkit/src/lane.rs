@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use spate_core::record::{Epoch, Offset, TopicPartition};
-use spate_core::source::{BufferedBatch, Lane, SourceError};
+use spate_core::source::{AssignmentEvent, BufferedBatch, Lane, SourceError};
 
 /// A lane's read state (see the module docs).
 #[derive(Debug)]
@@ -101,6 +101,25 @@ impl<F: LaneFeed> MemLane<F> {
             state: LaneState::new(partition, epoch, position),
             feed,
         }
+    }
+}
+
+/// The assignment of `partition` under `epoch` to a new lane reading from
+/// `position`, fed by `feed`: what an in-memory source's
+/// [`spate_core::source::Source::poll_event`] returns for an assignment.
+pub fn assigned<F: LaneFeed>(
+    partition: TopicPartition,
+    epoch: Epoch,
+    position: Offset,
+    feed: F,
+) -> AssignmentEvent<MemLane<F>>
+where
+    MemLane<F>: Lane,
+{
+    AssignmentEvent::Assigned {
+        partition: partition.clone(),
+        epoch,
+        lane: MemLane::new(partition, epoch, position, feed),
     }
 }
 

@@ -20,7 +20,7 @@ use spate_core::record::{Epoch, Offset, Payload, TopicPartition};
 use spate_core::sink::{Endpoint, SealedBatch, WriteError, Writer};
 use spate_core::source::{AssignmentEvent, CommitOffset, Source, SourceError};
 
-use crate::lane::{LaneFeed, LaneState, MemLane};
+use crate::lane::{self, LaneFeed, LaneState, MemLane};
 
 #[derive(Debug, Default)]
 struct Log {
@@ -184,18 +184,10 @@ impl Source for ScriptedSource {
                 let epoch = log.epoch;
                 let position = log.committed.unwrap_or(0);
                 drop(s);
-                AssignmentEvent::Assigned {
-                    partition: partition.clone(),
-                    epoch,
-                    lane: MemLane::new(
-                        partition,
-                        epoch,
-                        position,
-                        ScriptFeed {
-                            handle: self.handle.clone(),
-                        },
-                    ),
-                }
+                let feed = ScriptFeed {
+                    handle: self.handle.clone(),
+                };
+                lane::assigned(partition, epoch, position, feed)
             }
             Scripted::Revoke(partition) => {
                 let log = s.logs.entry(partition.clone()).or_default();
