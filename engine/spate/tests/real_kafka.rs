@@ -53,6 +53,51 @@ fn unique(what: &str) -> String {
     format!("real-{what}-{}", std::process::id())
 }
 
+/// One test's real-cluster setup, or `None` when skipped (as
+/// [`components`]): both components, the serial guard, topic
+/// [`unique`]`(what)` of `partitions` partitions (RF 3) and table `table`.
+fn setup(
+    what: &str,
+    partitions: i32,
+    table: &str,
+) -> Option<(
+    RealKafka,
+    String,
+    std::sync::MutexGuard<'static, ()>,
+    String,
+    Table,
+)> {
+    let (kafka, url) = components()?;
+    let serial = serial();
+    let topic = unique(what);
+    kafka.create_topic(&topic, partitions, 3, &[]);
+    let table = Table::create(&url, table);
+    Some((kafka, url, serial, topic, table))
+}
+
+/// The group (named as the topic: [`unique`]), a free admin port, and the
+/// [`config`] reading `topic` into `table` under `on_error`.
+fn run_config(
+    kafka: &RealKafka,
+    topic: &str,
+    url: &str,
+    table: &Table,
+    on_error: &str,
+) -> (String, u16, String) {
+    let group = topic.to_owned();
+    let port = free_port();
+    let yaml = config(
+        &group,
+        &kafka.brokers,
+        topic,
+        url,
+        &table.name,
+        port,
+        on_error,
+    );
+    (group, port, yaml)
+}
+
 /// Waits until `group`'s committed offsets equal the log end of every
 /// partition of `topic`; panics after `within` with the logs of `procs`.
 fn await_end(
@@ -157,17 +202,7 @@ fn volume_over_12_partitions_rf3_lands_every_row_and_commits_the_log_end() {
     let produced_in = t0.elapsed();
     let ends = kafka.ends(&topic, partitions);
     assert_eq!(ends.values().sum::<i64>() as u64, rows, "log ends {ends:?}");
-    let group = unique("volume");
-    let port = free_port();
-    let yaml = config(
-        &group,
-        &kafka.brokers,
-        &topic,
-        &url,
-        &table.name,
-        port,
-        "{ policy: fail }",
-    );
+    let (group, _port, yaml) = run_config(&kafka, &topic, &url, &table, "{ policy: fail }");
     let t1 = Instant::now();
     let spate = Spate::start("realvolume", &yaml);
     await_end(
@@ -191,24 +226,13 @@ fn volume_over_12_partitions_rf3_lands_every_row_and_commits_the_log_end() {
 
 #[test]
 fn kill_9_of_the_busiest_leader_mid_stream_loses_nothing_and_spate_keeps_going() {
-    let Some((kafka, url)) = components() else {
+    let partitions = 12;
+    let Some((kafka, url, _serial, topic, table)) =
+        setup("brokerfail", partitions, "realbrokerfail")
+    else {
         return;
     };
-    let _serial = serial();
-    let (topic, partitions) = (unique("brokerfail"), 12);
-    kafka.create_topic(&topic, partitions, 3, &[]);
-    let table = Table::create(&url, "realbrokerfail");
-    let group = unique("brokerfail");
-    let port = free_port();
-    let yaml = config(
-        &group,
-        &kafka.brokers,
-        &topic,
-        &url,
-        &table.name,
-        port,
-        "{ policy: fail }",
-    );
+    let (group, port, yaml) = run_config(&kafka, &topic, &url, &table, "{ policy: fail }");
     let producer = Steady::start(&kafka.brokers, &topic, partitions, 4_000);
     let mut spate = Spate::start("realbrokerfail", &yaml);
     await_readyz(&spate, port, 200, DELIVERY);
@@ -409,13 +433,10 @@ fn scale_out_and_in_kip848_consumer_protocol() {
 #[test]
 fn transactions_aborted_never_land_and_commits_step_over_control_records() {
     use rdkafka::producer::Producer;
-    let Some((kafka, url)) = components() else {
+    let partitions = 3;
+    let Some((kafka, url, _serial, topic, table)) = setup("txn", partitions, "realtxn") else {
         return;
     };
-    let _serial = serial();
-    let (topic, partitions) = (unique("txn"), 3);
-    kafka.create_topic(&topic, partitions, 3, &[]);
-    let table = Table::create(&url, "realtxn");
     let p: rdkafka::producer::BaseProducer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", &kafka.brokers)
         .set("transactional.id", unique("txn-producer"))
@@ -465,17 +486,7 @@ fn transactions_aborted_never_land_and_commits_step_over_control_records() {
             "{topic}/{part}: the log end {end} has no gap for aborted records and markers"
         );
     }
-    let group = unique("txn");
-    let port = free_port();
-    let yaml = config(
-        &group,
-        &kafka.brokers,
-        &topic,
-        &url,
-        &table.name,
-        port,
-        "{ policy: fail }",
-    );
+    let (group, _port, yaml) = run_config(&kafka, &topic, &url, &table, "{ policy: fail }");
     // Every partition ends with the commit marker of the last transaction
     // (a committed one: t = 29). spate commits after the last record it
     // was given (D1: offset + 1 of what was acked), so it steps over the
@@ -501,24 +512,12 @@ fn transactions_aborted_never_land_and_commits_step_over_control_records() {
 
 #[test]
 fn records_deleted_past_the_commit_while_stopped_are_logged_counted_and_reset() {
-    let Some((kafka, url)) = components() else {
+    let partitions = 2;
+    let Some((kafka, url, _serial, topic, table)) = setup("retention", partitions, "realretention")
+    else {
         return;
     };
-    let _serial = serial();
-    let (topic, partitions) = (unique("retention"), 2);
-    kafka.create_topic(&topic, partitions, 3, &[]);
-    let table = Table::create(&url, "realretention");
-    let group = unique("retention");
-    let port = free_port();
-    let yaml = config(
-        &group,
-        &kafka.brokers,
-        &topic,
-        &url,
-        &table.name,
-        port,
-        "{ policy: fail }",
-    );
+    let (group, port, yaml) = run_config(&kafka, &topic, &url, &table, "{ policy: fail }");
     let first: Vec<String> = (0..1_000).map(flight_row).collect();
     produce(&kafka.brokers, &topic, partitions, &first);
     let spate = Spate::start("realretention", &yaml);
@@ -600,15 +599,11 @@ fn dead_letters_read_back_with_headers_and_commit_metadata_round_trips() {
         |_| {},
     )
     .unwrap();
-    let group = unique("dl");
-    let port = free_port();
-    let yaml = config(
-        &group,
-        &kafka.brokers,
+    let (group, _port, yaml) = run_config(
+        &kafka,
         &topic,
         &url,
-        &table.name,
-        port,
+        &table,
         &format!("{{ policy: skip, dead_letter: {{ topic: {dlq} }} }}"),
     );
     let spate = Spate::start("realdl", &yaml);
