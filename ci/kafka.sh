@@ -51,6 +51,8 @@
 #   resident memory per node, idle after start   300-340 MB
 #   resident memory per node after 2 M rows      550-600 MB
 #   stop (controlled shutdown of all nodes)      about 16 s
+#   start-all after kill -9 of every node        about 18 s (log recovery,
+#                                                quorum, registration)
 #
 # $SPATE_KAFKA_HEAP (default -Xmx384m -Xms64m) sets each JVM's heap.
 # Never a silent skip: a node that exits or does not register within
