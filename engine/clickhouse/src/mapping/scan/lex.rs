@@ -34,6 +34,11 @@ pub(super) struct Scanner<'a> {
 }
 
 impl<'a> Scanner<'a> {
+    /// A decode error `what` at the cursor's byte. Cold and outlined: only
+    /// malformed input gets here, and its formatting inlined into the
+    /// readers cost the row's object and column readers registers.
+    #[cold]
+    #[inline(never)]
     pub(super) fn bad(&self, what: &str) -> Stop {
         Stop::Decode(format!("{what} at byte {}", self.i))
     }
