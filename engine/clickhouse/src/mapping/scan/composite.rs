@@ -72,6 +72,10 @@ impl Scanner<'_> {
         Ok(true)
     }
 
+    /// An Array, Map or Tuple value of `ty` (wrappers already taken off;
+    /// `nullable` when it was Nullable), or null: decides by the value's
+    /// first byte and the type which reader below writes it. `Ok(false)`
+    /// for null into a non-Nullable type.
     fn composite(
         &mut self,
         ty: &ChType,
@@ -89,80 +93,15 @@ impl Scanner<'_> {
                 Ok(nullable)
             }
             (Some(b'['), ChType::Array(elem)) => {
-                if nullable {
-                    t.buf.push(0);
-                }
-                let start = t.buf.len();
-                let n = self.bracketed(b']', |sc| {
-                    // An element takes its fast path as a column does
-                    // (same contract: nothing consumed when declined).
-                    if !sc.fast_element(elem_fast, t)? {
-                        sc.element(elem, col, t)?;
-                    }
-                    Ok(())
-                })?;
-                insert_leb128(t.buf, start, n);
+                self.array(elem, nullable, elem_fast, col, t)?;
                 Ok(true)
             }
             (Some(b'['), ChType::Tuple(elements)) => {
-                if nullable {
-                    t.buf.push(0);
-                }
-                self.enter()?;
-                self.i += 1;
-                for (k, e) in elements.iter().enumerate() {
-                    self.ws();
-                    if k > 0 && !self.eat(b',') {
-                        if self.peek() == Some(b']') {
-                            return Err(Stop::Refused(
-                                col,
-                                format!("{ty} needs {} elements", elements.len()),
-                            ));
-                        }
-                        return Err(self.bad("expected `,`"));
-                    }
-                    self.ws();
-                    if self.peek() == Some(b']') {
-                        return Err(Stop::Refused(
-                            col,
-                            format!("{ty} needs {} elements", elements.len()),
-                        ));
-                    }
-                    self.element(&e.ty, col, t)?;
-                }
-                self.ws();
-                if !self.eat(b']') {
-                    if self.peek() == Some(b',') {
-                        return Err(Stop::Refused(
-                            col,
-                            format!("{ty} takes only {} elements", elements.len()),
-                        ));
-                    }
-                    return Err(self.bad("expected `]`"));
-                }
-                self.depth -= 1;
+                self.tuple(ty, elements, nullable, col, t)?;
                 Ok(true)
             }
             (Some(b'{'), ChType::Map(k, v)) => {
-                if nullable {
-                    t.buf.push(0);
-                }
-                let start = t.buf.len();
-                let n = self.bracketed(b'}', |sc| {
-                    let key = sc.key(t.key)?;
-                    match put_scalar(k, Tok::Str(key), &t.col_rules[col], t.buf) {
-                        Ok(Put::Written) => {}
-                        Ok(Put::NullForNonNullable) => {
-                            return Err(Stop::Refused(col, "null map key".into()));
-                        }
-                        Err(reason) => {
-                            return Err(Stop::Refused(col, format!("map key: {reason}")));
-                        }
-                    }
-                    sc.colon()?;
-                    sc.element(v, col, t)
-                })?;
-                insert_leb128(t.buf, start, n);
+                self.map(k, v, nullable, col, t)?;
                 Ok(true)
             }
             (Some(b'{'), ChType::Tuple(elements)) => {
@@ -179,6 +118,113 @@ impl Scanner<'_> {
                 ))
             }
         }
+    }
+
+    /// An Array from a JSON array: the element count (LEB128), then the
+    /// elements, each by its fast path when it has one.
+    fn array(
+        &mut self,
+        elem: &ChType,
+        nullable: bool,
+        elem_fast: &Fast,
+        col: usize,
+        t: &mut RowTarget<'_, '_>,
+    ) -> Result<(), Stop> {
+        if nullable {
+            t.buf.push(0);
+        }
+        let start = t.buf.len();
+        let n = self.bracketed(b']', |sc| {
+            // An element takes its fast path as a column does
+            // (same contract: nothing consumed when declined).
+            if !sc.fast_element(elem_fast, t)? {
+                sc.element(elem, col, t)?;
+            }
+            Ok(())
+        })?;
+        insert_leb128(t.buf, start, n);
+        Ok(())
+    }
+
+    /// A Tuple from a JSON array, its elements in order: exactly as many
+    /// as the type has (fewer or more is the column's refusal).
+    fn tuple(
+        &mut self,
+        ty: &ChType,
+        elements: &[crate::types::TupleElement],
+        nullable: bool,
+        col: usize,
+        t: &mut RowTarget<'_, '_>,
+    ) -> Result<(), Stop> {
+        if nullable {
+            t.buf.push(0);
+        }
+        self.enter()?;
+        self.i += 1;
+        for (k, e) in elements.iter().enumerate() {
+            self.ws();
+            if k > 0 && !self.eat(b',') {
+                if self.peek() == Some(b']') {
+                    return Err(Stop::Refused(
+                        col,
+                        format!("{ty} needs {} elements", elements.len()),
+                    ));
+                }
+                return Err(self.bad("expected `,`"));
+            }
+            self.ws();
+            if self.peek() == Some(b']') {
+                return Err(Stop::Refused(
+                    col,
+                    format!("{ty} needs {} elements", elements.len()),
+                ));
+            }
+            self.element(&e.ty, col, t)?;
+        }
+        self.ws();
+        if !self.eat(b']') {
+            if self.peek() == Some(b',') {
+                return Err(Stop::Refused(
+                    col,
+                    format!("{ty} takes only {} elements", elements.len()),
+                ));
+            }
+            return Err(self.bad("expected `]`"));
+        }
+        self.depth -= 1;
+        Ok(())
+    }
+
+    /// A Map from a JSON object: the pair count (LEB128), then each key
+    /// (a scalar of type `k` read from the member's key) and value.
+    fn map(
+        &mut self,
+        k: &ChType,
+        v: &ChType,
+        nullable: bool,
+        col: usize,
+        t: &mut RowTarget<'_, '_>,
+    ) -> Result<(), Stop> {
+        if nullable {
+            t.buf.push(0);
+        }
+        let start = t.buf.len();
+        let n = self.bracketed(b'}', |sc| {
+            let key = sc.key(t.key)?;
+            match put_scalar(k, Tok::Str(key), &t.col_rules[col], t.buf) {
+                Ok(Put::Written) => {}
+                Ok(Put::NullForNonNullable) => {
+                    return Err(Stop::Refused(col, "null map key".into()));
+                }
+                Err(reason) => {
+                    return Err(Stop::Refused(col, format!("map key: {reason}")));
+                }
+            }
+            sc.colon()?;
+            sc.element(v, col, t)
+        })?;
+        insert_leb128(t.buf, start, n);
+        Ok(())
     }
 
     /// A named tuple from an object, fields in any order (see
