@@ -62,9 +62,7 @@ impl Scanner<'_> {
         if self.peek() != Some(b'"') {
             return Ok(false);
         }
-        if nullable {
-            t.buf.push(0);
-        }
+        not_null(nullable, t.buf);
         match self.string(t.text)? {
             Str::Input(s, e) => put_input_string(t.buf, self.s, s, e),
             Str::Scratch => put_string(t.buf, t.text),
@@ -84,66 +82,79 @@ impl Scanner<'_> {
         col: usize,
         t: &mut RowTarget<'_, '_>,
     ) -> Result<bool, Stop> {
+        if self.peek() == Some(b'n') {
+            self.literal(b"null")?;
+            if nullable {
+                t.buf.push(1);
+            }
+            return Ok(nullable);
+        }
+        // Not null: the marker first (a refusal leaves the row in error,
+        // and the caller drops its bytes).
+        not_null(nullable, t.buf);
         match (self.peek(), ty) {
-            (Some(b'n'), _) => {
-                self.literal(b"null")?;
-                if nullable {
-                    t.buf.push(1);
+            (Some(b'['), ChType::Array(elem)) => self.counted(b']', t, |sc, t| {
+                // An element takes its fast path as a column does (same
+                // contract: nothing consumed when declined).
+                if !sc.fast_element(elem_fast, t)? {
+                    sc.element(elem, col, t)?;
                 }
-                Ok(nullable)
-            }
-            (Some(b'['), ChType::Array(elem)) => {
-                self.array(elem, nullable, elem_fast, col, t)?;
-                Ok(true)
-            }
-            (Some(b'['), ChType::Tuple(elements)) => {
-                self.tuple(ty, elements, nullable, col, t)?;
-                Ok(true)
-            }
+                Ok(())
+            })?,
+            (Some(b'['), ChType::Tuple(elements)) => self.tuple(ty, elements, col, t)?,
             (Some(b'{'), ChType::Map(k, v)) => {
-                self.map(k, v, nullable, col, t)?;
-                Ok(true)
+                self.counted(b'}', t, |sc, t| sc.map_entry(k, v, col, t))?;
             }
-            (Some(b'{'), ChType::Tuple(elements)) => {
-                self.named_tuple(ty, elements, nullable, col, t)?;
-                Ok(true)
-            }
+            (Some(b'{'), ChType::Tuple(elements)) => self.named_tuple(ty, elements, col, t)?,
             (found, _) => {
                 // Check the grammar first: bad JSON is a decode error.
                 let mut scratch = Vec::new();
                 self.skip_value(&mut scratch)?;
-                Err(Stop::Refused(
+                return Err(Stop::Refused(
                     col,
                     format!("cannot put {} into {ty}", describe(found)),
-                ))
+                ));
             }
         }
+        Ok(true)
     }
 
-    /// An Array from a JSON array: the element count (LEB128), then the
-    /// elements, each by its fast path when it has one.
-    fn array(
+    /// A sequence written as its element count (LEB128) and then its
+    /// elements, as RowBinary lays out an Array or a Map: `each` reads one
+    /// element (see [`Scanner::bracketed`]).
+    fn counted(
         &mut self,
-        elem: &ChType,
-        nullable: bool,
-        elem_fast: &Fast,
+        close: u8,
+        t: &mut RowTarget<'_, '_>,
+        mut each: impl FnMut(&mut Self, &mut RowTarget<'_, '_>) -> Result<(), Stop>,
+    ) -> Result<(), Stop> {
+        let start = t.buf.len();
+        let n = self.bracketed(close, |sc| each(sc, t))?;
+        insert_leb128(t.buf, start, n);
+        Ok(())
+    }
+
+    /// One member of a Map's object: the key (a scalar of type `k` read
+    /// from the member's key), `:`, the value.
+    fn map_entry(
+        &mut self,
+        k: &ChType,
+        v: &ChType,
         col: usize,
         t: &mut RowTarget<'_, '_>,
     ) -> Result<(), Stop> {
-        if nullable {
-            t.buf.push(0);
-        }
-        let start = t.buf.len();
-        let n = self.bracketed(b']', |sc| {
-            // An element takes its fast path as a column does
-            // (same contract: nothing consumed when declined).
-            if !sc.fast_element(elem_fast, t)? {
-                sc.element(elem, col, t)?;
+        let key = self.key(t.key)?;
+        match put_scalar(k, Tok::Str(key), &t.col_rules[col], t.buf) {
+            Ok(Put::Written) => {}
+            Ok(Put::NullForNonNullable) => {
+                return Err(Stop::Refused(col, "null map key".into()));
             }
-            Ok(())
-        })?;
-        insert_leb128(t.buf, start, n);
-        Ok(())
+            Err(reason) => {
+                return Err(Stop::Refused(col, format!("map key: {reason}")));
+            }
+        }
+        self.colon()?;
+        self.element(v, col, t)
     }
 
     /// A Tuple from a JSON array, its elements in order: exactly as many
@@ -152,13 +163,9 @@ impl Scanner<'_> {
         &mut self,
         ty: &ChType,
         elements: &[crate::types::TupleElement],
-        nullable: bool,
         col: usize,
         t: &mut RowTarget<'_, '_>,
     ) -> Result<(), Stop> {
-        if nullable {
-            t.buf.push(0);
-        }
         self.enter()?;
         self.i += 1;
         for (k, e) in elements.iter().enumerate() {
@@ -195,45 +202,12 @@ impl Scanner<'_> {
         Ok(())
     }
 
-    /// A Map from a JSON object: the pair count (LEB128), then each key
-    /// (a scalar of type `k` read from the member's key) and value.
-    fn map(
-        &mut self,
-        k: &ChType,
-        v: &ChType,
-        nullable: bool,
-        col: usize,
-        t: &mut RowTarget<'_, '_>,
-    ) -> Result<(), Stop> {
-        if nullable {
-            t.buf.push(0);
-        }
-        let start = t.buf.len();
-        let n = self.bracketed(b'}', |sc| {
-            let key = sc.key(t.key)?;
-            match put_scalar(k, Tok::Str(key), &t.col_rules[col], t.buf) {
-                Ok(Put::Written) => {}
-                Ok(Put::NullForNonNullable) => {
-                    return Err(Stop::Refused(col, "null map key".into()));
-                }
-                Err(reason) => {
-                    return Err(Stop::Refused(col, format!("map key: {reason}")));
-                }
-            }
-            sc.colon()?;
-            sc.element(v, col, t)
-        })?;
-        insert_leb128(t.buf, start, n);
-        Ok(())
-    }
-
     /// A named tuple from an object, fields in any order (see
     /// [`super::tuple`]).
     fn named_tuple(
         &mut self,
         ty: &ChType,
         elements: &[crate::types::TupleElement],
-        nullable: bool,
         col: usize,
         t: &mut RowTarget<'_, '_>,
     ) -> Result<(), Stop> {
@@ -244,9 +218,6 @@ impl Scanner<'_> {
                 return Err(Stop::Refused(col, reason));
             }
         };
-        if nullable {
-            t.buf.push(0);
-        }
         let start = t.buf.len();
         self.bracketed(b'}', |sc| {
             let key = sc.key(t.key)?;
@@ -267,6 +238,15 @@ impl Scanner<'_> {
         arrivals
             .finish(elements, t.buf, start)
             .map_err(|reason| Stop::Refused(col, reason))
+    }
+}
+
+/// The Nullable marker of a value that is not null (written before the
+/// value; nothing for a type that is not Nullable).
+#[inline]
+fn not_null(nullable: bool, buf: &mut Vec<u8>) {
+    if nullable {
+        buf.push(0);
     }
 }
 
