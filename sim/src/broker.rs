@@ -70,7 +70,8 @@ impl Source for SimSource {
                 let feed = WorldFeed {
                     world: self.world.clone(),
                 };
-                lane::assigned(partition, epoch, position, feed)
+                // eosim fills `committed` from SimBroker's stored commits.
+                lane::assigned(partition, epoch, position, None, feed)
             }
             GroupEvent::Revoke(p, epoch) => {
                 w.trace(format!("deliver revoke p{p} e{epoch}"));
