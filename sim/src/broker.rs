@@ -51,6 +51,11 @@ fn index(partition: &TopicPartition) -> usize {
     partition.partition() as usize
 }
 
+/// The metadata string a commit carries (empty: none).
+fn metadata(_c: &CommitOffset) -> &str {
+    ""
+}
+
 impl Source for SimSource {
     type Lane = SimLane;
 
@@ -149,6 +154,7 @@ impl Source for SimSource {
                     partition,
                     offset,
                     epoch,
+                    metadata: metadata(c).to_owned(),
                 });
             }
             w.trace(format!(
@@ -161,7 +167,7 @@ impl Source for SimSource {
             });
         }
         for c in offsets {
-            w.apply_commit(index(&c.partition), c.offset, c.epoch, "");
+            w.apply_commit(index(&c.partition), c.offset, c.epoch, metadata(c), "");
         }
         if ambiguous {
             w.ambiguous_commits += 1;

@@ -113,6 +113,7 @@ enum Attempt {
     WriteThenHang,
     LateWrite(Duration),
     Queue(Duration),
+    Zombie(Duration),
 }
 
 fn plan(w: &mut World, shard: usize, replica: usize) -> Attempt {
@@ -123,6 +124,21 @@ fn plan(w: &mut World, shard: usize, replica: usize) -> Attempt {
     }
     if w.fault_active(FaultKind::ReplicaDown, this) {
         return Attempt::Refuse("replica down");
+    }
+    if w.fault_active(FaultKind::ZombieWrite, |_, _| true) {
+        // The member is a zombie (evicted, not knowing it yet): the server
+        // takes its insert and runs it after the member has rejoined and
+        // re-formed the range (the end of the eviction plus 0.2-2 s).
+        let now = w.now();
+        let rejoin = w
+            .cfg
+            .faults
+            .iter()
+            .filter(|f| f.kind == FaultKind::ZombieWrite && f.active(now))
+            .map(|f| f.start + f.duration)
+            .max()
+            .unwrap_or(now);
+        return Attempt::Zombie(rejoin + Duration::from_millis(w.rng_range(200..=2_000)));
     }
     if w.fault_active(FaultKind::WriteErrors, this) && w.rng_bool(0.5) {
         return Attempt::Refuse("write error before write");
@@ -163,6 +179,35 @@ fn partial(w: &mut World, shard: usize, body_len: usize) -> Option<usize> {
         return None;
     }
     Some(w.rng_range(1..=(blocks as u64 - 1)) as usize)
+}
+
+/// How many dedup misses a run keeps described (the rest are counted).
+pub const MISSES_KEPT: usize = 4;
+
+/// Runs the inserts a zombie sent that are due by now (all of them when
+/// `all`: the end of a run), each as it arrives at the server. A zombie's
+/// insert carries the token of the range it had recorded, so a new owner
+/// that re-formed the range got it in first and the window drops this one.
+pub fn run_zombies(w: &mut World, all: bool) {
+    if w.zombie_queue.is_empty() {
+        return;
+    }
+    let now = if all { w.base } else { w.now() };
+    let mut i = 0;
+    while i < w.zombie_queue.len() {
+        if !all && w.zombie_queue[i].due > now {
+            i += 1;
+            continue;
+        }
+        let q = w.zombie_queue.remove(i);
+        w.trace(format!(
+            "s{}r{} zombie insert {} lands late",
+            q.shard, q.replica, q.token
+        ));
+        if apply(w, q.shard, q.replica, &q.token, &q.body, None).is_ok() {
+            w.zombie_landed += 1;
+        }
+    }
 }
 
 /// Runs the inserts a thawed replica held (in order, each as it arrives at
@@ -274,6 +319,22 @@ fn apply_block(
     if window > 0 {
         w.dedup[shard].insert(token, window);
     }
+    // A block this shard applied before, which the window no longer holds
+    // (or never could): the replay was not covered. Not traced (the trace of
+    // at-least-once runs stays as it was); counted for the D9 oracle.
+    if !w.applied_tokens[shard].insert(token.to_owned()) {
+        w.dedup_misses += 1;
+        if w.dedup_miss_examples.len() < MISSES_KEPT {
+            let why = if window == 0 {
+                "the table does not deduplicate".to_owned()
+            } else {
+                format!("it left the window of {window} inserts")
+            };
+            let at = w.now().as_millis();
+            w.dedup_miss_examples
+                .push(format!("s{shard} applied {token} again at {at} ms: {why}"));
+        }
+    }
     for row in block.chunks_exact(width) {
         let word = |i: usize| u32::from_le_bytes(row[i..i + 4].try_into().expect("4 bytes"));
         let (p, o, id) = (word(0) as usize, i64::from(word(4)), word(8));
@@ -378,6 +439,17 @@ impl Writer for SimWriter {
                         w.ambiguous_writes += 1;
                     }
                 });
+                std::future::pending().await
+            }
+            Attempt::Zombie(due) => {
+                self.world.lock().hold_zombie(QueuedInsert {
+                    due,
+                    shard,
+                    replica,
+                    token: batch.token().to_owned(),
+                    body,
+                });
+                // The zombie hears nothing before its write timeout.
                 std::future::pending().await
             }
             Attempt::Queue(thaw) => {

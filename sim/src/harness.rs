@@ -108,7 +108,11 @@ pub fn run_config(cfg: SimConfig) -> SimOutcome {
     let mut world = std::sync::Arc::try_unwrap(world.into_inner())
         .map(|m| m.into_inner().expect("world lock"))
         .unwrap_or_else(|_| panic!("world still shared after the run"));
-    // Every fault has healed: replication catches up.
+    world.ended = true;
+    // Every fault has healed: a zombie's held inserts that are still due
+    // land now (after the final commit: the window must still drop them),
+    // and replication catches up.
+    crate::clickhouse::run_zombies(&mut world, true);
     world.replicate(true);
     let trace_hash = world.trace.iter().fold(FNV_BASIS, |h, l| {
         fnv1a(l.what.bytes().chain(l.at_ms.to_le_bytes()), h)
@@ -346,6 +350,7 @@ fn tick(w: &mut World) {
     drive_faults(w);
     w.apply_due_commits();
     crate::clickhouse::run_queued(w);
+    crate::clickhouse::run_zombies(w, false);
     w.replicate(false);
     w.sample_budget();
 }
@@ -404,7 +409,10 @@ fn retention_while_down(w: &mut World) {
 /// Called every tick.
 fn drive_faults(w: &mut World) {
     let now = w.now();
-    let evicted = w.fault_active(FaultKind::Eviction, |_, _| true);
+    // A zombie-write fault is an eviction too (the server also holds the
+    // member's inserts: `clickhouse.rs`); its hit is a held insert.
+    let evicted = w.fault_active(FaultKind::Eviction, |_, _| true)
+        | w.fault_on(FaultKind::ZombieWrite, |_, _| true);
     if w.evicted && !evicted {
         // Rejoin: the member learns it lost everything.
         w.trace("eviction over; rejoining");

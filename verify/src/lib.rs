@@ -28,16 +28,25 @@
 //!   multiple of [`RECHECK_EVERY`]) run twice and must leave the same full
 //!   trace; a difference names the first diverging line of both runs.
 //!
-//! Duplicates are counted, not failed (at-least-once allows them).
+//! - **exactly-once (D9)**, in `effectively_once` runs whose dedup windows
+//!   covered every replay (no shard applied a block whose token it had
+//!   applied before: [`window_covered`]): every produced record the oracles
+//!   demand landed exactly once, and no record landed twice, under every
+//!   fault kind. A run whose window was too small (or a table with none, or
+//!   a shard restart that lost it) is held to D1 only, and its duplicates
+//!   are reported apart.
+//!
+//! In `at_least_once` runs duplicates are counted, not failed (at-least-once
+//! allows them).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use spate_core::pipeline::ExitStatus;
 use spate_core::sink::DRAIN_GRACE;
-use spate_sim::config::{FaultKind, SimConfig};
+use spate_sim::config::{Delivery, FaultKind, SimConfig};
 use spate_sim::harness::{CHUNK_BYTES, SimOutcome, run_config};
-use spate_sim::world::TraceLine;
+use spate_sim::world::{GAP, TraceLine, World};
 
 pub mod shrink;
 
@@ -50,7 +59,8 @@ pub const DRAIN_SLACK: Duration = Duration::from_millis(50);
 pub struct Violation {
     /// Which oracle: `D1 commit safety`, `D1 at-least-once`,
     /// `D1 stale commit`, `D4 token`, `D5 drain`, `D6 drain`,
-    /// `D7 determinism`, `D8 budget`, `values`, `liveness`, `replication`.
+    /// `D7 determinism`, `D8 budget`, `D9 exactly-once`, `values`,
+    /// `liveness`, `replication`.
     pub oracle: &'static str,
     /// What exactly.
     pub detail: String,
@@ -94,10 +104,80 @@ pub fn determinism(first: &SimOutcome) -> Option<Violation> {
     })
 }
 
+/// Whether the run's dedup windows covered every replay: no shard applied a
+/// block again whose token it had applied before (the window still held
+/// every re-sent token). The premise of D9: outside it (a window too small
+/// for the replay, a plain MergeTree with none, a shard restart that lost
+/// it) only D1 is promised.
+pub fn window_covered(w: &World) -> bool {
+    w.dedup_misses == 0
+}
+
+/// How many rows landed more than once, and the first few records that did.
+fn twice(w: &World) -> (u64, Vec<String>) {
+    let mut rows = 0;
+    let mut named = Vec::new();
+    for (id, r) in w.records.iter().enumerate() {
+        if r.landed > 1 {
+            rows += u64::from(r.landed - 1);
+            if named.len() < 8 {
+                named.push(format!(
+                    "record {id} (p{} offset {}) landed {} times",
+                    r.partition, r.offset, r.landed
+                ));
+            }
+        }
+    }
+    (rows, named)
+}
+
+/// D9: in an `effectively_once` run whose windows covered every replay,
+/// every record that is still in its log and demanded (not deleted by
+/// retention before it was read, nor excused by a truncation) landed
+/// exactly once once the run caught up, and no record landed twice.
+fn exactly_once(o: &SimOutcome, v: &mut Vec<Violation>) {
+    let w = &o.world;
+    let (rows, named) = twice(w);
+    if rows > 0 {
+        v.push(Violation {
+            oracle: "D9 exactly-once",
+            detail: format!(
+                "{rows} duplicate rows in an effectively_once run whose dedup window covered every replay: {}",
+                named.join("; ")
+            ),
+        });
+    }
+    if !o.caught_up {
+        return; // liveness says so
+    }
+    let mut missing = Vec::new();
+    for p in 0..w.cfg.partitions {
+        for (offset, &id) in w.ids[p].iter().enumerate() {
+            let offset = offset as i64;
+            if id != GAP && w.records[id as usize].landed == 0 && !w.not_demanded(p, offset) {
+                missing.push(format!("p{p} offset {offset} (record {id})"));
+            }
+        }
+    }
+    if !missing.is_empty() {
+        v.push(Violation {
+            oracle: "D9 exactly-once",
+            detail: format!(
+                "{} records never landed: {}",
+                missing.len(),
+                missing[..missing.len().min(8)].join(", ")
+            ),
+        });
+    }
+}
+
 /// Judges one run.
 pub fn check(o: &SimOutcome) -> Vec<Violation> {
     let w = &o.world;
     let mut v = Vec::new();
+    if w.cfg.delivery == Delivery::EffectivelyOnce && window_covered(w) {
+        exactly_once(o, &mut v);
+    }
     for c in &w.commits {
         if c.offset > c.durable_prefix {
             v.push(Violation {
@@ -275,6 +355,12 @@ pub struct SeedResult {
     pub simulated: Duration,
     /// The fault kinds in the schedule ([`FaultKind::bit`]s).
     pub scheduled: u32,
+    /// The run's delivery mode.
+    pub delivery: Delivery,
+    /// Whether its dedup windows covered every replay ([`window_covered`]).
+    pub covered: bool,
+    /// Blocks a shard applied again after its window had let their token go.
+    pub dedup_misses: u64,
     /// What issue 16's faults did: offset gaps, records lost to retention
     /// and to truncation, partial inserts, inserts refused for a stale
     /// schema.
@@ -314,6 +400,9 @@ pub fn run_and_check_config(cfg: SimConfig) -> (SimOutcome, SeedResult) {
         duplicates: w.duplicates(),
         simulated: w.base,
         scheduled: w.scheduled,
+        delivery: w.cfg.delivery,
+        covered: window_covered(w),
+        dedup_misses: w.dedup_misses,
         effects: [
             w.gaps,
             w.lost_to_retention,
@@ -338,6 +427,14 @@ pub struct Campaign {
     pub combos: BTreeMap<&'static str, u64>,
     /// Rows landed more than once, over all runs.
     pub duplicates: u64,
+    /// The campaign's delivery mode (every seed runs in it).
+    pub delivery: Delivery,
+    /// Runs whose dedup window did not cover every replay
+    /// ([`window_covered`]): held to D1 only in `effectively_once`.
+    pub uncovered: u64,
+    /// Of [`Campaign::duplicates`], those in runs whose window covered
+    /// every replay (0 in `effectively_once`: D9).
+    pub duplicates_covered: u64,
     /// Simulated time over all runs.
     pub simulated: Duration,
     /// Seeds run twice for the determinism check (D7).
@@ -350,11 +447,21 @@ pub struct Campaign {
 }
 
 impl Campaign {
-    /// Runs seeds `first..first + count`.
+    /// Runs seeds `first..first + count` in `at_least_once`.
     pub fn run(first: u64, count: u64) -> Self {
-        let mut c = Campaign::default();
+        Self::run_mode(first, count, Delivery::AtLeastOnce)
+    }
+
+    /// Runs seeds `first..first + count` with `delivery` (each seed's run
+    /// is otherwise the one [`SimConfig::from_seed`] describes).
+    pub fn run_mode(first: u64, count: u64, delivery: Delivery) -> Self {
+        let mut c = Campaign {
+            delivery,
+            ..Campaign::default()
+        };
         for seed in first..first + count {
-            let (o, mut r) = run_and_check(seed);
+            let cfg = SimConfig::from_seed(seed).with_delivery(delivery);
+            let (o, mut r) = run_and_check_config(cfg);
             if rechecked(seed) {
                 c.rechecked += 1;
                 r.violations.extend(determinism(&o));
@@ -376,6 +483,11 @@ impl Campaign {
             *self.combos.entry(k).or_default() += 1;
         }
         self.duplicates += r.duplicates;
+        if r.covered {
+            self.duplicates_covered += r.duplicates;
+        } else {
+            self.uncovered += 1;
+        }
         self.simulated += r.simulated;
         for (t, e) in self.effects.iter_mut().zip(r.effects) {
             *t += e;
@@ -418,6 +530,21 @@ impl Campaign {
             self.duplicates,
             self.simulated.as_secs_f64()
         );
+        if self.delivery == Delivery::EffectivelyOnce {
+            s = format!("delivery effectively_once: {s}");
+        }
+        // Duplicates apart by whether the window covered the replay; the
+        // line is only printed in effectively_once campaigns, so the
+        // at-least-once summary reads as it did.
+        if self.delivery == Delivery::EffectivelyOnce {
+            s += &format!(
+                "  duplicates (D9): {} rows in the {} runs whose dedup window covered every replay, {} rows in the {} runs whose window did not (held to D1)\n",
+                self.duplicates_covered,
+                self.runs - self.uncovered,
+                self.duplicates - self.duplicates_covered,
+                self.uncovered
+            );
+        }
         s += &format!(
             "  determinism (D7): {} seeds re-run, each compared line by line with its first run\n",
             self.rechecked
@@ -437,7 +564,7 @@ impl Campaign {
             s += &format!(
                 "FAILED seed {}: replay with `{}`\n",
                 f.seed,
-                replay_line(f.seed)
+                replay_line_mode(f.seed, f.delivery)
             );
             for v in &f.violations {
                 s += &format!("    {}: {}\n", v.oracle, v.detail);
@@ -455,7 +582,17 @@ fn pct(n: u64, of: u64) -> f64 {
     }
 }
 
-/// The one line that replays `seed` exactly.
+/// The one line that replays `seed` exactly (in `at_least_once`).
 pub fn replay_line(seed: u64) -> String {
     format!("cargo run -p spate-verify --release -- replay {seed}")
+}
+
+/// The one line that replays `seed` exactly with `delivery`.
+pub fn replay_line_mode(seed: u64, delivery: Delivery) -> String {
+    match delivery {
+        Delivery::AtLeastOnce => replay_line(seed),
+        Delivery::EffectivelyOnce => {
+            format!("{} --delivery effectively_once", replay_line(seed))
+        }
+    }
 }
