@@ -22,7 +22,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use spate_core::record::{Epoch, Offset, TopicPartition};
-use spate_core::source::{AssignmentEvent, BufferedBatch, CommitOffset, Lane, Source, SourceError};
+use spate_core::source::{
+    AssignmentEvent, BufferedBatch, CommitOffset, Committed, Lane, Source, SourceError,
+};
 
 use crate::config::FaultKind;
 use crate::world::{GAP, GroupEvent, Shared};
@@ -52,8 +54,8 @@ fn index(partition: &TopicPartition) -> usize {
 }
 
 /// The metadata string a commit carries (empty: none).
-fn metadata(_c: &CommitOffset) -> &str {
-    ""
+fn metadata(c: &CommitOffset) -> &str {
+    c.metadata.as_deref().unwrap_or("")
 }
 
 impl Source for SimSource {
@@ -70,13 +72,17 @@ impl Source for SimSource {
         Ok(Some(match ev {
             GroupEvent::Assign(p, epoch) => {
                 let position = w.committed[p].unwrap_or(0);
+                // The group's OffsetFetch answer: offset and metadata.
+                let committed = w.committed[p].map(|offset| Committed {
+                    offset,
+                    metadata: w.committed_meta[p].clone(),
+                });
                 w.trace(format!("deliver assign p{p} e{epoch} from {position}"));
                 let partition = TopicPartition::new(Arc::clone(&self.topic), p as i32);
                 AssignmentEvent::Assigned {
                     partition: partition.clone(),
                     epoch,
-                    // eosim fills this from SimBroker's stored commits.
-                    committed: None,
+                    committed,
                     lane: SimLane {
                         partition,
                         epoch,

@@ -20,7 +20,7 @@ use spate_core::pipeline::chain::{Encoder, RecordCx, RecordError, Router};
 use spate_core::record::Payload;
 use spate_core::sink::{Endpoint, SealedBatch, WriteError, Writer};
 
-use crate::config::FaultKind;
+use crate::config::{Delivery, FaultKind};
 use crate::planted::{SimBug, planted};
 use crate::schema::{FIELDS, Plan, record_values};
 use crate::world::{FNV_BASIS, QueuedInsert, Shared, WRONG_VALUES_KEPT, World, fnv1a};
@@ -179,6 +179,50 @@ fn partial(w: &mut World, shard: usize, body_len: usize) -> Option<usize> {
         return None;
     }
     Some(w.rng_range(1..=(blocks as u64 - 1)) as usize)
+}
+
+/// D9's write-ahead fact, at every `effectively_once` write attempt: the
+/// batch holds one partition's rows, and their offsets `[first, last]` lie
+/// below the partition's committed offset or inside one range its committed
+/// metadata records (`spate_core::checkpoint::ranges`). A batch recorded
+/// only after its insert was sent (or never) is a breach: a crash between
+/// the two would replay it under other boundaries and another token.
+fn write_ahead(w: &mut World, token: &str, body: &[u8]) {
+    let width = w.plan_row_bytes;
+    let word = |row: &[u8], i: usize| u32::from_le_bytes(row[i..i + 4].try_into().expect("4"));
+    let mut rows = body.chunks_exact(width);
+    let Some(head) = rows.next() else { return };
+    let p = word(head, 0) as usize;
+    let (mut first, mut last) = (i64::from(word(head, 4)), i64::from(word(head, 4)));
+    let mut mixed = false;
+    for row in rows {
+        mixed |= word(row, 0) as usize != p;
+        let o = i64::from(word(row, 4));
+        first = first.min(o);
+        last = last.max(o);
+    }
+    let recorded = !mixed
+        && p < w.cfg.partitions
+        && (w.committed[p].is_some_and(|c| c > last)
+            || spate_core::checkpoint::ranges::decode(&w.committed_meta[p])
+                .is_ok_and(|rs| rs.iter().any(|&(a, b)| a <= first && last <= b)));
+    if recorded {
+        return;
+    }
+    w.unrecorded += 1;
+    if w.unrecorded_inserts.len() < MISSES_KEPT {
+        let at = w.now().as_millis();
+        let what = if mixed {
+            "holds rows of more than one partition".to_owned()
+        } else {
+            format!(
+                "p{p} [{first}, {last}] sent at {at} ms while the group held offset {:?} metadata `{}`",
+                w.committed.get(p).copied().flatten(),
+                w.committed_meta.get(p).map_or("", String::as_str)
+            )
+        };
+        w.unrecorded_inserts.push(format!("{token} {what}"));
+    }
 }
 
 /// How many dedup misses a run keeps described (the rest are counted).
@@ -389,6 +433,9 @@ impl Writer for SimWriter {
             let seen = *w.tokens.entry(batch.token().to_owned()).or_insert(h);
             if seen != h {
                 w.token_conflicts.push(batch.token().to_owned());
+            }
+            if w.cfg.delivery == Delivery::EffectivelyOnce {
+                write_ahead(&mut w, batch.token(), &body);
             }
             let (lo, hi) = w.cfg.write_latency_ms;
             Duration::from_millis(w.rng_range(lo..=hi))

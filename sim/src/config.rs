@@ -218,17 +218,8 @@ pub fn parse_schedule(spec: &str) -> Result<Vec<Fault>, String> {
 /// high enough that a campaign hits each in well over 1% of seeds.
 pub const EXTRA_FAULT_P: f64 = 0.04;
 
-/// The delivery guarantee a run's pipeline is configured for (stand-in
-/// until spate-core's `pipeline::Delivery` lands).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Delivery {
-    /// Every record lands at least once; a replay may duplicate.
-    #[default]
-    AtLeastOnce,
-    /// Every record lands exactly once while the replay falls inside the
-    /// table's dedup window (D9).
-    EffectivelyOnce,
-}
+/// The delivery guarantee a run's pipeline is configured for.
+pub use spate_core::pipeline::Delivery;
 
 /// The parameters of one simulated run.
 #[derive(Clone, Debug)]

@@ -36,6 +36,9 @@ const TICK: Duration = Duration::from_millis(100);
 /// mid-drain must land inside it.
 const DRAIN_TICK: Duration = Duration::from_millis(10);
 
+/// The simulated sink table (`database.table`), part of every range token.
+pub const SIM_TABLE: &str = "sim.events";
+
 /// What one seed's run left behind, for the oracles.
 #[derive(Debug)]
 pub struct SimOutcome {
@@ -154,6 +157,8 @@ fn pipeline_config(cfg: &SimConfig, incarnation: u32) -> PipelineConfig {
     };
     sink.seed = Some(cfg.seed ^ u64::from(incarnation));
     let mut pc = PipelineConfig::new(sink);
+    pc.delivery = cfg.delivery;
+    pc.table = SIM_TABLE.to_owned();
     pc.threads = cfg.drivers;
     pc.checkpoint_interval = cfg.checkpoint_interval;
     pc.rebalance_drain_timeout = Duration::from_secs(2);
@@ -205,6 +210,7 @@ async fn incarnation(
     let probed: crate::schema::Plan = {
         let mut w = world.lock();
         w.plan_version = w.schema.version;
+        w.plan_row_bytes = w.schema.row_bytes();
         std::sync::Arc::new(w.schema.clone())
     };
     let pipeline = Pipeline::builder(

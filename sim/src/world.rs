@@ -149,6 +149,16 @@ pub struct World {
     pub server_queue: VecDeque<QueuedInsert>,
     /// The schema version the current incarnation probed.
     pub plan_version: u32,
+    /// The row width of the layout the current incarnation probed (its
+    /// inserts' rows, whatever the table's schema is now).
+    pub plan_row_bytes: usize,
+    /// `effectively_once` write attempts whose range the partition's
+    /// committed metadata did not record (nor the committed offset cover)
+    /// when they were sent: breaches of the write-ahead rule (D9), the first
+    /// few described.
+    pub unrecorded_inserts: Vec<String>,
+    /// How many such attempts, over the run.
+    pub unrecorded: u64,
     /// Inserts that failed after some of their blocks were written.
     pub partial_inserts: u64,
     /// Inserts refused because their declared types or layout did not match
@@ -280,6 +290,9 @@ impl World {
             server_queue: VecDeque::new(),
             partial_inserts: 0,
             plan_version: 0,
+            plan_row_bytes: crate::schema::IDENTITY_BYTES,
+            unrecorded_inserts: Vec::new(),
+            unrecorded: 0,
             schema_refusals: 0,
             committed: vec![None; cfg.partitions],
             committed_meta: vec![String::new(); cfg.partitions],

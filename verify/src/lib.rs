@@ -34,7 +34,10 @@
 //!   demand landed exactly once, and no record landed twice, under every
 //!   fault kind. A run whose window was too small (or a table with none, or
 //!   a shard restart that lost it) is held to D1 only, and its duplicates
-//!   are reported apart.
+//!   are reported apart;
+//! - **write-ahead (D9)**, at every `effectively_once` write attempt: the
+//!   batch holds one partition's rows, and their offsets lie below the
+//!   committed offset or inside a range the committed metadata records.
 //!
 //! In `at_least_once` runs duplicates are counted, not failed (at-least-once
 //! allows them).
@@ -59,7 +62,7 @@ pub const DRAIN_SLACK: Duration = Duration::from_millis(50);
 pub struct Violation {
     /// Which oracle: `D1 commit safety`, `D1 at-least-once`,
     /// `D1 stale commit`, `D4 token`, `D5 drain`, `D6 drain`,
-    /// `D7 determinism`, `D8 budget`, `D9 exactly-once`, `values`,
+    /// `D7 determinism`, `D8 budget`, `D9 exactly-once`, `D9 write-ahead`, `values`,
     /// `liveness`, `replication`.
     pub oracle: &'static str,
     /// What exactly.
@@ -177,6 +180,16 @@ pub fn check(o: &SimOutcome) -> Vec<Violation> {
     let mut v = Vec::new();
     if w.cfg.delivery == Delivery::EffectivelyOnce && window_covered(w) {
         exactly_once(o, &mut v);
+    }
+    if w.cfg.delivery == Delivery::EffectivelyOnce && w.unrecorded > 0 {
+        v.push(Violation {
+            oracle: "D9 write-ahead",
+            detail: format!(
+                "{} inserts sent before their range was recorded in the partition's commit metadata: {}",
+                w.unrecorded,
+                w.unrecorded_inserts.join("; ")
+            ),
+        });
     }
     for c in &w.commits {
         if c.offset > c.durable_prefix {

@@ -9,25 +9,32 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use spate_core::checkpoint::ranges;
 use spate_core::record::TopicPartition;
-use spate_core::source::{AssignmentEvent, CommitOffset, Source, SourceError};
+use spate_core::source::{AssignmentEvent, CommitOffset, Committed, Source, SourceError};
 use spate_sim::broker::{SimSource, TOPIC};
 use spate_sim::config::{FaultKind, SimConfig};
 use spate_sim::world::{QueuedCommit, Shared, World};
 use spate_verify::{run_and_check, run_and_check_config, window_covered};
 
-/// A world of seed 7's shape whose clock stands at 0 (no runtime needed).
+/// A world of seed 7's run with three partitions and no faults, whose
+/// clock stands at 0 (no runtime needed).
 fn world() -> World {
-    let mut w = World::new(SimConfig::with_faults(7, Vec::new()));
+    let cfg = SimConfig {
+        partitions: 3,
+        ..SimConfig::with_faults(7, Vec::new())
+    };
+    let mut w = World::new(cfg);
     w.ended = true;
     w
 }
 
-fn commit(p: i32, epoch: u64, offset: i64) -> CommitOffset {
+fn commit(p: i32, epoch: u64, offset: i64, metadata: Option<&str>) -> CommitOffset {
     CommitOffset {
         partition: TopicPartition::new(Arc::<str>::from(TOPIC), p),
         epoch,
         offset,
+        metadata: metadata.map(str::to_owned),
     }
 }
 
@@ -101,28 +108,57 @@ fn an_evicted_member_cannot_commit() {
     w.evicted = true;
     let shared = Shared::new(w);
     let mut source = SimSource::new(shared.clone());
-    let err = source.commit(&[commit(0, e, 3)]).unwrap_err();
+    let err = source.commit(&[commit(0, e, 3, None)]).unwrap_err();
     assert!(matches!(err, SourceError::CommitRejected { .. }), "{err:?}");
     shared.lock().evicted = false;
     source
-        .commit(&[commit(0, e, 3)])
+        .commit(&[commit(0, e, 3, None)])
         .expect("a member commits again");
     assert_eq!(shared.lock().committed[0], Some(3));
 }
 
 #[test]
-fn assignment_starts_at_the_committed_offset() {
+fn assignment_returns_the_committed_offset_and_metadata() {
     let mut w = world();
     w.assign(0);
-    let e = w.epochs[0];
-    w.apply_commit(0, 4, e, "", "");
+    w.assign(1);
+    let (e0, e1) = (w.epochs[0], w.epochs[1]);
     w.group_events.clear();
-    w.assign(0);
-    let mut source = SimSource::new(Shared::new(w));
-    match source.poll_event(Duration::ZERO).expect("event") {
-        Some(AssignmentEvent::Assigned { epoch, .. }) => assert_eq!(epoch, e + 1),
-        other => panic!("expected an assignment, got {other:?}"),
+    let shared = Shared::new(w);
+    let mut source = SimSource::new(shared.clone());
+    let meta = ranges::encode(&[(4, 9), (10, 12)]);
+    source
+        .commit(&[commit(0, e0, 4, Some(&meta)), commit(1, e1, 2, None)])
+        .expect("commit");
+    // A new incarnation: the group hands out both partitions again.
+    {
+        let mut w = shared.lock();
+        w.assign(0);
+        w.assign(1);
+        w.assign(2);
     }
+    let mut got = Vec::new();
+    while let Some(ev) = source.poll_event(Duration::ZERO).expect("event") {
+        if let AssignmentEvent::Assigned {
+            partition,
+            committed,
+            ..
+        } = ev
+        {
+            got.push((partition.partition(), committed));
+        }
+    }
+    let c = |offset, metadata: &str| {
+        Some(Committed {
+            offset,
+            metadata: metadata.to_owned(),
+        })
+    };
+    assert_eq!(got, vec![(0, c(4, &meta)), (1, c(2, "")), (2, None)]);
+    assert_eq!(
+        ranges::decode(&shared.lock().committed_meta[0]).expect("ours"),
+        vec![(4, 9), (10, 12)]
+    );
 }
 
 #[test]
