@@ -248,8 +248,12 @@ pub fn run_zombies(w: &mut World, all: bool) {
             "s{}r{} zombie insert {} lands late",
             q.shard, q.replica, q.token
         ));
+        let drops = w.dedup_drops;
         if apply(w, q.shard, q.replica, &q.token, &q.body, None).is_ok() {
             w.zombie_landed += 1;
+            if w.dedup_drops > drops {
+                w.zombie_dropped += 1;
+            }
         }
     }
 }
@@ -357,6 +361,12 @@ fn apply_block(
     let window = w.cfg.dedup_window;
     if window > 0 && w.dedup[shard].contains(token) {
         w.dedup_drops += 1;
+        if w.applied_tokens[shard]
+            .get(token)
+            .is_some_and(|&i| i < w.incarnations)
+        {
+            w.replay_drops += 1;
+        }
         w.trace(format!("s{shard}r{replica} dedup drop {token}"));
         return;
     }
@@ -366,7 +376,11 @@ fn apply_block(
     // A block this shard applied before, which the window no longer holds
     // (or never could): the replay was not covered. Not traced (the trace of
     // at-least-once runs stays as it was); counted for the D9 oracle.
-    if !w.applied_tokens[shard].insert(token.to_owned()) {
+    let incarnation = w.incarnations;
+    if w.applied_tokens[shard]
+        .insert(token.to_owned(), incarnation)
+        .is_some()
+    {
         w.dedup_misses += 1;
         if w.dedup_miss_examples.len() < MISSES_KEPT {
             let why = if window == 0 {

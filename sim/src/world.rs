@@ -194,9 +194,15 @@ pub struct World {
     pub fetches: Vec<Fetch>,
     /// Per shard, the dedup window of recent tokens.
     pub dedup: Vec<DedupWindow>,
-    /// Per shard, every token whose block was ever applied there (to tell
-    /// a re-sent block that the window dropped from one it no longer held).
-    pub applied_tokens: Vec<BTreeSet<String>>,
+    /// Per shard, every token whose block was ever applied there, with the
+    /// incarnation that applied it first (to tell a re-sent block that the
+    /// window dropped from one it no longer held, and a replay from a retry).
+    pub applied_tokens: Vec<BTreeMap<String, u32>>,
+    /// Blocks the window dropped whose token an earlier incarnation had
+    /// applied: a replay after a crash or restart, deduplicated.
+    pub replay_drops: u64,
+    /// Zombie inserts the window dropped (the new owner's got in first).
+    pub zombie_dropped: u64,
     /// Blocks applied again although their token had been applied on the
     /// shard before: the window no longer held it (too small, a plain
     /// MergeTree with none, or lost in a shard restart). A run with none is
@@ -306,7 +312,9 @@ impl World {
             shard_rows: vec![0; cfg.shards],
             fetches: Vec::new(),
             dedup: vec![DedupWindow::default(); cfg.shards],
-            applied_tokens: vec![BTreeSet::new(); cfg.shards],
+            applied_tokens: vec![BTreeMap::new(); cfg.shards],
+            replay_drops: 0,
+            zombie_dropped: 0,
             dedup_misses: 0,
             dedup_miss_examples: Vec::new(),
             zombie_queue: Vec::new(),

@@ -341,13 +341,27 @@ pub fn check(o: &SimOutcome) -> Vec<Violation> {
 }
 
 /// The interesting combinations a campaign counts (and, with a coverage
-/// floor, requires).
-pub const COMBOS: [&str; 4] = [
+/// floor, requires): the first three in either mode, then the fourth in
+/// `at_least_once` and the last two in `effectively_once`
+/// ([`combos_of`]).
+pub const COMBOS: [&str; 6] = [
     "ambiguous write then deduplicated retry",
     "rebalance during drain",
     "eviction with ambiguous writes",
     "crash replay duplicates",
+    "replay after a restart deduplicated",
+    "zombie insert deduplicated",
 ];
+
+/// The [`COMBOS`] a campaign in `delivery` counts and requires: in
+/// `effectively_once` a crash's replay must be deduplicated, not duplicated.
+pub fn combos_of(delivery: Delivery) -> &'static [&'static str] {
+    static EO: [&str; 5] = [COMBOS[0], COMBOS[1], COMBOS[2], COMBOS[4], COMBOS[5]];
+    match delivery {
+        Delivery::AtLeastOnce => &COMBOS[..4],
+        Delivery::EffectivelyOnce => &EO,
+    }
+}
 
 /// The result of one seed.
 #[derive(Debug)]
@@ -404,6 +418,14 @@ pub fn run_and_check_config(cfg: SimConfig) -> (SimOutcome, SeedResult) {
     if w.hit.contains(&FaultKind::Crash) && w.duplicates() > 0 {
         combos.push(COMBOS[3]);
     }
+    if w.replay_drops > 0 {
+        combos.push(COMBOS[4]);
+    }
+    if w.zombie_dropped > 0 {
+        combos.push(COMBOS[5]);
+    }
+    let mode = combos_of(w.cfg.delivery);
+    combos.retain(|c| mode.contains(c));
     let result = SeedResult {
         seed,
         violations,
@@ -510,14 +532,14 @@ impl Campaign {
         }
     }
 
-    /// The fault kinds and [`COMBOS`] hit by fewer than `min_pct` percent of
+    /// The fault kinds and the mode's [`combos_of`] hit by fewer than `min_pct` percent of
     /// the runs, each with its share: a campaign that does not exercise a
     /// fault proves nothing about it.
     pub fn coverage_gaps(&self, min_pct: f64) -> Vec<String> {
         let kinds = FaultKind::ALL
             .iter()
             .map(|k| (format!("{k:?}"), self.hits.get(k).copied().unwrap_or(0)));
-        let combos = COMBOS
+        let combos = combos_of(self.delivery)
             .iter()
             .map(|c| (c.to_string(), self.combos.get(c).copied().unwrap_or(0)));
         kinds
