@@ -152,9 +152,18 @@ impl Source for SimSource {
         if slow || !w.commit_queue.is_empty() {
             // The coordinator takes the request and applies it later, in
             // order behind what it already holds; the client times out.
+            // Once healed it works through its backlog at once: a request
+            // waits only for those ahead of it (a coordinator that stayed
+            // slow for every commit behind a backlog would never catch up
+            // with a client that commits as often as effectively_once does).
             let now = w.now();
             let after = w.commit_queue.back().map_or(now, |c| c.due);
-            let due = (now + Duration::from_millis(w.rng_range(1_000..=5_000))).max(after);
+            let slow_by = if slow {
+                Duration::from_millis(w.rng_range(1_000..=5_000))
+            } else {
+                Duration::ZERO
+            };
+            let due = (now + slow_by).max(after);
             for c in offsets {
                 let (partition, offset, epoch) = (index(&c.partition), c.offset, c.epoch);
                 w.commit_queue.push_back(crate::world::QueuedCommit {
@@ -236,6 +245,9 @@ impl Lane for SimLane {
                     "p{p} e{} fetch at {} out of range [{to}, {end}]: reset to earliest {to}",
                     self.epoch, self.position
                 ));
+                if to < self.position {
+                    w.resets_back.push((p, to, self.position));
+                }
                 self.position = to;
             }
             // Gaps (control, aborted, compacted records) are skipped; a

@@ -181,6 +181,39 @@ fn partial(w: &mut World, shard: usize, body_len: usize) -> Option<usize> {
     Some(w.rng_range(1..=(blocks as u64 - 1)) as usize)
 }
 
+/// The identity columns (partition, offset, record id) of `body`'s rows,
+/// in the layout the incarnation probed.
+fn identities(w: &World, body: &[u8]) -> Vec<[u32; 3]> {
+    let word = |row: &[u8], i: usize| u32::from_le_bytes(row[i..i + 4].try_into().expect("4"));
+    body.chunks_exact(w.plan_row_bytes)
+        .map(|row| [word(row, 0), word(row, 4), word(row, 8)])
+        .collect()
+}
+
+/// Whether a range token's new body differs from its first only as D4
+/// allows in `effectively_once`: the same rows in a re-probed layout (the
+/// table's schema changed between the two), or rows that differ only by
+/// records the log no longer holds at their offsets (compacted, deleted by
+/// retention, removed by an unclean election) or offsets the oracles do not
+/// demand after such an election. Any other difference (another row of a
+/// record still in the log, the same layout with other bytes) is a D4
+/// violation.
+fn rebodied(w: &World, token: &str, body: &[u8]) -> bool {
+    let Some((version, first)) = w.range_rows.get(token) else {
+        return false;
+    };
+    let now = identities(w, body);
+    if now == *first {
+        return *version != w.plan_version;
+    }
+    let gone = |&[p, o, id]: &[u32; 3]| {
+        let (p, o) = (p as usize, i64::from(o));
+        p >= w.cfg.partitions || w.not_demanded(p, o) || w.ids[p].get(o as usize) != Some(&id)
+    };
+    let only_in = |a: &[[u32; 3]], b: &[[u32; 3]]| a.iter().filter(|r| !b.contains(r)).all(gone);
+    only_in(first, &now) && only_in(&now, first)
+}
+
 /// D9's write-ahead fact, at every `effectively_once` write attempt: the
 /// batch holds one partition's rows, and their offsets `[first, last]` lie
 /// below the partition's committed offset or inside one range its committed
@@ -445,10 +478,19 @@ impl Writer for SimWriter {
             // every incarnation.
             let h = fnv1a(body.iter().copied(), FNV_BASIS);
             let seen = *w.tokens.entry(batch.token().to_owned()).or_insert(h);
+            let eo = w.cfg.delivery == Delivery::EffectivelyOnce;
             if seen != h {
-                w.token_conflicts.push(batch.token().to_owned());
+                if eo && rebodied(&w, batch.token(), &body) {
+                    w.token_rebodied += 1;
+                } else {
+                    w.token_conflicts.push(batch.token().to_owned());
+                }
             }
-            if w.cfg.delivery == Delivery::EffectivelyOnce {
+            if eo {
+                if seen == h && !w.range_rows.contains_key(batch.token()) {
+                    let rows = (w.plan_version, identities(&w, &body));
+                    w.range_rows.insert(batch.token().to_owned(), rows);
+                }
                 write_ahead(&mut w, batch.token(), &body);
             }
             let (lo, hi) = w.cfg.write_latency_ms;

@@ -123,6 +123,11 @@ pub struct World {
     /// unclean leader election); retention's deletions sit below
     /// [`World::log_start`].
     pub excused: Vec<Vec<(Offset, Offset)>>,
+    /// Fetch positions reset back to the log start (out of range after an
+    /// unclean election): (partition, to, from). Records in `[to, from)` are
+    /// read again under new ranges, so D9 does not demand that they land
+    /// only once (the run reports the reset, as `OffsetReset`).
+    pub resets_back: Vec<(usize, Offset, Offset)>,
     /// Records retention deleted before any of their rows landed.
     pub lost_to_retention: u64,
     /// Records an unclean leader election removed from a log.
@@ -228,6 +233,15 @@ pub struct World {
     pub tokens: BTreeMap<String, u64>,
     /// Tokens that were seen with two different bodies (D4 violations).
     pub token_conflicts: Vec<String>,
+    /// In `effectively_once`, per token: the probed schema version and the
+    /// rows (partition, offset, record id) of the first body it carried.
+    /// A range's token names its offsets, not its rows: a replay after the
+    /// log lost records of the range (compaction, retention, an unclean
+    /// election) or after the table's schema changed carries other bytes,
+    /// which D4 allows there (counted in [`World::token_rebodied`]).
+    pub range_rows: BTreeMap<String, (u32, Vec<[u32; 3]>)>,
+    /// Range tokens re-sent with other bytes for one of those reasons.
+    pub token_rebodied: u64,
     /// Accepted commits.
     pub commits: Vec<CommitFact>,
     /// Commits attempted for an epoch the member no longer owned
@@ -283,6 +297,7 @@ impl World {
             log_start: vec![0; cfg.partitions],
             fetched_end: vec![0; cfg.partitions],
             excused: vec![Vec::new(); cfg.partitions],
+            resets_back: Vec::new(),
             lost_to_retention: 0,
             lost_to_truncation: 0,
             gaps: 0,
@@ -324,6 +339,8 @@ impl World {
             durable_prefix: vec![0; cfg.partitions],
             tokens: BTreeMap::new(),
             token_conflicts: Vec::new(),
+            range_rows: BTreeMap::new(),
+            token_rebodied: 0,
             commits: Vec::new(),
             stale_commits: Vec::new(),
             drains: Vec::new(),
