@@ -59,7 +59,8 @@ pub(crate) struct RangeGate {
 impl RangeGate {
     /// Whether free range `seq` was recorded (its parts may be written).
     pub(crate) fn is_recorded(&self, seq: u64) -> bool {
-        seq < self.recorded.load(Ordering::Acquire)
+        crate::planted::active(crate::planted::Bug::InsertBeforeRecord)
+            || seq < self.recorded.load(Ordering::Acquire)
     }
 
     /// Whether the lane holds as many pending ranges as the metadata fits.
@@ -153,6 +154,9 @@ impl Recorder {
         committed: Option<&Committed>,
     ) -> Result<LanePlan, RangesError> {
         let mut replay: VecDeque<(Offset, Offset)> = match committed {
+            Some(_) if crate::planted::active(crate::planted::Bug::ReplayIgnoresRanges) => {
+                VecDeque::new()
+            }
             Some(c) => ranges::decode(&c.metadata)?.into(),
             None => VecDeque::new(),
         };
