@@ -625,3 +625,123 @@ impl Former {
         FormerFlush::Clear
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::ack::{Outcome, Resolution};
+    use crate::checkpoint::Tracker;
+
+    /// Cuts `0..n` into consecutive pieces at the sorted, distinct `cuts`.
+    fn pieces(n: Offset, cuts: &[Offset]) -> Vec<(Offset, Offset)> {
+        let mut out = Vec::new();
+        let mut first = 0;
+        for &c in cuts.iter().chain(std::iter::once(&n)) {
+            if c > first && c <= n {
+                out.push((first, c - 1));
+                first = c;
+            }
+        }
+        out
+    }
+
+    proptest! {
+        /// D1 with D9: ranges and poll batches cut the same offsets at
+        /// unrelated boundaries (a poll batch resolves only when every range
+        /// holding its rows is acknowledged). After any set of acknowledged
+        /// ranges, the commit the recorder makes never passes an
+        /// unacknowledged range, and its metadata decodes to exactly the
+        /// ranges the offset has not passed: every unacknowledged one, and
+        /// the acknowledged ones beyond the watermark (a replay must re-form
+        /// those too, with their old boundaries).
+        #[test]
+        fn any_acknowledged_prefix_commits_below_every_unacknowledged_range(
+            n in 1i64..60,
+            range_cuts in prop::collection::btree_set(1i64..60, 0..20),
+            poll_cuts in prop::collection::btree_set(1i64..60, 0..20),
+            acked in prop::collection::vec(any::<bool>(), 21),
+        ) {
+            let tp = TopicPartition::new("t", 0);
+            let ranges_ = pieces(n, &range_cuts.into_iter().collect::<Vec<_>>());
+            let polls = pieces(n, &poll_cuts.into_iter().collect::<Vec<_>>());
+            let is_acked = |i: usize| acked[i];
+            let mut recorder = Recorder::new();
+            let plan = recorder.assign(&tp, 1, None).unwrap();
+            for (seq, &(first, last)) in ranges_.iter().enumerate() {
+                plan.gate.sealed();
+                plan.tx.send(SealedRange { partition: tp.clone(), epoch: 1, seq: seq as u64, first, last }).unwrap();
+            }
+            recorder.receive();
+            let mut tracker = Tracker::new();
+            tracker.assign(tp.clone(), 1);
+            // The model: the end of the longest prefix of delivered polls
+            // (nothing delivered: the first range's start, 0).
+            let mut model: Offset = 0;
+            let mut prefix = true;
+            for (seq, &(pf, pl)) in polls.iter().enumerate() {
+                let delivered = ranges_
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, r)| r.0 <= pl && r.1 >= pf)
+                    .all(|(i, _)| is_acked(i));
+                prefix &= delivered;
+                if prefix {
+                    model = pl + 1;
+                }
+                if delivered {
+                    tracker.apply(&Resolution {
+                        partition: tp.clone(), epoch: 1, seq: seq as u64,
+                        first: pf, last: pl, outcome: Outcome::Delivered,
+                    });
+                }
+            }
+            let watermarks: BTreeMap<(TopicPartition, Epoch), Offset> = tracker
+                .pending_commits()
+                .into_iter()
+                .map(|c| ((c.partition, c.epoch), c.offset))
+                .collect();
+            let commits = recorder.commits(&watermarks, true);
+            prop_assert_eq!(commits.len(), 1);
+            let c = &commits[0];
+            prop_assert_eq!(c.offset, model);
+            for (i, r) in ranges_.iter().enumerate() {
+                if !is_acked(i) {
+                    prop_assert!(c.offset <= r.0, "offset {} passes unacknowledged {:?}", c.offset, r);
+                }
+            }
+            let listed = ranges::decode(&c.metadata).unwrap();
+            let expected: Vec<(Offset, Offset)> =
+                ranges_.iter().copied().filter(|r| r.1 >= c.offset).collect();
+            prop_assert_eq!(&listed, &expected);
+            // Accepting it retires exactly the passed ranges.
+            recorder.accepted(&commits);
+            prop_assert_eq!(plan.gate.pending.load(Ordering::Acquire), expected.len());
+            prop_assert!(plan.gate.is_recorded(ranges_.len() as u64 - 1));
+        }
+    }
+
+    /// D9: metadata that is not ours fails the assignment, naming why.
+    #[test]
+    fn foreign_metadata_fails_the_assignment() {
+        let mut recorder = Recorder::new();
+        let committed = Committed {
+            offset: 5,
+            metadata: "connect-state".into(),
+        };
+        let tp = TopicPartition::new("t", 0);
+        let e = recorder.assign(&tp, 1, Some(&committed)).unwrap_err();
+        assert!(matches!(e, RangesError::Foreign { .. }), "{e}");
+        let ours = Committed {
+            offset: 100,
+            metadata: ranges::encode(&[(10, 20), (90, 120), (121, 130)]),
+        };
+        let plan = recorder.assign(&tp, 2, Some(&ours)).unwrap();
+        assert_eq!(
+            Vec::from(plan.replay),
+            [(90, 120), (121, 130)],
+            "passed ranges are done"
+        );
+    }
+}

@@ -11,7 +11,10 @@
 //! Memory bound (D8): in flight <= the budget; per thread, besides that, at
 //! most one open chunk per shard plus the encoded rows of the poll batches
 //! processed since the thread's lanes were paused (a paused lane yields at
-//! most what was already fetched).
+//! most what was already fetched). In `delivery: effectively_once` the open
+//! chunks are per lane range formers instead (`pipeline::eo`): one open
+//! range per lane, each up to the sink's batch limits per shard part (see
+//! docs/adr/0004-effectively-once.md).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
