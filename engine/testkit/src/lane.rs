@@ -105,8 +105,7 @@ impl<F: LaneFeed> MemLane<F> {
 }
 
 /// The assignment of `partition` under `epoch` to a new lane reading from
-/// `position`, fed by `feed`, with the group's `committed` offset and
-/// metadata (`None`: nothing committed): what an in-memory source's
+/// `position` (the group had `committed`), fed by `feed`: what an in-memory source's
 /// [`spate_core::source::Source::poll_event`] returns for an assignment.
 pub fn assigned<F: LaneFeed>(
     partition: TopicPartition,
