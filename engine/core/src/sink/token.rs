@@ -89,13 +89,18 @@ pub fn range_token(
     push_escaped(&mut out, pipeline);
     out.push(':');
     push_escaped(&mut out, table);
-    write!(
-        out,
-        ":{}:{}:{first}-{last}:{shard}",
-        partition.topic(),
+    use crate::planted::{Bug, active};
+    let p = if active(Bug::RangeTokenWithoutPartition) {
+        0
+    } else {
         partition.partition()
-    )
-    .expect("writing to a String");
+    };
+    let shard = if active(Bug::RangeTokenWithoutShard) {
+        0
+    } else {
+        shard
+    };
+    write!(out, ":{}:{p}:{first}-{last}:{shard}", partition.topic()).expect("writing to a String");
     out
 }
 
