@@ -268,6 +268,7 @@ fn check(path: &std::path::Path, sample: Option<usize>) -> ExitCode {
 
     // Brokers: one metadata fetch, then each plain topic's partitions.
     let brokers = config.source.kafka.brokers.joined();
+    let mut partitions = 0usize;
     for topic in &config.source.kafka.topics {
         if topic.starts_with('^') {
             println!(
@@ -276,7 +277,10 @@ fn check(path: &std::path::Path, sample: Option<usize>) -> ExitCode {
             continue;
         }
         match kafka_tools::partition_count(&brokers, topic, KAFKA_RPC) {
-            Ok(n) => println!("kafka {brokers}: topic {topic}: {n} partitions"),
+            Ok(n) => {
+                partitions += n as usize;
+                println!("kafka {brokers}: topic {topic}: {n} partitions");
+            }
             Err(e) => {
                 problems += 1;
                 println!("kafka {brokers}: PROBLEM: {}", chain(&e));
@@ -377,10 +381,11 @@ fn check(path: &std::path::Path, sample: Option<usize>) -> ExitCode {
                         ),
                     )
                     .await?;
-                Ok::<_, spate_core::sink::WriteError>((caps, engine.trim().to_owned()))
+                let dedup = writer.dedup(&endpoint).await?;
+                Ok::<_, spate_core::sink::WriteError>((caps, engine.trim().to_owned(), dedup))
             });
             match result {
-                Ok((caps, engine)) => {
+                Ok((caps, engine, dedup)) => {
                     let mut lacks = Vec::new();
                     if !caps.dedup_token {
                         lacks.push(
@@ -398,6 +403,15 @@ fn check(path: &std::path::Path, sample: Option<usize>) -> ExitCode {
                         lacks.join("; ")
                     };
                     println!("{endpoint}: ok, engine {engine}; lacks: {lacks}");
+                    println!(
+                        "{endpoint}: {}",
+                        dedup_line(
+                            &dedup,
+                            partitions,
+                            config.pipeline_config().sink.batch.linger,
+                            service::effectively_once(&config)
+                        )
+                    );
                 }
                 Err(e) => {
                     problems += 1;
@@ -416,6 +430,43 @@ fn check(path: &std::path::Path, sample: Option<usize>) -> ExitCode {
     } else {
         println!("check: {problems} problem(s)");
         ExitCode::from(EXIT_FAILED)
+    }
+}
+
+/// `check`'s line on a replica's dedup window: what it holds, and how long
+/// that lasts when each of `partitions` partitions seals a batch into this
+/// shard every `linger` (the most effectively_once makes: one partition's
+/// range per batch and shard).
+fn dedup_line(
+    dedup: &spate_clickhouse::dedup::Dedup,
+    partitions: usize,
+    linger: Duration,
+    effectively_once: bool,
+) -> String {
+    use spate_clickhouse::dedup::Dedup;
+    let mode = if effectively_once {
+        "effectively_once"
+    } else {
+        "at_least_once"
+    };
+    match dedup {
+        Dedup::Window(w) => {
+            let mut line = format!("dedup window: {w}");
+            if partitions > 0 && !linger.is_zero() {
+                let per_sec = partitions as f64 / linger.as_secs_f64();
+                if let Some(secs) = w.covers_secs(per_sec) {
+                    line.push_str(&format!(
+                        "; at up to {per_sec:.0} inserts/s ({partitions} partitions sealing every \
+                         {linger:?}) that is {secs:.1} s of inserts (delivery: {mode})"
+                    ));
+                }
+            }
+            line
+        }
+        Dedup::Cannot { reason, fix } => format!(
+            "dedup window: none: {reason}; delivery: effectively_once refuses this table \
+             (fix: {fix}); delivery: {mode}"
+        ),
     }
 }
 

@@ -202,7 +202,17 @@ pub fn writer_config(
             .push((JSON_AS_STRING.to_owned(), "1".to_owned()));
     }
     w.query_timeout = config.pipeline_config().sink.write_timeout;
+    w.effectively_once = effectively_once(config);
     Ok(w)
+}
+
+/// Whether `config` asks for `delivery: effectively_once`.
+///
+/// Stand-in until the `delivery` key lands (issue 23, eocore's interface):
+/// always at_least_once.
+pub fn effectively_once(config: &Config) -> bool {
+    let _ = config;
+    false
 }
 
 /// The mapper's options from `mapping` and `format.json`.
