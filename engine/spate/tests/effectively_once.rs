@@ -14,10 +14,11 @@
 //! - `SPATE_KAFKA_BROKERS`: the real Kafka 4.4 cluster of `ci/kafka.sh`.
 //!
 //! The runs:
-//! - **kill -9**: 200,000 flight rows over 8 partitions into 2 shards x 2
-//!   replicas of 18.16 ReplicatedMergeTree; spate is `kill -9`ed three times
-//!   at seeded random moments (`SPATE_EO_SEED` replays one; the seed is
-//!   printed) and restarted each time. Nothing may be missing on any replica
+//! - **kill -9**: 200,000 flight rows produced (12,000 a second) over 8
+//!   partitions while spate moves them into 2 shards x 2 replicas of 18.16
+//!   ReplicatedMergeTree; spate is `kill -9`ed three times at seeded random
+//!   moments (`SPATE_EO_SEED` replays the moments; the seed is printed) and
+//!   restarted each time. Nothing may be missing on any replica
 //!   (D1); duplicates are counted per replica. The same, smaller, with a
 //!   plain MergeTree with `non_replicated_deduplication_window` on the
 //!   current engine, where the token does the work.
@@ -548,10 +549,46 @@ fn run_config(
     out
 }
 
-/// `rows` flight rows preloaded into 8 partitions of a real topic; spate
-/// started, `kill -9`ed when the landed rows pass each of three seeded
-/// random fractions (plus a seeded delay of up to 250 ms), restarted each
-/// time; then run to the log end and checked on every replica.
+/// Produces flight rows with ids `0..rows` (id `i` to partition
+/// `i % partitions`) at about `per_sec` a second on its own thread, then
+/// flushes; joins to the count (panics on a delivery failure).
+fn paced(
+    brokers: &str,
+    topic: &str,
+    partitions: i32,
+    rows: u64,
+    per_sec: u64,
+) -> std::thread::JoinHandle<u64> {
+    let (brokers, topic) = (brokers.to_owned(), topic.to_owned());
+    std::thread::spawn(move || {
+        use rdkafka::producer::Producer;
+        let (p, failures) = common::real::producer(&brokers);
+        let started = Instant::now();
+        for id in 0..rows {
+            let row = flight_row(id);
+            let partition = (id % partitions as u64) as i32;
+            common::real::send(&p, &topic, partition, &format!("k{id}"), row.as_bytes());
+            if id % 500 == 0 {
+                p.poll(Duration::ZERO);
+                let due = Duration::from_secs_f64(id as f64 / per_sec as f64);
+                if let Some(rest) = due.checked_sub(started.elapsed()) {
+                    std::thread::sleep(rest);
+                }
+            }
+        }
+        p.flush(Duration::from_secs(120))
+            .expect("flush the paced producer");
+        assert_eq!(failures.count(), 0, "rows not delivered to the broker");
+        rows
+    })
+}
+
+/// `rows` flight rows produced at `per_sec` into 8 partitions of a real
+/// topic while spate runs; spate is `kill -9`ed three times, each at a
+/// seeded random moment 200..2,000 ms after the running process polled its
+/// first record (so every process did work, and rows are in flight), and
+/// restarted each time; then run to the log end and checked on every
+/// replica.
 fn kill9_run(
     mode: Mode,
     what: &str,
@@ -559,28 +596,13 @@ fn kill9_run(
     table: &Table,
     replicated: bool,
     rows: u64,
+    per_sec: u64,
 ) -> u64 {
     let kafka = RealKafka::from_env().expect("checked by the caller");
     let partitions = 8;
     let topic = format!("eo-{what}-{}-{}", mode.key(), std::process::id()).replace('_', "-");
     kafka.create_topic(&topic, partitions, 3, &[]);
-    let lines: Vec<String> = (0..rows).map(flight_row).collect();
-    produce(&kafka.brokers, &topic, partitions, &lines);
-    drop(lines);
-    let low: Vec<i64> = kafka
-        .watermarks(&topic, partitions)
-        .values()
-        .map(|w| w.0)
-        .collect();
-    assert!(
-        low.iter().all(|l| *l == 0),
-        "the broker deleted records: {low:?}"
-    );
     let mut rng = SmallRng::seed_from_u64(seed());
-    let mut at: Vec<u64> = (0..3)
-        .map(|_| rng.random_range(rows / 10..rows * 8 / 10))
-        .collect();
-    at.sort_unstable();
     let group = topic.clone();
     let port = free_port();
     let yaml = run_config(
@@ -593,29 +615,42 @@ fn kill9_run(
         port,
     );
     let started = Instant::now();
+    let producer = paced(&kafka.brokers, &topic, partitions, rows, per_sec);
     let mut spate = Spate::start(&format!("{what}-0"), &yaml);
-    for (i, threshold) in at.iter().enumerate() {
+    for i in 0..3 {
         let deadline = Instant::now() + DELIVERY;
-        let mut now = landed(table);
-        while now < *threshold {
+        while metric(port, "spate_records_polled_total") == 0.0 {
             assert!(
                 Instant::now() < deadline,
-                "{now} rows landed, not {threshold}\n{}",
+                "run {i} polled nothing\n{}",
                 spate.logs()
             );
             std::thread::sleep(Duration::from_millis(20));
-            now = landed(table);
         }
-        std::thread::sleep(Duration::from_millis(rng.random_range(0..250)));
+        std::thread::sleep(Duration::from_millis(rng.random_range(200..2000)));
+        let polled = metric(port, "spate_records_polled_total");
+        let now = landed(table);
         spate.child.kill().unwrap();
         spate.child.wait().unwrap();
         println!(
-            "{what}: kill -9 #{} after {:?} with {now} rows landed (threshold {threshold})",
+            "{what}: kill -9 #{} after {:?}: that run had polled {polled} records; {now} rows \
+             landed in all so far",
             i + 1,
             started.elapsed()
         );
         spate = Spate::start(&format!("{what}-{}", i + 1), &yaml);
     }
+    let produced = producer.join().expect("producer");
+    assert_eq!(produced, rows);
+    let low: Vec<i64> = kafka
+        .watermarks(&topic, partitions)
+        .values()
+        .map(|w| w.0)
+        .collect();
+    assert!(
+        low.iter().all(|l| *l == 0),
+        "the broker deleted records: {low:?}"
+    );
     await_end(&kafka, &[&spate], &group, &topic, partitions);
     let (code, out) = spate.terminate();
     assert_eq!(code, Some(0), "{out}");
@@ -638,7 +673,15 @@ fn kill9_replicated(mode: Mode) {
         &format!("eok9{}", mode.key().replace('_', "")),
         10_000,
     );
-    kill9_run(mode, "kill9-replicated", &shards, &table, true, 200_000);
+    kill9_run(
+        mode,
+        "kill9-replicated",
+        &shards,
+        &table,
+        true,
+        200_000,
+        12_000,
+    );
 }
 
 /// (a) at_least_once: three kill -9s over 200,000 rows into 2 x 2 18.16
@@ -665,7 +708,7 @@ fn kill9_chdb(mode: Mode) {
         table.name
     ));
     let shards = vec![vec![urls[0].clone()]];
-    kill9_run(mode, "kill9-chdb", &shards, &table, false, 20_000);
+    kill9_run(mode, "kill9-chdb", &shards, &table, false, 20_000, 1_500);
 }
 
 /// (b) at_least_once: the same on a plain MergeTree with a dedup window on
