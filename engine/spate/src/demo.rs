@@ -2,8 +2,9 @@
 //! with flight rows (the repository fixture repeated with distinct ids), the
 //! demo table is created if missing, the real pipeline (the same assembly as
 //! `spate run`) moves the rows into ClickHouse, and a summary says what
-//! landed: rows produced, rows in ClickHouse, distinct ids, duplicates,
-//! committed offsets, a sample query, and the measured rates.
+//! landed: the delivery mode (`--delivery`), rows produced, rows in
+//! ClickHouse, distinct ids, duplicates (with the mode again), committed
+//! offsets, a sample query, and the measured rates.
 //!
 //! The broker is pre-filled before the pipeline starts, so the rate measures
 //! spate, not the producer. The mock broker keeps at most 5 MiB per
@@ -52,6 +53,12 @@ pub(crate) struct DemoArgs {
     /// Admin server address (`off` disables it).
     #[arg(long, default_value = "off")]
     admin: String,
+    /// `pipeline.delivery`: `at_least_once` or `effectively_once` (then
+    /// a table the demo creates gets `non_replicated_deduplication_window
+    /// = 1000` where the server has that setting; on ClickHouse 18.16 the
+    /// plain MergeTree is refused, with the fix, as `spate run` would).
+    #[arg(long, default_value = "at_least_once", value_parser = ["at_least_once", "effectively_once"])]
+    delivery: String,
 }
 
 /// CPU seconds (user + system) this process has used so far.
@@ -136,11 +143,29 @@ fn run(args: &DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let url = args.clickhouse_url.as_str();
     rt.block_on(ch.query(url, "SELECT 1"))
         .map_err(|e| format!("ClickHouse at {url} does not answer ({e}); `bash ci/demo.sh` starts one and runs the demo against it; or start one with `bash ci/clickhouse.sh start 1` and pass the URL it prints as --clickhouse-url"))?;
+    let effectively_once = args.delivery == "effectively_once";
+    // effectively_once needs a table that drops replays: a plain MergeTree
+    // does so only with non_replicated_deduplication_window (servers that
+    // have it; 18.16 does not, and the probe then refuses with the fix).
+    let window = if effectively_once
+        && rt
+            .block_on(ch.query(
+                url,
+                "SELECT count() FROM system.merge_tree_settings \
+                 WHERE name = 'non_replicated_deduplication_window'",
+            ))?
+            .trim()
+            == "1"
+    {
+        " SETTINGS non_replicated_deduplication_window = 1000"
+    } else {
+        ""
+    };
     rt.block_on(ch.query(
         url,
         &format!(
             "CREATE TABLE IF NOT EXISTS default.{table} (id UInt64, date DateTime, delay Int32, \
-             distance UInt32, origin String, destination String) ENGINE = MergeTree ORDER BY id"
+             distance UInt32, origin String, destination String) ENGINE = MergeTree ORDER BY id{window}"
         ),
     ))?;
     // Ids continue after what earlier demo runs left, so this run's rows are
@@ -187,7 +212,7 @@ fn run(args: &DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let group = format!("spate-demo-{base}");
     let yaml = format!(
         r#"
-pipeline: {{ name: "demo-{base}", threads: {threads}, io_threads: 2 }}
+pipeline: {{ name: "demo-{base}", threads: {threads}, io_threads: 2{delivery} }}
 checkpoint: {{ interval: 200ms }}
 source:
   kafka:
@@ -208,6 +233,11 @@ admin: {{ listen: "{admin}" }}
 "#,
         threads = args.threads,
         admin = args.admin,
+        delivery = if effectively_once {
+            ", delivery: effectively_once"
+        } else {
+            ""
+        },
     );
     let config = Config::from_yaml(&yaml, |_| None)?;
     // Always recorded: the demo reads the polled count to time the run from
@@ -301,10 +331,15 @@ admin: {{ listen: "{admin}" }}
         .iter()
         .map(|(p, o)| format!("{p}={}", o.map_or("-".to_owned(), |o| o.to_string())))
         .collect();
+    println!("delivery mode:        {}", args.delivery);
     println!("rows produced:        {produced}");
     println!("rows in ClickHouse:   {in_ch}");
     println!("distinct ids:         {distinct}");
-    println!("duplicates:           {}", in_ch.saturating_sub(distinct));
+    println!(
+        "duplicates:           {} (delivery: {})",
+        in_ch.saturating_sub(distinct),
+        args.delivery
+    );
     println!("committed offsets:    {}", committed_text.join(" "));
     println!("ready before the end: {was_ready}");
     println!("sample query (top origins):\n{sample}");
