@@ -331,6 +331,86 @@ fn dedup_window_on_the_current_engine_needs_the_setting_and_inserts_carry_insert
     );
 }
 
+/// A `tracing` writer into a shared buffer, for the warning test.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The insert-rate warning: 20 inserts a second into a table whose window
+/// holds 5 inserts (0.25 s of them, under the 60 s horizon) logs one warning
+/// naming the table, shard, rate and setting within the first 5 s interval,
+/// and the writer reports the measured rate; at_least_once measures the
+/// same rate and stays quiet.
+#[test]
+fn the_insert_rate_outrunning_the_window_is_measured_and_warned_once() {
+    let Some(urls) = chdb_urls() else {
+        return;
+    };
+    let table = Table::create(&urls[0], "eorate");
+    table.query(&format!(
+        "ALTER TABLE default.{} MODIFY SETTING non_replicated_deduplication_window = 5",
+        table.name
+    ));
+    let logs = Captured::default();
+    let sink = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || sink.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::WARN)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let rt = rt();
+    let ep = endpoint(0, 0, &urls[0]);
+    let mut rates = Vec::new();
+    for eo in [true, false] {
+        let w = writer(&table.name, eo, &[]);
+        rt.block_on(spate_core::sink::Writer::probe(&w, &ep))
+            .unwrap();
+        let t0 = Instant::now();
+        let mut i = 0u64;
+        while t0.elapsed() < Duration::from_millis(5_600) {
+            let token = format!("eo-rate-{eo}-{i}-{}", std::process::id());
+            rt.block_on(w.insert(&ep, vec![Bytes::from(row_binary(i))], &token))
+                .unwrap();
+            i += 1;
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        rates.push(w.insert_rates());
+        let text = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
+        let warnings = text.matches("its dedup window").count();
+        println!(
+            "effectively_once={eo}: {i} inserts, rates {:?}, {warnings} warning(s)",
+            rates.last()
+        );
+        assert_eq!(
+            warnings, 1,
+            "one warning (the one from the effectively_once writer):\n{text}"
+        );
+        assert!(
+            text.contains(&format!("default.{} on shard 0", table.name))
+                && text.contains("non_replicated_deduplication_window = 5"),
+            "{text}"
+        );
+    }
+    for r in &rates {
+        let (shard, per_sec) = r[0];
+        assert_eq!(shard, 0);
+        assert!(
+            (5.0..=25.0).contains(&per_sec),
+            "measured {per_sec} inserts/s"
+        );
+    }
+}
+
 fn port_of(url: &str) -> u16 {
     url.trim_end_matches('/')
         .rsplit(':')
