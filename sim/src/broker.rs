@@ -70,6 +70,8 @@ impl Source for SimSource {
                 AssignmentEvent::Assigned {
                     partition: partition.clone(),
                     epoch,
+                    // eosim fills this from SimBroker's stored commits.
+                    committed: None,
                     lane: SimLane {
                         partition,
                         epoch,

@@ -298,6 +298,7 @@ async fn every_poll_batch_resolves_exactly_once_as_delivered() {
                 partition,
                 epoch,
                 lane,
+                ..
             } => {
                 epochs.push((partition.clone(), epoch));
                 driver.assign(lane, AckIssuer::new(partition, epoch, ack_tx.clone()));
@@ -390,9 +391,11 @@ impl Source for Counting<ScriptedSource> {
                 partition,
                 epoch,
                 lane,
+                committed,
             } => AssignmentEvent::Assigned {
                 partition,
                 epoch,
+                committed,
                 lane: Counting {
                     inner: lane,
                     rows: Arc::clone(&self.rows),

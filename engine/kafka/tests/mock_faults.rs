@@ -183,6 +183,7 @@ fn evicted_member_commits_nothing_for_the_ended_epoch() {
             partition: partition.clone(),
             epoch,
             offset: last + 1,
+            metadata: None,
         }]
     };
 

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 use spate_clickhouse::router::{KeyHash, KeyType, MissingKey, ShardKey, ShardSpec};
-use spate_core::pipeline::{self, OnError, PipelineConfig};
+use spate_core::pipeline::{self, Delivery, OnError, PipelineConfig};
 use spate_core::sink::{BatchConfig, RetryConfig, SinkConfig};
 use spate_kafka::KafkaSourceConfig;
 
@@ -184,6 +184,9 @@ pub struct PipelineSection {
     /// Pipeline threads polling lanes (default 1).
     #[serde(default = "one")]
     pub threads: usize,
+    /// `pipeline.delivery`: `at_least_once` (default) or `effectively_once`.
+    #[serde(default)]
+    pub delivery: DeliveryName,
     /// I/O runtime threads for the sink pool (default 1).
     #[serde(default = "one")]
     pub io_threads: usize,
@@ -388,6 +391,27 @@ impl EpochUnitName {
             EpochUnitName::Ms => EpochUnit::Millis,
             EpochUnitName::Us => EpochUnit::Micros,
             EpochUnitName::Ns => EpochUnit::Nanos,
+        }
+    }
+}
+
+/// `pipeline.delivery`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryName {
+    /// Nothing lost; a replay after a crash or rebalance may duplicate.
+    #[default]
+    AtLeastOnce,
+    /// Deterministic per-partition batches recorded in the commit metadata
+    /// (D9, docs/adr/0004-effectively-once.md).
+    EffectivelyOnce,
+}
+
+impl From<DeliveryName> for Delivery {
+    fn from(d: DeliveryName) -> Self {
+        match d {
+            DeliveryName::AtLeastOnce => Delivery::AtLeastOnce,
+            DeliveryName::EffectivelyOnce => Delivery::EffectivelyOnce,
         }
     }
 }
@@ -1044,6 +1068,7 @@ impl Config {
         if let Some(m) = k.max_batch {
             c.max_batch = m;
         }
+        c.committed_required = self.pipeline.delivery == DeliveryName::EffectivelyOnce;
         c
     }
 
@@ -1071,6 +1096,8 @@ impl Config {
         }
         let mut p = PipelineConfig::new(sink);
         p.threads = self.pipeline.threads;
+        p.delivery = self.pipeline.delivery.into();
+        p.table = format!("{}.{}", ch.database, ch.table);
         if let Some(d) = self.pipeline.idle_poll {
             p.idle_poll = d.0;
             // Raising idle_poll alone raises the cap with it.

@@ -172,6 +172,7 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
                     partition,
                     epoch,
                     lane,
+                    committed: _,
                 } => {
                     tracing::info!(%partition, epoch, "partition assigned");
                     self.checkpointer.assign(partition.clone(), epoch);

@@ -17,12 +17,16 @@ use bytes::Bytes;
 use crate::pipeline::chain::{Encoder, RecordCx, RecordError};
 use crate::record::{Epoch, Offset, Payload, TopicPartition};
 use crate::sink::{Endpoint, SealedBatch, WriteError, Writer};
-use crate::source::{AssignmentEvent, BufferedBatch, CommitOffset, Lane, Source, SourceError};
+use crate::source::{
+    AssignmentEvent, BufferedBatch, CommitOffset, Committed, Lane, Source, SourceError,
+};
 
 #[derive(Debug, Default)]
 struct Log {
     values: Vec<Bytes>,
     committed: Option<Offset>,
+    /// The metadata of the last commit (empty: none).
+    metadata: String,
     epoch: Epoch,
 }
 
@@ -90,6 +94,15 @@ impl ScriptHandle {
             .logs
             .get(partition)
             .map_or(0, |l| l.values.len() as Offset)
+    }
+
+    /// The metadata of `partition`'s last accepted commit (empty: none).
+    pub fn committed_metadata(&self, partition: &TopicPartition) -> String {
+        self.lock()
+            .logs
+            .get(partition)
+            .map(|l| l.metadata.clone())
+            .unwrap_or_default()
     }
 
     /// Every commit accepted, in order.
@@ -160,10 +173,15 @@ impl Source for ScriptedSource {
                 log.epoch += 1;
                 let epoch = log.epoch;
                 let position = log.committed.unwrap_or(0);
+                let committed = log.committed.map(|offset| Committed {
+                    offset,
+                    metadata: log.metadata.clone(),
+                });
                 drop(s);
                 AssignmentEvent::Assigned {
                     partition: partition.clone(),
                     epoch,
+                    committed,
                     lane: ScriptedLane {
                         partition,
                         epoch,
@@ -211,6 +229,7 @@ impl Source for ScriptedSource {
                 c.partition
             );
             log.committed = Some(c.offset);
+            log.metadata = c.metadata.clone().unwrap_or_default();
             s.commits.push(c.clone());
         }
         Ok(())

@@ -516,6 +516,7 @@ mod tests {
             partition,
             epoch,
             lane,
+            ..
         }) = source.poll_event(Duration::ZERO).expect("event")
         {
             host.assign(lane, AckIssuer::new(partition, epoch, ack_tx.clone()));

@@ -30,5 +30,5 @@ pub use config::{BatchConfig, BreakerConfig, ConfigError, ConfigWarning, RetryCo
 pub use pool::{
     DRAIN_GRACE, DrainReport, PoolHandle, ProbeReport, PushError, ShardReport, SinkPool,
 };
-pub use token::{RunNonce, batch_token};
+pub use token::{RunNonce, batch_token, range_token};
 pub use writer::{Endpoint, WriteError, WriteErrorKind, Writer};

@@ -452,3 +452,13 @@ fn insert_settings_load_as_params_and_bad_names_are_named() {
     let e = err(&MINIMAL.replace("table: t}", "table: t, settings: {\"a b\": 1}}"));
     assert!(e.contains("sink.clickhouse.settings.a b"), "{e}");
 }
+
+#[test]
+fn delivery_defaults_to_at_least_once_and_names_its_key_when_unknown() {
+    let c = Config::from_yaml(MINIMAL, no_env).unwrap();
+    assert_eq!(c.pipeline_config().delivery, Delivery::AtLeastOnce);
+    assert!(!c.kafka_config().committed_required);
+    let e = err(&MINIMAL.replace("{name: p}", "{name: p, delivery: exactly_once}"));
+    assert!(e.contains("pipeline.delivery"), "{e}");
+    assert!(e.contains("effectively_once"), "{e}");
+}
