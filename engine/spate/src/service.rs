@@ -206,13 +206,9 @@ pub fn writer_config(
     Ok(w)
 }
 
-/// Whether `config` asks for `delivery: effectively_once`.
-///
-/// Stand-in until the `delivery` key lands (issue 23, eocore's interface):
-/// always at_least_once.
+/// Whether `config` asks for `pipeline.delivery: effectively_once`.
 pub fn effectively_once(config: &Config) -> bool {
-    let _ = config;
-    false
+    config.pipeline_config().delivery == spate_core::pipeline::Delivery::EffectivelyOnce
 }
 
 /// The mapper's options from `mapping` and `format.json`.

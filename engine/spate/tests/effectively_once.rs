@@ -58,8 +58,45 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
     AtLeastOnce,
-    #[allow(dead_code)] // the effectively_once runs arrive with the mechanism
     EffectivelyOnce,
+}
+
+/// Whether this build runs `delivery: effectively_once`: the interface of
+/// issue 23 refuses it at load (`PipelineConfig::validate`, naming
+/// `pipeline.delivery`) until its mechanism is complete.
+fn effectively_once_built() -> bool {
+    let mut c = spate_core::pipeline::PipelineConfig::new(spate_core::sink::SinkConfig::new(
+        "eo-probe",
+        vec![vec!["http://127.0.0.1:1".into()]],
+    ));
+    c.table = "default.t".into();
+    c.delivery = spate_core::pipeline::Delivery::EffectivelyOnce;
+    match c.validate() {
+        Ok(()) => true,
+        Err(e) if e.to_string().contains("not available in this build") => false,
+        Err(e) => panic!("validate of an effectively_once config: {e}"),
+    }
+}
+
+/// For the effectively_once runs in a build without the mechanism: checks
+/// that `spate run` refuses the mode at load (exit 1, naming the key), so a
+/// build never claims exactly-once without it; returns whether the run
+/// should go ahead.
+fn effectively_once_or_refused(what: &str, yaml_for: impl Fn() -> String) -> bool {
+    if effectively_once_built() {
+        return true;
+    }
+    let mut spate = Spate::start(&format!("eo-refused-{what}"), &yaml_for());
+    let (code, out) = spate.wait_exit(EXIT);
+    let logs = spate.logs();
+    assert_eq!(code, Some(1), "{out}\n{logs}");
+    assert!(logs.contains("pipeline.delivery"), "{logs}");
+    println!(
+        "NOT RUN: effectively_once is not in this build (issue 23's mechanism); \
+         checked that spate refuses it at load: {}",
+        logs.lines().last().unwrap_or_default()
+    );
+    false
 }
 
 impl Mode {
@@ -745,6 +782,21 @@ fn kill9_replicated(mode: Mode) {
     if RealKafka::from_env().is_none() {
         return;
     }
+    if mode == Mode::EffectivelyOnce
+        && !effectively_once_or_refused("kill9repl", || {
+            run_config(
+                mode,
+                "eo-refused",
+                "127.0.0.1:1",
+                "t",
+                &shards,
+                "t",
+                free_port(),
+            )
+        })
+    {
+        return;
+    }
     let _one = serial();
     // 10,000 inserts: at 8 partitions x 2 shards sealing every 100 ms the
     // window holds two minutes of inserts per shard.
@@ -771,11 +823,35 @@ fn kill_9_three_times_200k_rows_2x2_replicated_at_least_once_loses_nothing() {
     kill9_replicated(Mode::AtLeastOnce);
 }
 
+/// (a) effectively_once: the same run stores every row exactly once:
+/// `count() = uniqExact(id) = 200,000` on every replica (D9; 18.16 drops a
+/// replay by its identical bytes).
+#[test]
+fn kill_9_three_times_200k_rows_2x2_replicated_effectively_once_stores_each_row_once() {
+    kill9_replicated(Mode::EffectivelyOnce);
+}
+
 fn kill9_chdb(mode: Mode) {
     let Some(urls) = chdb_urls() else {
         return;
     };
     if RealKafka::from_env().is_none() {
+        return;
+    }
+    let shards = vec![vec![urls[0].clone()]];
+    if mode == Mode::EffectivelyOnce
+        && !effectively_once_or_refused("kill9chdb", || {
+            run_config(
+                mode,
+                "eo-refused",
+                "127.0.0.1:1",
+                "t",
+                &shards,
+                "t",
+                free_port(),
+            )
+        })
+    {
         return;
     }
     let _one = serial();
@@ -787,7 +863,6 @@ fn kill9_chdb(mode: Mode) {
         "ALTER TABLE default.{} MODIFY SETTING non_replicated_deduplication_window = 1000",
         table.name
     ));
-    let shards = vec![vec![urls[0].clone()]];
     kill9_run(mode, "kill9-chdb", &shards, &table, false, 20_000, 1_500);
 }
 
@@ -798,6 +873,12 @@ fn kill_9_three_times_plain_merge_tree_with_window_on_the_current_engine_at_leas
     kill9_chdb(Mode::AtLeastOnce);
 }
 
+/// (b) effectively_once: the same, every row once (the token does it).
+#[test]
+fn kill_9_three_times_plain_merge_tree_with_window_on_the_current_engine_effectively_once() {
+    kill9_chdb(Mode::EffectivelyOnce);
+}
+
 /// (c): three members in one group scaled out (a, then b and c), in (b
 /// SIGTERM), c killed (-9) and restarted, then a SIGSTOPped past
 /// `session.timeout.ms` (6 s) with inserts in flight and SIGCONTed, all
@@ -806,6 +887,21 @@ fn kill_9_three_times_plain_merge_tree_with_window_on_the_current_engine_at_leas
 fn group_run(mode: Mode) -> Option<u64> {
     let shards = clickhouse_shards()?;
     let kafka = RealKafka::from_env()?;
+    if mode == Mode::EffectivelyOnce
+        && !effectively_once_or_refused("group", || {
+            run_config(
+                mode,
+                "eo-refused",
+                "127.0.0.1:1",
+                "t",
+                &shards,
+                "t",
+                free_port(),
+            )
+        })
+    {
+        return None;
+    }
     let _one = serial();
     let table = replicated_with_window(
         &shards,
@@ -885,4 +981,60 @@ fn group_run(mode: Mode) -> Option<u64> {
 #[test]
 fn group_scaled_killed_and_sigstopped_past_the_session_at_least_once_loses_nothing() {
     group_run(Mode::AtLeastOnce);
+}
+
+/// (c) effectively_once: the same group run, 0 duplicates on every replica
+/// and nothing missing, the SIGSTOPped member's late inserts included.
+#[test]
+fn group_scaled_killed_and_sigstopped_past_the_session_effectively_once_stores_each_row_once() {
+    group_run(Mode::EffectivelyOnce);
+}
+
+/// `spate run` in effectively_once against a plain 18.16 MergeTree stops at
+/// start (exit 3) with the refusal and its fix; nothing is inserted.
+#[test]
+fn spate_run_effectively_once_refuses_a_plain_merge_tree_on_18_16_with_the_fix() {
+    let Some(url) = clickhouse_url() else {
+        return;
+    };
+    let shards = vec![vec![url.clone()]];
+    if !effectively_once_or_refused("runplain", || {
+        run_config(
+            Mode::EffectivelyOnce,
+            "eo-refused",
+            "127.0.0.1:1",
+            "t",
+            &shards,
+            "t",
+            free_port(),
+        )
+    }) {
+        return;
+    }
+    let table = Table::create(&url, "eorunplain");
+    let (topic, partitions) = ("flights", 2);
+    let mock = spate::kafka_tools::start_broker(topic, partitions).unwrap();
+    let brokers = mock.bootstrap_servers();
+    produce(&brokers, topic, partitions, &[flight_row(1)]);
+    let yaml = run_config(
+        Mode::EffectivelyOnce,
+        "eorunplain",
+        &brokers,
+        topic,
+        &shards,
+        &table.name,
+        free_port(),
+    );
+    let mut spate = Spate::start("eorunplain", &yaml);
+    let (code, out) = spate.wait_exit(DELIVERY);
+    assert_eq!(code, Some(3), "{out}\n{}", spate.logs());
+    assert!(
+        out.contains("effectively_once needs a table that deduplicates inserts")
+            && out.contains("ReplicatedMergeTree("),
+        "{out}"
+    );
+    assert_eq!(
+        table.number(&format!("SELECT count() FROM default.{}", table.name)),
+        0
+    );
 }
