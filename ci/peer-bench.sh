@@ -263,6 +263,8 @@ CH_STDOUT="$SPATE_CH_DIR/ch0/log/stdout.log"
 CH_VERSION="$(ch 'SELECT version()')"
 log "ClickHouse $CH_VERSION at $CH_URL (pid $CH_PID)"
 
+TABLE_DESC="MergeTree table"
+[[ "$REPLICATED" == 1 ]] && TABLE_DESC="ReplicatedMergeTree table (one replica, replicated_deduplication_window = 10000)"
 COLUMNS_DDL="id UInt64, date DateTime, delay Int32, distance UInt32, origin String, destination String"
 fresh_table() {
   ch "DROP TABLE IF EXISTS $1" >/dev/null
@@ -495,7 +497,7 @@ check_retention "the end"
 
 # --- 6. table -------------------------------------------------------------------
 {
-  echo "$ROWS flight rows ($BYTES bytes NDJSON) pre-loaded once into $BROKER_DESC (every low watermark checked 0 before each run), then moved into ClickHouse $CH_VERSION on the same machine ($(nproc) cores, $(awk '/^model name/ { $1=$2=$3=""; print; exit }' /proc/cpuinfo | sed 's/^ *//')), one system after another, each in its own consumer group and into a fresh MergeTree table. Command: \`bash ci/peer-bench.sh --kafka $KAFKA_KIND $ROWS\`."
+  echo "$ROWS flight rows ($BYTES bytes NDJSON) pre-loaded once into $BROKER_DESC (every low watermark checked 0 before each run), then moved into ClickHouse $CH_VERSION on the same machine ($(nproc) cores, $(awk '/^model name/ { $1=$2=$3=""; print; exit }' /proc/cpuinfo | sed 's/^ *//')), one system after another, each in its own consumer group and into a fresh $TABLE_DESC. Command: \`PEER_BENCH_DELIVERY=$DELIVERY PEER_BENCH_REPLICATED=$REPLICATED bash ci/peer-bench.sh --kafka $KAFKA_KIND $ROWS\`."
   echo
   echo "| system | rows landed | duplicates | wall s (first row consumed -> all landed) | rows/s | consumer CPU s / M rows | consumer peak RSS MiB | ClickHouse CPU s / M rows | ClickHouse peak RSS MiB | notes |"
   echo "|---|---|---|---|---|---|---|---|---|---|"
