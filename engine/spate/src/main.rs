@@ -229,6 +229,7 @@ pub(crate) fn run_config(config: &Config) -> Result<ExitCode, Box<dyn std::error
     tracing::info!(
         pipeline = %config.pipeline.name,
         table = %format!("{}.{}", config.sink.clickhouse.database, config.sink.clickhouse.table),
+        delivery = config.pipeline_config().delivery.as_str(),
         "starting"
     );
     spawn_second_signal_exit()?;
