@@ -938,7 +938,29 @@ impl Config {
     /// # Errors
     /// [`ConfigError::Invalid`] naming the first bad key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.sink.clickhouse.shard_spec()?;
+        let spec = self.sink.clickhouse.shard_spec()?;
+        // D9: a replay must route every row to the shard it went to before,
+        // so the router must be a function of the record. Round robin (no
+        // shard_key, or `missing: round_robin`) is not.
+        if self.pipeline.delivery == DeliveryName::EffectivelyOnce
+            && self.sink.clickhouse.shards.len() > 1
+        {
+            if spec.key == spate_clickhouse::router::ShardKey::None {
+                return Err(invalid(
+                    "sink.clickhouse.shard_key",
+                    "pipeline.delivery: effectively_once with more than one shard needs a \
+                     shard_key: round robin sends a replayed row to another shard than the \
+                     first attempt, where no dedup token matches",
+                ));
+            }
+            if spec.missing == spate_clickhouse::router::MissingKey::RoundRobin {
+                return Err(invalid(
+                    "sink.clickhouse.shard_key.missing",
+                    "`round_robin` is not a function of the record; pipeline.delivery: \
+                     effectively_once needs `error` (the default)",
+                ));
+            }
+        }
         if self.pipeline.name.trim().is_empty() {
             return Err(invalid("pipeline.name", "must not be empty"));
         }

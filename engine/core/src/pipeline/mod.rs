@@ -15,6 +15,7 @@
 pub mod chain;
 mod controller;
 pub mod driver;
+mod eo;
 pub mod lines;
 mod runner;
 pub mod terminal;
@@ -238,11 +239,11 @@ impl PipelineConfig {
                 ),
             });
         }
-        if self.delivery == Delivery::EffectivelyOnce {
+        if self.delivery == Delivery::EffectivelyOnce && self.table.is_empty() {
             return Err(ConfigError::Invalid {
                 key: "pipeline.delivery".to_owned(),
-                reason: "effectively_once is not available in this build yet (its mechanism \
-                         lands with issue 23); use at_least_once"
+                reason: "effectively_once needs the sink table (PipelineConfig.table, \
+                         `database.table`): it is part of every range token"
                     .into(),
             });
         }
@@ -266,6 +267,15 @@ pub enum PipelineError {
     /// The source failed fatally.
     #[error(transparent)]
     Source(#[from] SourceError),
+    /// `delivery: effectively_once`: a partition's commit metadata is not a
+    /// range list spate can read, so its recorded batches are unknown (D9).
+    #[error("partition {partition}: {error}")]
+    RangeMetadata {
+        /// The partition whose metadata it is.
+        partition: TopicPartition,
+        /// Why it cannot be read.
+        error: crate::checkpoint::ranges::RangesError,
+    },
     /// The configuration is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),

@@ -236,6 +236,26 @@ impl Source for ScriptedSource {
     }
 }
 
+impl ScriptedSource {
+    /// A new source over `handle`'s logs, commits and commit metadata, as a
+    /// process restarted after a crash sees them; its lanes return at most
+    /// `max_batch` records per poll (poll batches may differ between runs).
+    pub fn restarted(handle: &ScriptHandle, max_batch: usize) -> (Self, ScriptHandle) {
+        assert!(max_batch > 0, "max_batch must be positive");
+        let handle = ScriptHandle {
+            state: Arc::clone(&handle.state),
+            polls: Arc::default(),
+            max_batch,
+        };
+        (
+            Self {
+                handle: handle.clone(),
+            },
+            handle,
+        )
+    }
+}
+
 /// A lane of a [`ScriptedSource`].
 #[derive(Debug)]
 pub struct ScriptedLane {

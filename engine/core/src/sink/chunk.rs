@@ -23,6 +23,9 @@ pub struct Chunk {
     rows: u64,
     acks: AckSet,
     permit: BudgetPermit,
+    /// `delivery: effectively_once`: the range token; the worker writes
+    /// such a chunk as its own batch with this token, never merged (D9).
+    pub(crate) token: Option<String>,
 }
 
 impl Chunk {
@@ -34,7 +37,25 @@ impl Chunk {
             rows,
             acks,
             permit,
+            token: None,
         }
+    }
+
+    /// The chunk as one shard's part of a range (`delivery:
+    /// effectively_once`): written as it is, as its own batch, with `token`
+    /// ([`crate::sink::range_token`]).
+    pub fn with_token(mut self, token: String) -> Self {
+        self.token = Some(token);
+        self
+    }
+
+    /// The range token, for a range part.
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
+    }
+
+    pub(crate) fn into_range_parts(self) -> (Bytes, u64, AckSet, BudgetPermit, Option<String>) {
+        (self.data, self.rows, self.acks, self.permit, self.token)
     }
 
     /// The encoded bytes.
@@ -63,6 +84,7 @@ impl Chunk {
     }
 
     pub(crate) fn into_parts(self) -> (Bytes, u64, AckSet, BudgetPermit) {
+        debug_assert!(self.token.is_none(), "a range part is never merged");
         (self.data, self.rows, self.acks, self.permit)
     }
 }
@@ -162,7 +184,8 @@ impl SealedBatch {
         self.seq
     }
 
-    /// The dedup token, `{pipeline}-{nonce}-{shard}-{seq}` (D4).
+    /// The dedup token, `{pipeline}-{nonce}-{shard}-{seq}` (D4), or in
+    /// `delivery: effectively_once` the range token (D9).
     pub fn token(&self) -> &str {
         &self.token
     }

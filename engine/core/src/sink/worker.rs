@@ -14,8 +14,7 @@
 //! RNG, so on a current-thread runtime with paused time a run replays (D7).
 
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use rand::rngs::SmallRng;
@@ -26,25 +25,11 @@ use tokio::time::{Instant, sleep, sleep_until};
 
 use crate::ack::AckSet;
 use crate::budget::BudgetPermit;
-use crate::metrics::{Gauge, ShardMetrics};
 use crate::planted::{self, Bug};
-use crate::sink::pool::ShardStats;
+use crate::sink::events::{Abandon, ShardShared};
 use crate::sink::{
-    Chunk, Endpoint, Pick, ReplicaSet, SealedBatch, SinkConfig, WriteError, WriteErrorKind, Writer,
-    backoff_delay,
+    Chunk, Pick, SealedBatch, SinkConfig, WriteError, WriteErrorKind, Writer, backoff_delay,
 };
-
-/// State shared by a shard's worker, its write tasks and the pool.
-#[derive(Debug)]
-pub(crate) struct ShardShared {
-    pub(crate) shard: usize,
-    pub(crate) endpoints: Vec<Endpoint>,
-    /// Rotation and breakers. A std mutex held only for a pick or an update,
-    /// never across an await, and never touched by pipeline threads.
-    pub(crate) replicas: Mutex<ReplicaSet>,
-    pub(crate) metrics: ShardMetrics,
-    pub(crate) stats: ShardStats,
-}
 
 pub(crate) struct WorkerArgs<W> {
     pub(crate) shared: Arc<ShardShared>,
@@ -91,11 +76,15 @@ pub(crate) async fn run<W: Writer>(args: WorkerArgs<W>) {
     let mut sealed: VecDeque<PendingBatch> = VecDeque::new();
     let mut inflight: JoinSet<()> = JoinSet::new();
     let mut next_seq: u64 = 0;
-    let mut seal = |open: &mut Option<OpenBatch>, sealed: &mut VecDeque<PendingBatch>| {
+    // `range`: the token of a range part (effectively_once), written as it
+    // is; else the run's `{prefix}{seq}`.
+    let mut seal = |open: &mut Option<OpenBatch>,
+                    sealed: &mut VecDeque<PendingBatch>,
+                    range: Option<String>| {
         if let Some(b) = open.take() {
             let seq = next_seq;
             next_seq += 1;
-            let token = format!("{token_prefix}{seq}");
+            let token = range.unwrap_or_else(|| format!("{token_prefix}{seq}"));
             let batch = SealedBatch::new(shared.shard, seq, token, b.segments, b.rows, &b.acks);
             debug_assert_eq!(batch.bytes(), b.bytes);
             let acks = if planted::active(Bug::CommitBeforeAck) {
@@ -127,7 +116,7 @@ pub(crate) async fn run<W: Writer>(args: WorkerArgs<W>) {
         if input_closed && open.is_none() && sealed.is_empty() && inflight.is_empty() {
             break;
         }
-        shared.metrics.queue_depth.set(rx.len() as f64);
+        shared.queue_depth(rx.len());
         let linger_at = open.as_ref().map(|b| b.opened_at + config.batch.linger);
         // Read the queue only while no sealed batch waits for a write slot:
         // that is what turns a slow shard into backpressure (D2, D8).
@@ -150,21 +139,24 @@ pub(crate) async fn run<W: Writer>(args: WorkerArgs<W>) {
             Some(joined) = inflight.join_next(), if !inflight.is_empty() => {
                 if let Err(e) = joined {
                     // A panicking write task dropped its acks: they failed (D1).
-                    // Count it like any abandoned batch (D6).
-                    shared.stats.batches_abandoned.fetch_add(1, Ordering::Relaxed);
-                    shared.metrics.batches_abandoned.increment(1);
-                    shared.stats.note_abandon(|| format!("a write task failed: {e}"));
-                    tracing::error!(shard = shared.shard, error = %e, "write task failed; batch abandoned");
+                    shared.write_task_failed(&e);
                 }
             }
             msg = rx.recv(), if accept => match msg {
+                Some(mut chunk) if chunk.token.is_some() => {
+                    // D9: a range part is one batch, never merged.
+                    seal(&mut open, &mut sealed, None);
+                    let token = chunk.token.take();
+                    add(&mut open, chunk);
+                    seal(&mut open, &mut sealed, token);
+                }
                 Some(chunk) => {
                     if open.as_ref().is_some_and(|b| would_overflow(b, &chunk, &config)) {
-                        seal(&mut open, &mut sealed);
+                        seal(&mut open, &mut sealed, None);
                     }
                     add(&mut open, chunk);
                     if open.as_ref().is_some_and(|b| is_full(b, &config)) {
-                        seal(&mut open, &mut sealed);
+                        seal(&mut open, &mut sealed, None);
                     }
                 }
                 None => {
@@ -172,11 +164,11 @@ pub(crate) async fn run<W: Writer>(args: WorkerArgs<W>) {
                     if planted::active(Bug::DrainDropsPartialBatch) {
                         open = None;
                     }
-                    seal(&mut open, &mut sealed);
+                    seal(&mut open, &mut sealed, None);
                 }
             },
             () = async { sleep_until(linger_at.expect("guarded")).await }, if linger_at.is_some() => {
-                seal(&mut open, &mut sealed);
+                seal(&mut open, &mut sealed, None);
             }
         }
     }
@@ -235,58 +227,7 @@ async fn abandon_at_deadline(
     }
     sealed.clear();
     *open = None;
-    if batches > 0 {
-        shared
-            .stats
-            .batches_abandoned
-            .fetch_add(batches, Ordering::Relaxed);
-        shared.metrics.batches_abandoned.increment(batches);
-        shared.stats.note_abandon(|| {
-            format!("shutdown.drain_timeout passed with {batches} batch(es) not written")
-        });
-        tracing::error!(
-            shard = shared.shard,
-            batches,
-            "drain deadline reached; batches not written were abandoned and their acks failed"
-        );
-    }
-}
-
-/// Raises a gauge by `amount` for as long as the guard lives (also when the
-/// task holding it is aborted).
-struct GaugeGuard<'a> {
-    gauge: &'a Gauge,
-    amount: f64,
-}
-
-impl<'a> GaugeGuard<'a> {
-    fn new(gauge: &'a Gauge, amount: f64) -> Self {
-        gauge.increment(amount);
-        Self { gauge, amount }
-    }
-}
-
-impl Drop for GaugeGuard<'_> {
-    fn drop(&mut self) {
-        self.gauge.decrement(self.amount);
-    }
-}
-
-/// Counts `copies` possible extra copies of a batch of `rows` rows.
-fn count_possible_duplicates(shared: &ShardShared, rows: u64, copies: u64) {
-    let st = &shared.stats;
-    let m = &shared.metrics;
-    st.possible_duplicates.fetch_add(copies, Ordering::Relaxed);
-    st.possible_duplicate_rows
-        .fetch_add(copies * rows, Ordering::Relaxed);
-    m.possible_duplicates.increment(copies);
-    m.possible_duplicate_rows.increment(copies * rows);
-}
-
-/// Why a batch was given up on.
-enum Abandon {
-    Fatal(WriteError),
-    Exhausted(WriteError),
+    shared.abandoned_at_deadline(batches);
 }
 
 /// Writes one sealed batch, retrying the same bytes and token on the next
@@ -311,7 +252,7 @@ async fn write_batch<W: Writer>(
     seed: u64,
 ) {
     let mut rng = SmallRng::seed_from_u64(seed);
-    let _inflight = GaugeGuard::new(&shared.metrics.inflight_writes, 1.0);
+    let _inflight = shared.write_in_flight();
     let batch = &pending.batch;
     let mut failures: u32 = 0;
     // Attempts that timed out or lost the connection after sending: each may
@@ -366,11 +307,8 @@ async fn write_batch<W: Writer>(
             // The earlier attempt is alive on this replica: not a failure.
             waits = waits.saturating_add(1);
             let delay = backoff_delay(&config.retry, waits, rng.random::<f64>());
-            tracing::warn!(
-                %endpoint, token = batch.token(), wait = waits, backoff_ms = delay.as_millis() as u64,
-                error = %err, "an earlier attempt of this batch still runs on the replica; waiting"
-            );
-            let _backoff = GaugeGuard::new(&shared.metrics.backoff_seconds, delay.as_secs_f64());
+            shared.still_running(endpoint, batch, waits, delay, &err);
+            let _backoff = shared.backing_off(delay);
             sleep(delay).await;
             again = Some(replica);
             continue;
@@ -392,68 +330,18 @@ async fn write_batch<W: Writer>(
             break Err(Abandon::Exhausted(err));
         }
         let delay = backoff_delay(&config.retry, failures, rng.random::<f64>());
-        shared.stats.retries.fetch_add(1, Ordering::Relaxed);
-        shared.metrics.retries.increment(1);
-        tracing::warn!(
-            %endpoint, token = batch.token(), attempt = failures, backoff_ms = delay.as_millis() as u64,
-            error = %err, "insert failed; retrying the same batch"
-        );
-        let _backoff = GaugeGuard::new(&shared.metrics.backoff_seconds, delay.as_secs_f64());
+        shared.retried(endpoint, batch, failures, delay, &err);
+        let _backoff = shared.backing_off(delay);
         sleep(delay).await;
     };
-    let st = &shared.stats;
-    let m = &shared.metrics;
     match outcome {
         Ok(()) => {
-            st.batches_flushed.fetch_add(1, Ordering::Relaxed);
-            st.rows_flushed.fetch_add(batch.rows(), Ordering::Relaxed);
-            st.bytes_flushed.fetch_add(batch.bytes(), Ordering::Relaxed);
-            m.batches_flushed.increment(1);
-            m.rows_written.increment(batch.rows());
-            m.bytes_written.increment(batch.bytes());
-            if ambiguous > 0 {
-                count_possible_duplicates(&shared, batch.rows(), ambiguous);
-                tracing::warn!(
-                    shard = shared.shard,
-                    token = batch.token(),
-                    rows = batch.rows(),
-                    ambiguous_attempts = ambiguous,
-                    "batch acknowledged after {ambiguous} attempt(s) whose outcome is unknown \
-                     (timed out or cut off after sending): where the server ignores the dedup \
-                     token (plain MergeTree), its rows may be in the table up to {} times",
-                    ambiguous + 1
-                );
-            }
+            shared.flushed(batch, ambiguous);
             // D1: delivered only after a replica acknowledged the insert.
             pending.acks.deliver();
         }
         Err(reason) => {
-            st.batches_abandoned.fetch_add(1, Ordering::Relaxed);
-            m.batches_abandoned.increment(1);
-            let (why, err) = match &reason {
-                Abandon::Fatal(e) => ("fatal error", e),
-                Abandon::Exhausted(e) => ("attempts exhausted", e),
-            };
-            st.note_abandon(|| format!("{err} ({why} after {failures} attempt(s))"));
-            tracing::error!(
-                shard = shared.shard, token = batch.token(), rows = batch.rows(),
-                attempts = failures, ranges = ?batch.ranges(), error = %err,
-                "batch abandoned ({why}); its acks fail and its partitions stop committing"
-            );
-            if ambiguous > 0 {
-                // Not acknowledged, yet it may have landed: a later run
-                // rereads it and adds one more copy.
-                count_possible_duplicates(&shared, batch.rows(), ambiguous);
-                tracing::warn!(
-                    shard = shared.shard,
-                    token = batch.token(),
-                    rows = batch.rows(),
-                    ambiguous_attempts = ambiguous,
-                    "the abandoned batch may be in the table up to {ambiguous} times already \
-                     (attempts whose outcome is unknown); a run that rereads it adds one more \
-                     copy where the server ignores the dedup token"
-                );
-            }
+            shared.abandoned(batch, &reason, failures, ambiguous);
             // Dropping `pending` fails the acks (D1).
         }
     }
