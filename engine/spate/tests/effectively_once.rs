@@ -559,7 +559,14 @@ fn per_replica(table: &Table, replicated: bool) -> Vec<(usize, String, u64, u64)
 /// Checks the table after a run: every id in `0..produced` on its shard's
 /// every replica, none beyond (D1); prints per-replica duplicates and, in
 /// effectively_once, asserts there are none. Returns the duplicates.
-fn check_replicas(table: &Table, replicated: bool, produced: u64, mode: Mode, what: &str) -> u64 {
+fn check_replicas(
+    table: &Table,
+    replicated: bool,
+    produced: u64,
+    partitions: u64,
+    mode: Mode,
+    what: &str,
+) -> u64 {
     let rows = per_replica(table, replicated);
     let mut dups = 0;
     let mut distinct_first = 0;
@@ -573,6 +580,20 @@ fn check_replicas(table: &Table, replicated: bool, produced: u64, mode: Mode, wh
         if table.shards[*s][0] == *url {
             distinct_first += uniq;
             dups += count - uniq;
+        }
+        if count != uniq {
+            // Which offsets came twice: ids were produced in order, id i
+            // to partition i % partitions, so its offset is i / partitions.
+            let ranges = table.query_at(
+                url,
+                &format!(
+                    "SELECT id % {partitions} AS p, min(intDiv(id, {partitions})), \
+                     max(intDiv(id, {partitions})), count() FROM (SELECT id FROM default.{} \
+                     GROUP BY id HAVING count() > 1) GROUP BY p ORDER BY p",
+                    table.name
+                ),
+            );
+            println!("{what}: {url}: duplicated offsets (partition, first, last, ids):\n{ranges}");
         }
         if mode == Mode::EffectivelyOnce {
             assert_eq!(count, uniq, "{what}: duplicates on {url} (D9)");
@@ -772,7 +793,7 @@ fn kill9_run(
     let (code, out) = spate.terminate();
     assert_eq!(code, Some(0), "{out}");
     println!("{what}: done after {:?}", started.elapsed());
-    check_replicas(table, replicated, rows, mode, what)
+    check_replicas(table, replicated, rows, partitions as u64, mode, what)
 }
 
 fn kill9_replicated(mode: Mode) {
@@ -972,7 +993,14 @@ fn group_run(mode: Mode) -> Option<u64> {
     let (code_c, out_c) = c2.terminate();
     assert_eq!(code_a, Some(0), "{out_a}");
     assert_eq!(code_c, Some(0), "{out_c}");
-    Some(check_replicas(&table, true, produced, mode, "group"))
+    Some(check_replicas(
+        &table,
+        true,
+        produced,
+        partitions as u64,
+        mode,
+        "group",
+    ))
 }
 
 /// (c) at_least_once: scale out, in, kill -9 and restart, SIGSTOP past the
