@@ -291,6 +291,8 @@ where
                 max_rows: batch.max_rows,
                 max_bytes: batch.max_bytes,
                 linger: batch.linger,
+                // Set by the buffers from pipeline.chunk_bytes.
+                pay_every: 0,
             });
         }
         buffers

@@ -11,7 +11,11 @@
 //! Memory bound (D8): in flight <= the budget; per thread, besides that, at
 //! most one open chunk per shard plus the encoded rows of the poll batches
 //! processed since the thread's lanes were paused (a paused lane yields at
-//! most what was already fetched).
+//! most what was already fetched). In `delivery: effectively_once` the open
+//! chunks are per lane range formers instead (`pipeline::eo`): one open
+//! range per lane, which takes budget every `pipeline.chunk_bytes` as it
+//! grows (pausing its lane when refused), so what is unpaid per lane is at
+//! most about one chunk (docs/adr/0004-effectively-once.md).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -125,7 +129,8 @@ impl ChunkBuffers {
 
     /// Switches these buffers to `delivery: effectively_once`: rows go to
     /// per-lane range formers instead of the shared per-shard chunks.
-    pub(crate) fn set_effectively_once(&mut self, config: EoConfig) {
+    pub(crate) fn set_effectively_once(&mut self, mut config: EoConfig) {
+        config.pay_every = self.config.max_bytes as u64;
         self.eo = Some(EoBuffers {
             config,
             formers: Vec::new(),
@@ -172,7 +177,7 @@ impl ChunkBuffers {
     #[inline]
     pub(crate) fn eo_after(&mut self, offset: Offset) {
         let eo = self.eo.as_mut().expect("effectively_once buffers");
-        eo.formers[eo.current].after(offset, &eo.config);
+        eo.formers[eo.current].after(offset, &eo.config, &self.budget);
     }
 
     /// Whether the lane's pending range list is full (pause it, D2).

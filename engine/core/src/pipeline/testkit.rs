@@ -43,6 +43,7 @@ struct ScriptState {
     commits: Vec<CommitOffset>,
     released: Vec<(TopicPartition, Epoch)>,
     fail_commits: u32,
+    reject_commits: bool,
     consumer_error: bool,
 }
 
@@ -118,6 +119,13 @@ impl ScriptHandle {
     /// Makes the next `n` commits fail with a transient error.
     pub fn fail_commits(&self, n: u32) {
         self.lock().fail_commits = n;
+    }
+
+    /// Makes every commit be rejected (`true`) as the group rejects a
+    /// fenced or evicted member's ([`SourceError::CommitRejected`], naming
+    /// the first partition), or accepted again (`false`).
+    pub fn reject_commits(&self, reject: bool) {
+        self.lock().reject_commits = reject;
     }
 
     /// Makes [`Source::consumer_ready`] report an error standing (`true`)
@@ -214,6 +222,15 @@ impl Source for ScriptedSource {
 
     fn commit(&mut self, offsets: &[CommitOffset]) -> Result<(), SourceError> {
         let mut s = self.handle.lock();
+        if s.reject_commits {
+            if let Some(c) = offsets.first() {
+                return Err(SourceError::CommitRejected {
+                    partition: c.partition.clone(),
+                    epoch: c.epoch,
+                    message: "scripted: this member was fenced".into(),
+                });
+            }
+        }
         if s.fail_commits > 0 {
             s.fail_commits -= 1;
             return Err(SourceError::Transient {
