@@ -790,6 +790,9 @@ fn kill9_run(
         "the broker deleted records: {low:?}"
     );
     await_end(&kafka, &[&spate], &group, &topic, partitions);
+    // The last process may find everything committed at once: SIGTERM only
+    // after it is up (its signal handler installed), or the signal kills it.
+    await_readyz(&spate, port, 200, DELIVERY);
     let (code, out) = spate.terminate();
     assert_eq!(code, Some(0), "{out}");
     println!("{what}: done after {:?}", started.elapsed());
@@ -887,14 +890,10 @@ fn kill9_chdb(mode: Mode) {
     kill9_run(mode, "kill9-chdb", &shards, &table, false, 20_000, 1_500);
 }
 
-/// (b) at_least_once: the same on a plain MergeTree with a dedup window on
-/// the current engine, 20,000 rows.
-#[test]
-fn kill_9_three_times_plain_merge_tree_with_window_on_the_current_engine_at_least_once() {
-    kill9_chdb(Mode::AtLeastOnce);
-}
-
-/// (b) effectively_once: the same, every row once (the token does it).
+/// (b) effectively_once: the same on a plain MergeTree with
+/// `non_replicated_deduplication_window = 1000` on the current engine,
+/// 20,000 rows, every row once (the token does it). (at_least_once stored
+/// 248 and 20,000 duplicates in two runs; not run in CI, for time.)
 #[test]
 fn kill_9_three_times_plain_merge_tree_with_window_on_the_current_engine_effectively_once() {
     kill9_chdb(Mode::EffectivelyOnce);
@@ -1001,14 +1000,6 @@ fn group_run(mode: Mode) -> Option<u64> {
         mode,
         "group",
     ))
-}
-
-/// (c) at_least_once: scale out, in, kill -9 and restart, SIGSTOP past the
-/// session timeout and SIGCONT, while a producer writes: nothing missing;
-/// duplicates printed.
-#[test]
-fn group_scaled_killed_and_sigstopped_past_the_session_at_least_once_loses_nothing() {
-    group_run(Mode::AtLeastOnce);
 }
 
 /// (c) effectively_once: the same group run, 0 duplicates on every replica
