@@ -16,12 +16,12 @@ use spate_core::checkpoint::ranges::{self, MAX_PENDING_RANGES};
 use spate_core::pipeline::chain::{PayloadDecoder, RecordCx, Router};
 use spate_core::pipeline::driver::{ChainProcessor, Processor};
 use spate_core::pipeline::terminal::{ChunkBuffers, Terminal};
-use spate_core::pipeline::testkit::{
-    Attempt, CaptureWriter, LineEncoder, ScriptHandle, ScriptedSource, WriterMode,
-};
 use spate_core::pipeline::{Delivery, ExitStatus, Pipeline, PipelineConfig, RunReport, Shutdown};
 use spate_core::record::{Offset, TopicPartition};
 use spate_core::sink::{RunNonce, SinkConfig, range_token};
+use spate_testkit::{
+    Attempt, CaptureWriter, LineEncoder, ScriptHandle, ScriptedSource, WriterMode,
+};
 
 fn tp() -> TopicPartition {
     TopicPartition::new("t", 0)
