@@ -12,6 +12,8 @@
 //! - [`schema`]: the target table's columns from `system.columns`, and the
 //!   plan of which columns an INSERT names.
 //! - [`writer`]: the HTTP insert writer implementing `spate_core::sink::Writer`.
+//! - [`dedup`]: a table's insert-deduplication window (what a replay must
+//!   fall within for `delivery: effectively_once`) and the insert rate.
 //! - [`router`]: the shard router (`XXH64(key) mod shards`, as ClickHouse's
 //!   `xxHash64`), implementing the chain's `Router<Payload>` seam.
 //!
@@ -23,6 +25,7 @@
 //! transcode, a pure function of them).
 #![forbid(unsafe_code)]
 
+pub mod dedup;
 pub mod mapping;
 pub mod native;
 pub mod num;

@@ -202,7 +202,13 @@ pub fn writer_config(
             .push((JSON_AS_STRING.to_owned(), "1".to_owned()));
     }
     w.query_timeout = config.pipeline_config().sink.write_timeout;
+    w.effectively_once = effectively_once(config);
     Ok(w)
+}
+
+/// Whether `config` asks for `pipeline.delivery: effectively_once`.
+pub fn effectively_once(config: &Config) -> bool {
+    config.pipeline_config().delivery == spate_core::pipeline::Delivery::EffectivelyOnce
 }
 
 /// The mapper's options from `mapping` and `format.json`.
