@@ -1,0 +1,28 @@
+//! Seeds the effectively_once campaign once failed on, one test per engine
+//! defect (issue 23's follow-up): each names what broke and must pass now.
+
+use spate_sim::config::{Delivery, SimConfig};
+use spate_verify::run_and_check_config;
+
+/// Runs `seed` in effectively_once and returns its violations as text.
+fn violations(seed: u64) -> Vec<String> {
+    let cfg = SimConfig::from_seed(seed).with_delivery(Delivery::EffectivelyOnce);
+    let (_, r) = run_and_check_config(cfg);
+    r.violations
+        .iter()
+        .map(|v| format!("seed {seed}: {}: {}", v.oracle, v.detail))
+        .collect()
+}
+
+/// D5: a shutdown requested while a revoke drains ends that wait at once,
+/// and the stop's drain deadline counts from the request (seed 4765 took
+/// 2.54 s with a 1 s drain timeout: the revoke ran out its own timeout
+/// first, then the stop counted its own from its start).
+#[test]
+fn a_shutdown_during_a_revoke_drain_stops_by_its_own_deadline() {
+    let v: Vec<String> = [1776, 4765, 4964, 5854, 9259]
+        .into_iter()
+        .flat_map(violations)
+        .collect();
+    assert!(v.is_empty(), "{v:#?}");
+}
