@@ -26,3 +26,17 @@ fn a_shutdown_during_a_revoke_drain_stops_by_its_own_deadline() {
         .collect();
     assert!(v.is_empty(), "{v:#?}");
 }
+
+/// Liveness under a small budget: lanes each holding part of the budget for
+/// a range they could not finish (a replayed range paused inside its fixed
+/// bounds, or a sealed range waiting at hand-over for the rest of its
+/// budget) waited on each other for ever; the campaign's liveness oracle
+/// saw partitions stop committing after an eviction and rejoin.
+#[test]
+fn lanes_holding_part_of_a_small_budget_do_not_wait_on_each_other() {
+    let v: Vec<String> = [2071, 3634, 3963, 4534, 6179, 9268]
+        .into_iter()
+        .flat_map(violations)
+        .collect();
+    assert!(v.is_empty(), "{v:#?}");
+}

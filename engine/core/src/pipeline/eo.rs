@@ -352,6 +352,14 @@ struct SealedParts {
     /// range, recorded before this run.
     seq: Option<u64>,
     parts: VecDeque<ReadyPart>,
+    /// The range took budget as it grew: its parts go to the pool with
+    /// what it paid, the rest (under `pay_every` bytes plus what a lane
+    /// paused by a refusal had fetched, the bound D8 already allows an
+    /// open range) unpaid. Waiting at hand-over for that rest while
+    /// holding the paid share is what deadlocked lanes: each held part of
+    /// the budget and waited for more (the simulator's liveness oracle,
+    /// seed 6179).
+    paid: bool,
 }
 
 /// What [`Former::flush`] achieved.
@@ -452,10 +460,15 @@ impl Former {
     #[inline]
     pub(crate) fn after(&mut self, offset: Offset, cfg: &EoConfig, budget: &Arc<Budget>) {
         let Some(o) = self.open.as_ref() else { return };
-        // D8: take budget as the range grows, every `pay_every` bytes; a
-        // refusal pauses the lane until the budget frees.
+        // D8: take budget as a free range grows, every `pay_every` bytes; a
+        // refusal pauses the lane until the budget frees. A replayed range
+        // pays only when complete, at hand-over: its bounds are fixed, so a
+        // lane paused inside it could never seal it, and lanes each holding
+        // part of the budget for unfinished replays would wait on each other
+        // for ever (the simulator's liveness oracle, seeds 2071, 3634). Its
+        // rows are bounded by the batch limits it was formed under.
         let paid = o.permit.as_ref().map_or(0, BudgetPermit::bytes);
-        if o.bytes - paid >= cfg.pay_every {
+        if !o.fixed && o.bytes - paid >= cfg.pay_every {
             self.pay(budget);
         }
         if self
@@ -542,6 +555,10 @@ impl Former {
             // write; a replay filters them again.
             return;
         }
+        let paid = o
+            .permit
+            .as_ref()
+            .is_some_and(|p| p.bytes() > 0 || p.rows() > 0);
         let parts = o
             .parts
             .into_iter()
@@ -585,7 +602,7 @@ impl Former {
             });
             Some(seq)
         };
-        self.sealed.push_back(SealedParts { seq, parts });
+        self.sealed.push_back(SealedParts { seq, parts, paid });
     }
 
     /// Rows held (open or sealed, not handed over), per shard, for the
@@ -640,7 +657,7 @@ impl Former {
                 let (paid_bytes, paid_rows) =
                     p.permit.as_ref().map_or((0, 0), |h| (h.bytes(), h.rows()));
                 let owed = (p.data.len() as u64 - paid_bytes, p.rows - paid_rows);
-                let permit = if owed == (0, 0) {
+                let permit = if owed == (0, 0) || front.paid {
                     p.permit.take().unwrap_or_else(BudgetPermit::unbounded)
                 } else {
                     match Budget::try_acquire(budget, owed.0, owed.1) {
