@@ -66,6 +66,11 @@ pub(crate) struct Controller<S: Source, W: Writer, H> {
 /// again: the sealed ranges wait unwritten meanwhile.
 const RECORD_RETRY: Duration = Duration::from_millis(100);
 
+/// effectively_once: a partition holding pending ranges whose committed
+/// offset has not moved for this long (or ten checkpoint intervals, if
+/// longer) is named in a warning saying what its first range waits on.
+const STALL_REPORT_AFTER: Duration = Duration::from_secs(30);
+
 impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
     pub(crate) async fn run(mut self, shutdown: Shutdown) -> RunReport {
         if let Err(e) = self.start().await {
@@ -311,6 +316,10 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
     fn commit(&mut self) {
         if self.recorder.is_some() {
             self.commit_ranges(false);
+            let after = STALL_REPORT_AFTER.max(self.config.checkpoint_interval * 10);
+            if let Some(r) = &mut self.recorder {
+                r.report_stalls(Instant::now(), after);
+            }
             return;
         }
         let pending = self.checkpointer.pending_commits();
