@@ -11,6 +11,8 @@
 //!   column type changed refuses them.
 //! - [`schema`]: the target table's columns from `system.columns`, and the
 //!   plan of which columns an INSERT names.
+//! - [`replan`]: the live INSERT plan the writer re-plans when the table's
+//!   columns change and the pipeline threads follow per poll batch.
 //! - [`writer`]: the HTTP insert writer implementing `spate_core::sink::Writer`.
 //! - [`router`]: the shard router (`XXH64(key) mod shards`, as ClickHouse's
 //!   `xxHash64`), implementing the chain's `Router<Payload>` seam.
@@ -26,6 +28,7 @@
 pub mod mapping;
 pub mod native;
 pub mod num;
+pub mod replan;
 pub mod router;
 pub mod rowbinary;
 pub mod schema;

@@ -90,7 +90,7 @@ pub fn stale_message(schema: &TableSchema, stale: &[(String, String, Option<Stri
 }
 
 /// Renders columns as `name Type, ...` for the INFO log.
-fn column_list<'a>(cols: impl Iterator<Item = (&'a str, &'a str)>) -> String {
+pub(crate) fn column_list<'a>(cols: impl Iterator<Item = (&'a str, &'a str)>) -> String {
     cols.map(|(n, t)| format!("{n} {t}"))
         .collect::<Vec<_>>()
         .join(", ")
@@ -106,7 +106,9 @@ impl SchemaWatch {
     /// Records `schema` as seen; logs the old and new column lists at INFO
     /// when they differ from the last seen (or, the first time, from the
     /// planned columns).
-    pub fn observe(&self, planned: &[(String, String)], schema: &TableSchema) {
+    /// With `live`, the writer re-plans added columns itself (no warning
+    /// that they wait for a restart).
+    pub fn observe(&self, planned: &[(String, String)], schema: &TableSchema, live: bool) {
         let now: Vec<(String, String)> = schema
             .columns
             .iter()
@@ -125,7 +127,7 @@ impl SchemaWatch {
                 column_list(before.iter().map(|(n, t)| (n.as_str(), t.as_str()))),
                 column_list(now.iter().map(|(n, t)| (n.as_str(), t.as_str())))
             );
-            if let SchemaVerdict::Added(added) = compare(planned, schema) {
+            if let (false, SchemaVerdict::Added(added)) = (live, compare(planned, schema)) {
                 tracing::warn!(
                     "table {}.{} has columns this run's INSERT does not name: [{}]; they get \
                      their DEFAULT (or their type's default) until spate restarts and re-plans",

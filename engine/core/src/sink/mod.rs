@@ -25,7 +25,7 @@ mod writer;
 
 pub use backoff::backoff_delay;
 pub use breaker::{Pick, ReplicaSet};
-pub use chunk::{BatchRange, Chunk, SealedBatch};
+pub use chunk::{BatchRange, Chunk, Layout, SealedBatch};
 pub use config::{BatchConfig, BreakerConfig, ConfigError, ConfigWarning, RetryConfig, SinkConfig};
 pub use pool::{
     DRAIN_GRACE, DrainReport, PoolHandle, ProbeReport, PushError, ShardReport, SinkPool,
