@@ -36,11 +36,17 @@
 //! schema probe the start-up uses to plan the INSERT.
 //!
 //! Schema changes ([`watch`]): the writer re-reads the table's columns
-//! every [`HttpWriterConfig::schema_refresh`] before an insert and at once
-//! after an insert error in [`SCHEMA_CHANGE_CODES`]; a planned column whose
-//! type changed or that is gone fails the batch fatally with an error
-//! naming the table and both types, so nothing is written under the old
-//! plan once the change is known.
+//! every [`HttpWriterConfig::schema_refresh`] before an insert (before
+//! every insert where the server does not check the body's types) and at
+//! once after an insert error in [`SCHEMA_CHANGE_CODES`]. With a live plan
+//! ([`HttpWriterConfig::live`], ADR 0005) a change that every old value
+//! carries over exactly ([`crate::native::carry`]) is re-planned: the new
+//! plan is published to the pipeline threads, and a batch of an older
+//! layout answers `replanned` so the shard worker re-seals it
+//! ([`Writer::reseal`]). Any other change to a planned column (and every
+//! change without a live plan) fails the batch fatally with an error naming
+//! the table, the column and both types, so nothing is written under the
+//! old plan once the change is known.
 //!
 //! `https://` URLs go over rustls ([`tls`]); `http://` URLs over plain TCP,
 //! through the same client.

@@ -9,15 +9,17 @@
 //! [`compare`] then decides:
 //!
 //! - a planned column gone, or its type text changed: the plan is stale.
-//!   The batch fails fatally with an error naming the table and the old and
-//!   new types, so no row is written under the old plan once the change is
-//!   known; its acks fail, the watermark freezes (D1) and the process exits
-//!   non-zero; a restart re-plans against the new schema and replays from
-//!   the last commit.
-//! - columns added (or changed) that the INSERT does not name: the plan
-//!   still writes correct rows (the INSERT names its columns), so the run
-//!   goes on; the new column gets its DEFAULT (or its type's default) until
-//!   a restart re-plans and fills it from the record.
+//!   With a live plan the writer re-plans when every old value carries
+//!   (ADR 0005, `HttpWriter::replan`); otherwise the batch fails fatally
+//!   with an error naming the table and the old and new types, so no row is
+//!   written under the old plan once the change is known; its acks fail,
+//!   the watermark freezes (D1) and the process exits non-zero; a restart
+//!   re-plans against the new schema and replays from the last commit.
+//! - columns added that the INSERT does not name: the plan still writes
+//!   correct rows (the INSERT names its columns). With a live plan the
+//!   writer re-plans so that they are filled from the records; without
+//!   one the run goes on and the new column gets its DEFAULT (or its
+//!   type's default) until a restart re-plans.
 //!
 //! Either way the old and new column lists are logged at INFO once per
 //! change ([`SchemaWatch::observe`]).
