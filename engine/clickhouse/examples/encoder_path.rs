@@ -48,10 +48,7 @@ fn run<E: for<'a> Encoder<Payload<'a>>>(enc: &mut E, lines: &[&str], batch: usiz
                 offset: first + i as i64,
                 timestamp_ms: None,
             };
-            let cx = RecordCx {
-                payload,
-                ack: &ack,
-            };
+            let cx = RecordCx { payload, ack: &ack };
             enc.encode(&payload, &cx, &mut buf).unwrap();
         }
         if buf.len() > 32 << 20 {

@@ -18,6 +18,7 @@ mod backoff;
 mod breaker;
 mod chunk;
 mod config;
+mod events;
 mod pool;
 mod token;
 mod worker;
@@ -27,8 +28,7 @@ pub use backoff::backoff_delay;
 pub use breaker::{Pick, ReplicaSet};
 pub use chunk::{BatchRange, Chunk, Layout, SealedBatch};
 pub use config::{BatchConfig, BreakerConfig, ConfigError, ConfigWarning, RetryConfig, SinkConfig};
-pub use pool::{
-    DRAIN_GRACE, DrainReport, PoolHandle, ProbeReport, PushError, ShardReport, SinkPool,
-};
+pub use events::ShardReport;
+pub use pool::{DRAIN_GRACE, DrainReport, PoolHandle, ProbeReport, PushError, SinkPool};
 pub use token::{RunNonce, batch_token};
 pub use writer::{Endpoint, WriteError, WriteErrorKind, Writer};

@@ -1,8 +1,7 @@
 //! The sink pool: per-shard bounded queues, one worker task per shard, probes
 //! and the bounded drain (D5).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::runtime::Handle;
@@ -10,9 +9,9 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::metrics::ShardMetrics;
 use crate::planted::{self, Bug};
-use crate::sink::worker::{self, ShardShared};
+use crate::sink::events::{ShardReport, ShardShared};
+use crate::sink::worker;
 use crate::sink::{
     Chunk, ConfigError, Endpoint, ReplicaSet, RunNonce, SinkConfig, WriteError, Writer,
 };
@@ -64,10 +63,7 @@ impl PoolHandle {
         let rows = chunk.rows();
         match self.senders[shard].try_send(chunk) {
             Ok(()) => {
-                self.shared[shard]
-                    .stats
-                    .rows_enqueued
-                    .fetch_add(rows, Ordering::Relaxed);
+                self.shared[shard].enqueued(rows);
                 Ok(())
             }
             Err(mpsc::error::TrySendError::Full(c)) => Err(PushError::Full(c)),
@@ -79,10 +75,7 @@ impl PoolHandle {
     /// without queueing them (shutdown past its deadline, a closed pool): their
     /// acks failed, and the drain report counts them as abandoned (D6).
     pub(crate) fn note_dropped(&self, shard: usize, rows: u64) {
-        self.shared[shard]
-            .stats
-            .rows_dropped
-            .fetch_add(rows, Ordering::Relaxed);
+        self.shared[shard].dropped(rows);
     }
 
     /// Whether every shard has a replica whose circuit breaker is closed (or
@@ -101,73 +94,6 @@ impl PoolHandle {
         let tx = &self.senders[shard];
         tx.max_capacity() - tx.capacity()
     }
-}
-
-/// Counters a worker keeps for the drain report; atomics so a report can be
-/// made even for a worker that had to be aborted.
-#[derive(Debug, Default)]
-pub(crate) struct ShardStats {
-    pub(crate) rows_enqueued: AtomicU64,
-    /// Rows for this shard a pipeline thread dropped before queueing them.
-    pub(crate) rows_dropped: AtomicU64,
-    pub(crate) batches_flushed: AtomicU64,
-    pub(crate) rows_flushed: AtomicU64,
-    pub(crate) bytes_flushed: AtomicU64,
-    pub(crate) batches_abandoned: AtomicU64,
-    pub(crate) retries: AtomicU64,
-    pub(crate) possible_duplicates: AtomicU64,
-    /// Why the shard's first batch was abandoned (the run report's cause).
-    /// Written once, off the hot path (an abandon is the end of a run).
-    pub(crate) first_abandon: std::sync::Mutex<Option<String>>,
-    pub(crate) possible_duplicate_rows: AtomicU64,
-}
-
-impl ShardStats {
-    /// Keeps `cause` as the shard's abandon cause unless one is kept already.
-    pub(crate) fn note_abandon(&self, cause: impl FnOnce() -> String) {
-        let mut first = self
-            .first_abandon
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if first.is_none() {
-            *first = Some(cause());
-        }
-    }
-}
-
-/// One shard's totals over the pool's life, as reported by [`SinkPool::drain`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ShardReport {
-    /// Shard index.
-    pub shard: usize,
-    /// Batches written and acknowledged.
-    pub batches_flushed: u64,
-    /// Rows written and acknowledged.
-    pub rows_flushed: u64,
-    /// Bytes written and acknowledged.
-    pub bytes_flushed: u64,
-    /// Batches given up on (their acks failed).
-    pub batches_abandoned: u64,
-    /// Rows bound for the shard and never acknowledged (their acks failed):
-    /// queued and not written, or dropped by a pipeline thread before they
-    /// could be queued.
-    pub rows_abandoned: u64,
-    /// Write attempts after the first.
-    pub retries: u64,
-    /// Extra copies of batches that may be in the table: for each batch, the
-    /// attempts whose outcome is unknown (timed out, or the connection lost
-    /// after sending). On a server that ignores the dedup token (plain
-    /// MergeTree) an acknowledged batch with `k` of them may be stored up to
-    /// `k + 1` times; an abandoned one up to `k` times.
-    pub possible_duplicates: u64,
-    /// The rows of those extra copies (each copy counts its batch's rows).
-    pub possible_duplicate_rows: u64,
-    /// Whether the worker ignored the deadline and was aborted after the grace.
-    pub forced_abort: bool,
-    /// Why the shard's first batch was abandoned: the last error of its
-    /// write (the server's code and text, the endpoint, how many attempts),
-    /// or the drain deadline. `None` when nothing was abandoned.
-    pub first_abandon_cause: Option<String>,
 }
 
 /// What a drain found: per shard totals.
@@ -280,13 +206,11 @@ impl<W: Writer> SinkPool<W> {
                     url: url.as_str().into(),
                 })
                 .collect();
-            let s = Arc::new(ShardShared {
+            let s = Arc::new(ShardShared::new(
                 shard,
                 endpoints,
-                replicas: Mutex::new(ReplicaSet::new(urls.len(), config.breaker.clone())),
-                metrics: ShardMetrics::register(shard),
-                stats: ShardStats::default(),
-            });
+                ReplicaSet::new(urls.len(), config.breaker.clone()),
+            ));
             let join = runtime.spawn(worker::run(worker::WorkerArgs {
                 shared: Arc::clone(&s),
                 config: Arc::clone(&config),
@@ -391,38 +315,6 @@ impl<W: Writer> SinkPool<W> {
                 .zip(forced)
                 .map(|(s, forced_abort)| s.report(forced_abort))
                 .collect(),
-        }
-    }
-}
-
-impl ShardShared {
-    fn report(&self, forced_abort: bool) -> ShardReport {
-        let st = &self.stats;
-        let enqueued =
-            st.rows_enqueued.load(Ordering::Relaxed) + st.rows_dropped.load(Ordering::Relaxed);
-        let rows_flushed = st.rows_flushed.load(Ordering::Relaxed);
-        ShardReport {
-            shard: self.shard,
-            batches_flushed: st.batches_flushed.load(Ordering::Relaxed),
-            rows_flushed,
-            bytes_flushed: st.bytes_flushed.load(Ordering::Relaxed),
-            batches_abandoned: st.batches_abandoned.load(Ordering::Relaxed),
-            rows_abandoned: enqueued.saturating_sub(rows_flushed),
-            retries: st.retries.load(Ordering::Relaxed),
-            possible_duplicates: st.possible_duplicates.load(Ordering::Relaxed),
-            possible_duplicate_rows: st.possible_duplicate_rows.load(Ordering::Relaxed),
-            forced_abort,
-            first_abandon_cause: if forced_abort {
-                Some("the worker ignored the drain deadline and was aborted".to_owned())
-            } else {
-                None
-            }
-            .or_else(|| {
-                st.first_abandon
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .clone()
-            }),
         }
     }
 }

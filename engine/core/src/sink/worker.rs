@@ -14,8 +14,7 @@
 //! RNG, so on a current-thread runtime with paused time a run replays (D7).
 
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use rand::rngs::SmallRng;
@@ -26,25 +25,12 @@ use tokio::time::{Instant, sleep, sleep_until};
 
 use crate::ack::AckSet;
 use crate::budget::BudgetPermit;
-use crate::metrics::{Gauge, ShardMetrics};
 use crate::planted::{self, Bug};
-use crate::sink::pool::ShardStats;
+use crate::sink::events::{Abandon, ShardShared};
 use crate::sink::{
-    Chunk, Endpoint, Pick, ReplicaSet, SealedBatch, SinkConfig, WriteError, WriteErrorKind, Writer,
+    Chunk, Endpoint, Pick, SealedBatch, SinkConfig, WriteError, WriteErrorKind, Writer,
     backoff_delay,
 };
-
-/// State shared by a shard's worker, its write tasks and the pool.
-#[derive(Debug)]
-pub(crate) struct ShardShared {
-    pub(crate) shard: usize,
-    pub(crate) endpoints: Vec<Endpoint>,
-    /// Rotation and breakers. A std mutex held only for a pick or an update,
-    /// never across an await, and never touched by pipeline threads.
-    pub(crate) replicas: Mutex<ReplicaSet>,
-    pub(crate) metrics: ShardMetrics,
-    pub(crate) stats: ShardStats,
-}
 
 pub(crate) struct WorkerArgs<W> {
     pub(crate) shared: Arc<ShardShared>,
@@ -137,7 +123,7 @@ pub(crate) async fn run<W: Writer>(args: WorkerArgs<W>) {
         if input_closed && open.is_none() && sealed.is_empty() && inflight.is_empty() {
             break;
         }
-        shared.metrics.queue_depth.set(rx.len() as f64);
+        shared.queue_depth(rx.len());
         let linger_at = open.as_ref().map(|b| b.opened_at + config.batch.linger);
         // Read the queue only while no sealed batch waits for a write slot:
         // that is what turns a slow shard into backpressure (D2, D8).
@@ -160,11 +146,7 @@ pub(crate) async fn run<W: Writer>(args: WorkerArgs<W>) {
             Some(joined) = inflight.join_next(), if !inflight.is_empty() => {
                 if let Err(e) = joined {
                     // A panicking write task dropped its acks: they failed (D1).
-                    // Count it like any abandoned batch (D6).
-                    shared.stats.batches_abandoned.fetch_add(1, Ordering::Relaxed);
-                    shared.metrics.batches_abandoned.increment(1);
-                    shared.stats.note_abandon(|| format!("a write task failed: {e}"));
-                    tracing::error!(shard = shared.shard, error = %e, "write task failed; batch abandoned");
+                    shared.write_task_failed(&e);
                 }
             }
             msg = rx.recv(), if accept => match msg {
@@ -252,58 +234,7 @@ async fn abandon_at_deadline(
     }
     sealed.clear();
     *open = None;
-    if batches > 0 {
-        shared
-            .stats
-            .batches_abandoned
-            .fetch_add(batches, Ordering::Relaxed);
-        shared.metrics.batches_abandoned.increment(batches);
-        shared.stats.note_abandon(|| {
-            format!("shutdown.drain_timeout passed with {batches} batch(es) not written")
-        });
-        tracing::error!(
-            shard = shared.shard,
-            batches,
-            "drain deadline reached; batches not written were abandoned and their acks failed"
-        );
-    }
-}
-
-/// Raises a gauge by `amount` for as long as the guard lives (also when the
-/// task holding it is aborted).
-struct GaugeGuard<'a> {
-    gauge: &'a Gauge,
-    amount: f64,
-}
-
-impl<'a> GaugeGuard<'a> {
-    fn new(gauge: &'a Gauge, amount: f64) -> Self {
-        gauge.increment(amount);
-        Self { gauge, amount }
-    }
-}
-
-impl Drop for GaugeGuard<'_> {
-    fn drop(&mut self) {
-        self.gauge.decrement(self.amount);
-    }
-}
-
-/// Counts `copies` possible extra copies of a batch of `rows` rows.
-fn count_possible_duplicates(shared: &ShardShared, rows: u64, copies: u64) {
-    let st = &shared.stats;
-    let m = &shared.metrics;
-    st.possible_duplicates.fetch_add(copies, Ordering::Relaxed);
-    st.possible_duplicate_rows
-        .fetch_add(copies * rows, Ordering::Relaxed);
-    m.possible_duplicates.increment(copies);
-    m.possible_duplicate_rows.increment(copies * rows);
-}
-
-/// Why a batch was given up on.
-enum Abandon {
-    Fatal(WriteError),
-    Exhausted(WriteError),
+    shared.abandoned_at_deadline(batches);
 }
 
 /// Re-seals a batch at most this many times (each after the table changed
@@ -319,7 +250,7 @@ const MAX_RESEALS: u32 = 8;
 /// earlier attempt of this batch under the same query id) is waited out: the
 /// same replica is asked again after a backoff, without counting a failure
 /// or touching its breaker. An answer [`WriteErrorKind::Replanned`] (the
-/// table changed under the batch's layout; nothing was sent) swaps the
+/// table changed under the batch's layout; nothing was stored) swaps the
 /// batch for the writer's re-seal of it ([`Writer::reseal`]), which every
 /// later attempt sends unchanged (D4); a re-seal the writer refuses is
 /// fatal.
@@ -336,7 +267,7 @@ async fn write_batch<W: Writer>(
     pending: PendingBatch,
     seed: u64,
 ) {
-    let _inflight = GaugeGuard::new(&shared.metrics.inflight_writes, 1.0);
+    let _inflight = shared.write_in_flight();
     let mut attempts = Attempts::new(seed);
     let mut batch = Arc::clone(&pending.batch);
     let outcome = loop {
@@ -357,16 +288,18 @@ async fn write_batch<W: Writer>(
         match err.kind {
             WriteErrorKind::AlreadyRunning => {
                 attempts
-                    .wait_running(&shared, &config, endpoint, &batch, &err, replica)
+                    .wait_running(&shared, &config, &batch, &err, replica)
                     .await;
             }
-            WriteErrorKind::Replanned => match reseal(&*writer, &batch, &mut attempts, &err) {
-                Ok(next) => batch = Arc::new(next),
-                Err(e) => break Err(Abandon::Fatal(e)),
-            },
+            WriteErrorKind::Replanned => {
+                match reseal(&*writer, &shared, &batch, &mut attempts, &err) {
+                    Ok(next) => batch = Arc::new(next),
+                    Err(e) => break Err(Abandon::Fatal(e)),
+                }
+            }
             _ => {
                 if let Some(abandon) = attempts
-                    .failed(&shared, &config, endpoint, &batch, err, replica)
+                    .failed(&shared, &config, &batch, err, replica)
                     .await
                 {
                     break Err(abandon);
@@ -375,8 +308,15 @@ async fn write_batch<W: Writer>(
         }
     };
     match outcome {
-        Ok(()) => flushed(&shared, &batch, attempts.ambiguous, pending),
-        Err(reason) => abandoned(&shared, &batch, &reason, &attempts, pending),
+        Ok(()) => {
+            shared.flushed(&batch, attempts.ambiguous);
+            // D1: delivered only after a replica acknowledged the insert.
+            pending.acks.deliver();
+        }
+        Err(reason) => {
+            shared.abandoned(&batch, &reason, attempts.failures, attempts.ambiguous);
+            // Dropping `pending` fails the acks (D1).
+        }
     }
 }
 
@@ -403,6 +343,7 @@ async fn attempt<W: Writer>(
 /// [`MAX_RESEALS`].
 fn reseal<W: Writer>(
     writer: &W,
+    shared: &ShardShared,
     batch: &SealedBatch,
     attempts: &mut Attempts,
     replanned: &WriteError,
@@ -423,14 +364,7 @@ fn reseal<W: Writer>(
         batch.layout(),
         "a re-seal changes the layout"
     );
-    tracing::info!(
-        token = batch.token(),
-        rows = batch.rows(),
-        from_layout = batch.layout(),
-        to_layout = next.layout(),
-        reason = %replanned.message,
-        "batch re-sealed under the table's new columns; writing the re-sealed batch"
-    );
+    shared.resealed(batch, &next, replanned);
     Ok(next)
 }
 
@@ -488,18 +422,14 @@ impl Attempts {
         &mut self,
         shared: &ShardShared,
         config: &SinkConfig,
-        endpoint: &Endpoint,
         batch: &SealedBatch,
         err: &WriteError,
         replica: usize,
     ) {
         self.waits = self.waits.saturating_add(1);
         let delay = backoff_delay(&config.retry, self.waits, self.rng.random::<f64>());
-        tracing::warn!(
-            %endpoint, token = batch.token(), wait = self.waits, backoff_ms = delay.as_millis() as u64,
-            error = %err, "an earlier attempt of this batch still runs on the replica; waiting"
-        );
-        let _backoff = GaugeGuard::new(&shared.metrics.backoff_seconds, delay.as_secs_f64());
+        shared.still_running(&shared.endpoints[replica], batch, self.waits, delay, err);
+        let _backoff = shared.backing_off(delay);
         sleep(delay).await;
         self.again = Some(replica);
     }
@@ -511,7 +441,6 @@ impl Attempts {
         &mut self,
         shared: &ShardShared,
         config: &SinkConfig,
-        endpoint: &Endpoint,
         batch: &SealedBatch,
         err: WriteError,
         replica: usize,
@@ -533,85 +462,15 @@ impl Attempts {
             return Some(Abandon::Exhausted(err));
         }
         let delay = backoff_delay(&config.retry, self.failures, self.rng.random::<f64>());
-        shared.stats.retries.fetch_add(1, Ordering::Relaxed);
-        shared.metrics.retries.increment(1);
-        tracing::warn!(
-            %endpoint, token = batch.token(), attempt = self.failures, backoff_ms = delay.as_millis() as u64,
-            error = %err, "insert failed; retrying the same batch"
+        shared.retried(
+            &shared.endpoints[replica],
+            batch,
+            self.failures,
+            delay,
+            &err,
         );
-        let _backoff = GaugeGuard::new(&shared.metrics.backoff_seconds, delay.as_secs_f64());
+        let _backoff = shared.backing_off(delay);
         sleep(delay).await;
         None
     }
-}
-
-/// A replica acknowledged `batch`: count it, say how many copies may be in
-/// the table, deliver its acks (D1).
-fn flushed(shared: &ShardShared, batch: &SealedBatch, ambiguous: u64, pending: PendingBatch) {
-    let st = &shared.stats;
-    let m = &shared.metrics;
-    st.batches_flushed.fetch_add(1, Ordering::Relaxed);
-    st.rows_flushed.fetch_add(batch.rows(), Ordering::Relaxed);
-    st.bytes_flushed.fetch_add(batch.bytes(), Ordering::Relaxed);
-    m.batches_flushed.increment(1);
-    m.rows_written.increment(batch.rows());
-    m.bytes_written.increment(batch.bytes());
-    if ambiguous > 0 {
-        count_possible_duplicates(shared, batch.rows(), ambiguous);
-        tracing::warn!(
-            shard = shared.shard,
-            token = batch.token(),
-            rows = batch.rows(),
-            ambiguous_attempts = ambiguous,
-            "batch acknowledged after {ambiguous} attempt(s) whose outcome is unknown \
-             (timed out or cut off after sending): where the server ignores the dedup \
-             token (plain MergeTree), its rows may be in the table up to {} times",
-            ambiguous + 1
-        );
-    }
-    // D1: delivered only after a replica acknowledged the insert.
-    pending.acks.deliver();
-}
-
-/// `batch` was given up on: count and log it; dropping `pending` fails its
-/// acks (D1).
-fn abandoned(
-    shared: &ShardShared,
-    batch: &SealedBatch,
-    reason: &Abandon,
-    attempts: &Attempts,
-    pending: PendingBatch,
-) {
-    let st = &shared.stats;
-    let m = &shared.metrics;
-    let failures = attempts.failures;
-    st.batches_abandoned.fetch_add(1, Ordering::Relaxed);
-    m.batches_abandoned.increment(1);
-    let (why, err) = match reason {
-        Abandon::Fatal(e) => ("fatal error", e),
-        Abandon::Exhausted(e) => ("attempts exhausted", e),
-    };
-    st.note_abandon(|| format!("{err} ({why} after {failures} attempt(s))"));
-    tracing::error!(
-        shard = shared.shard, token = batch.token(), rows = batch.rows(),
-        attempts = failures, ranges = ?batch.ranges(), error = %err,
-        "batch abandoned ({why}); its acks fail and its partitions stop committing"
-    );
-    let ambiguous = attempts.ambiguous;
-    if ambiguous > 0 {
-        // Not acknowledged, yet it may have landed: a later run rereads it
-        // and adds one more copy.
-        count_possible_duplicates(shared, batch.rows(), ambiguous);
-        tracing::warn!(
-            shard = shared.shard,
-            token = batch.token(),
-            rows = batch.rows(),
-            ambiguous_attempts = ambiguous,
-            "the abandoned batch may be in the table up to {ambiguous} times already \
-             (attempts whose outcome is unknown); a run that rereads it adds one more \
-             copy where the server ignores the dedup token"
-        );
-    }
-    // Dropping `pending` fails the acks (D1).
-    drop(pending);
 }
