@@ -668,9 +668,10 @@ fn a_second_signal_during_the_drain_exits_at_once() {
 }
 
 /// Issue 19 item 1, the issue's repro through the binary, live (ADR 0005):
-/// `MODIFY COLUMN distance UInt64` while spate runs. No restart: spate
-/// re-plans, rows from then on carry distances only UInt64 holds, every row
-/// lands right and everything is committed; SIGTERM exits 0.
+/// `MODIFY COLUMN distance UInt64` while spate runs. No restart: the next
+/// insert finds the change and spate re-plans; rows produced after that
+/// carry distances only UInt64 holds; every row lands right and everything
+/// is committed; SIGTERM exits 0.
 #[test]
 fn a_column_widened_while_running_is_replanned_without_a_restart() {
     let Some(url) = clickhouse_url() else {
@@ -701,14 +702,31 @@ fn a_column_widened_while_running_is_replanned_without_a_restart() {
         "ALTER TABLE default.{} MODIFY COLUMN distance UInt64",
         table.name
     ));
-    let after: Vec<String> = (300..400)
+    // Rows 300..349 as before: the first insert after the ALTER finds the
+    // change (18.16: the re-read before every insert) and re-plans.
+    let mut after: Vec<String> = (300..350).map(flight_row).collect();
+    produce(&brokers, topic, partitions, &after);
+    let deadline = Instant::now() + DELIVERY;
+    while !spate.logs().contains("re-planned the INSERT live") {
+        assert!(
+            Instant::now() < deadline,
+            "not re-planned:\n{}",
+            spate.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Rows 350..399 carry distances only the new type holds: encoded under
+    // the new plan (a record polled before the change was seen is encoded
+    // under the old one, where such a value is a record error).
+    let wide: Vec<String> = (350..400)
         .map(|i| {
             let mut v: serde_json::Value = serde_json::from_str(&flight_row(i)).unwrap();
             v["distance"] = serde_json::json!(5_000_000_000u64 + i);
             v.to_string()
         })
         .collect();
-    produce(&brokers, topic, partitions, &after);
+    produce(&brokers, topic, partitions, &wide);
+    after.extend(wide);
     await_commits(&spate, &brokers, &group, topic, partitions, port);
     let logs = spate.logs();
     let (code, out) = spate.terminate();
