@@ -14,8 +14,15 @@
 #                                the bootstrap list (host:port,...)
 #   ci/kafka.sh bootstrap        print the bootstrap list again
 #   ci/kafka.sh kill-broker I    kill -9 node I (1-based); its data stays
-#   ci/kafka.sh start-broker I   start node I again on its data, wait until
-#                                it answers
+#   ci/kafka.sh start-broker I [--no-wait]
+#                                start node I again on its data, wait until
+#                                it answers (a quorum of the other nodes must
+#                                be up); --no-wait returns once it is spawned
+#   ci/kafka.sh start-all        start every node that is not running (all
+#                                of them after a full outage: none can answer
+#                                before a quorum is back, so they start
+#                                together), then wait until each lists all N
+#                                brokers
 #   ci/kafka.sh pid I            print node I's pid
 #   ci/kafka.sh stop             stop every node started here, remove state
 #
@@ -26,6 +33,8 @@
 # replication factor min(3,N), min.insync.replicas 2 (1 when N=1); the
 # offsets and transaction-state topics likewise (5 partitions each, so the
 # first group or transaction is quick); group.initial.rebalance.delay.ms 0;
+# log.cleaner.backoff.ms 500 (a compacted test topic is cleaned within a
+# second of its segments rolling, not after the default 15 s);
 # no automatic topic creation (tests create theirs, with RF and partitions);
 # message.max.bytes 16 MiB (spate::kafka_tools::MAX_MESSAGE_BYTES: the e2e
 # poison record is 2 MiB).
@@ -42,6 +51,8 @@
 #   resident memory per node, idle after start   300-340 MB
 #   resident memory per node after 2 M rows      550-600 MB
 #   stop (controlled shutdown of all nodes)      about 16 s
+#   start-all after kill -9 of every node        about 18 s (log recovery,
+#                                                quorum, registration)
 #
 # $SPATE_KAFKA_HEAP (default -Xmx384m -Xms64m) sets each JVM's heap.
 # Never a silent skip: a node that exits or does not register within
@@ -126,6 +137,7 @@ transaction.state.log.num.partitions=5
 share.coordinator.state.topic.replication.factor=$rf
 share.coordinator.state.topic.min.isr=$isr
 group.initial.rebalance.delay.ms=0
+log.cleaner.backoff.ms=500
 num.network.threads=2
 num.io.threads=4
 num.recovery.threads.per.data.dir=1
@@ -296,13 +308,23 @@ case "${1:-}" in
     ;;
   start-broker)
     need_node "${2:-}" start-broker
-    start_one "$2"
-    wait_one "$2" 1
-    log "node $2 answers again"
+    case "${3:-}" in
+      "") start_one "$2"; wait_one "$2" 1; log "node $2 answers again" ;;
+      --no-wait) start_one "$2" ;;
+      *) log "start-broker: unknown option ${3} (known: --no-wait)"; exit 2 ;;
+    esac
+    ;;
+  start-all)
+    [[ -f "$ROOT/nodes" ]] || { log "no cluster under $ROOT"; exit 1; }
+    n=$(node_count)
+    t0=$SECONDS
+    for ((i = 1; i <= n; i++)); do start_one "$i"; done
+    for ((i = 1; i <= n; i++)); do wait_one "$i" "$n"; done
+    log "$n brokers registered again after $((SECONDS - t0))s"
     ;;
   stop) stop_all ;;
   *)
-    echo "usage: $0 start [N] | bootstrap | pid I | kill-broker I | start-broker I | stop" >&2
+    echo "usage: $0 start [N] | bootstrap | pid I | kill-broker I | start-broker I [--no-wait] | start-all | stop" >&2
     exit 2
     ;;
 esac

@@ -72,6 +72,7 @@ use spate_clickhouse::rowbinary::{self, Value, decode::decode, put_string};
 use spate_clickhouse::schema::{InsertOptions, TableSchema, plan_insert};
 use spate_clickhouse::time::TimeFormat;
 use spate_clickhouse::types::ChType;
+use spate_testkit::fixtures::EVENT15;
 
 #[path = "common/cpu_time.rs"]
 mod cpu_time;
@@ -541,28 +542,7 @@ fn event15() -> Dataset {
             )
         })
         .collect();
-    Dataset::new(
-        "event15",
-        &[
-            ("ts", "DateTime64(3, 'UTC')"),
-            ("user_id", "UInt64"),
-            ("session", "UUID"),
-            ("event", "LowCardinality(String)"),
-            ("page", "String"),
-            ("referrer", "Nullable(String)"),
-            ("country", "FixedString(2)"),
-            ("ip", "IPv4"),
-            ("duration_ms", "UInt32"),
-            ("price", "Decimal(18, 4)"),
-            ("qty", "UInt16"),
-            ("is_mobile", "Bool"),
-            ("score", "Float64"),
-            ("tags", "Array(String)"),
-            ("version", "Int32"),
-        ],
-        &[],
-        lines,
-    )
+    Dataset::new("event15", &EVENT15, &[], lines)
 }
 
 /// A flight row as plain Rust values, for the hand-written encoder.

@@ -20,9 +20,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use spate_core::record::{Epoch, Offset, TopicPartition};
-use spate_core::source::{AssignmentEvent, BufferedBatch, CommitOffset, Lane, Source, SourceError};
+use spate_core::source::{AssignmentEvent, CommitOffset, Source, SourceError};
+use spate_testkit::lane::{self, LaneFeed, LaneState, MemLane};
 
 use crate::config::FaultKind;
 use crate::world::{GAP, GroupEvent, Shared};
@@ -67,19 +67,10 @@ impl Source for SimSource {
                 let position = w.committed[p].unwrap_or(0);
                 w.trace(format!("deliver assign p{p} e{epoch} from {position}"));
                 let partition = TopicPartition::new(Arc::clone(&self.topic), p as i32);
-                AssignmentEvent::Assigned {
-                    partition: partition.clone(),
-                    epoch,
-                    lane: SimLane {
-                        partition,
-                        epoch,
-                        position,
-                        paused: false,
-                        buf: Vec::new(),
-                        first: 0,
-                        world: self.world.clone(),
-                    },
-                }
+                let feed = WorldFeed {
+                    world: self.world.clone(),
+                };
+                lane::assigned(partition, epoch, position, feed)
             }
             GroupEvent::Revoke(p, epoch) => {
                 w.trace(format!("deliver revoke p{p} e{epoch}"));
@@ -175,59 +166,52 @@ impl Source for SimSource {
     }
 }
 
-/// A lane of the simulated consumer.
+/// A lane of the simulated consumer: the test kit's in-memory lane
+/// (`spate_testkit::lane`, the state machine the scripted source's lanes
+/// use too) fed from the world's log, with the simulator's fault hooks in
+/// [`WorldFeed`].
+pub type SimLane = MemLane<WorldFeed>;
+
+/// Feeds a [`SimLane`] from the simulated world: a poll fails while a fetch
+/// error fault covers the partition, returns nothing while paused, while the
+/// partition is unavailable, while the lane's epoch is fenced or no longer
+/// current; otherwise it resets an out-of-range position to the log start
+/// (`auto.offset.reset: earliest`), skips gaps before the batch and ends it
+/// at the next gap (see the module docs).
 #[derive(Debug)]
-pub struct SimLane {
-    partition: TopicPartition,
-    epoch: Epoch,
-    position: Offset,
-    paused: bool,
-    buf: Vec<Bytes>,
-    first: Offset,
+pub struct WorldFeed {
     world: Shared,
 }
 
-impl Lane for SimLane {
-    type Batch<'a> = BufferedBatch<'a>;
-
-    fn partition(&self) -> &TopicPartition {
-        &self.partition
-    }
-
-    fn epoch(&self) -> Epoch {
-        self.epoch
-    }
-
-    fn poll(&mut self, _timeout: Duration) -> Result<BufferedBatch<'_>, SourceError> {
-        self.buf.clear();
-        self.first = self.position;
-        let p = index(&self.partition);
+impl LaneFeed for WorldFeed {
+    fn feed(&mut self, lane: &mut LaneState) -> Result<(), SourceError> {
+        let p = index(&lane.partition);
         let mut w = self.world.lock();
         let n = w.cfg.partitions;
         if w.fault_active(FaultKind::FetchErrors, |t, _| t % n == p) {
             return Err(SourceError::Transient {
-                context: format!("fetch {}", self.partition),
+                context: format!("fetch {}", lane.partition),
                 message: "simulated fetch error".into(),
             });
         }
         let unavailable = w.fault_active(FaultKind::PartitionUnavailable, |t, _| t % n == p);
-        let fenced = !w.fenced.is_empty() && w.fenced.contains(&(p, self.epoch));
-        if !self.paused && !unavailable && !fenced && w.epochs[p] == self.epoch {
+        let fenced = !w.fenced.is_empty() && w.fenced.contains(&(p, lane.epoch));
+        if !lane.paused && !unavailable && !fenced && w.epochs[p] == lane.epoch {
             let end = w.ids[p].len() as Offset;
-            if self.position > end || self.position < w.log_start[p] {
+            if lane.position > end || lane.position < w.log_start[p] {
                 // OFFSET_OUT_OF_RANGE: librdkafka resets per
                 // auto.offset.reset, which spate sets to earliest.
                 let to = w.log_start[p];
                 w.trace(format!(
                     "p{p} e{} fetch at {} out of range [{to}, {end}]: reset to earliest {to}",
-                    self.epoch, self.position
+                    lane.epoch, lane.position
                 ));
-                self.position = to;
+                lane.position = to;
             }
             // Gaps (control, aborted, compacted records) are skipped; a
             // batch holds consecutive offsets, so it ends at the next gap.
             let ids = &w.ids[p];
-            let mut start = self.position as usize;
+            let mut start = lane.position as usize;
             let gap = ids.get(start) == Some(&GAP);
             while ids.get(start) == Some(&GAP) {
                 start += 1;
@@ -240,27 +224,10 @@ impl Lane for SimLane {
             }
             let stop = ids.len().min(start + w.cfg.max_poll);
             let len = ids[start..stop].iter().take_while(|&&id| id != GAP).count();
-            self.buf.extend_from_slice(&w.logs[p][start..start + len]);
-            self.first = start as Offset;
-            self.position = (start + len) as Offset;
+            lane.take(start as Offset, &w.logs[p][start..start + len]);
             let fetched = &mut w.fetched_end[p];
-            *fetched = (*fetched).max(self.position);
+            *fetched = (*fetched).max(lane.position);
         }
-        drop(w);
-        Ok(BufferedBatch {
-            values: &self.buf,
-            partition: &self.partition,
-            first: self.first,
-        })
-    }
-
-    fn pause(&mut self) -> Result<(), SourceError> {
-        self.paused = true;
-        Ok(())
-    }
-
-    fn resume(&mut self) -> Result<(), SourceError> {
-        self.paused = false;
         Ok(())
     }
 }

@@ -19,6 +19,7 @@ use spate_clickhouse::num::Wide;
 use spate_clickhouse::rowbinary::{Value, encode, put_string};
 use spate_clickhouse::time::TimeFormat;
 use spate_clickhouse::types::ChType;
+use spate_testkit::fixtures::{EVENT15, FLIGHTS, event15_row};
 
 const FIXTURE: &str = include_str!("../tests/fixtures/flights-50.ndjson");
 const TARGET_ROWS: usize = 2_000_000;
@@ -113,13 +114,11 @@ fn main() {
             ("destination", ChType::String),
         ])
     } else {
-        simple_columns([
-            ("date", ChType::parse("DateTime").unwrap()),
-            ("delay", ChType::Int32),
-            ("distance", ChType::UInt32),
-            ("origin", ChType::parse("LowCardinality(String)").unwrap()),
-            ("destination", ChType::String),
-        ])
+        simple_columns(
+            FLIGHTS
+                .iter()
+                .map(|&(name, ty)| (name, ChType::parse(ty).unwrap())),
+        )
     };
     let options = MappingOptions {
         time: TimeRules {
@@ -239,43 +238,12 @@ fn flights(
 
 /// A 15-column event, `rows` of them.
 fn event(rows: usize) {
-    let event_cols = simple_columns([
-        ("ts", ChType::parse("DateTime64(3, 'UTC')").unwrap()),
-        ("user_id", ChType::UInt64),
-        ("session", ChType::Uuid),
-        ("event", ChType::parse("LowCardinality(String)").unwrap()),
-        ("page", ChType::String),
-        ("referrer", ChType::parse("Nullable(String)").unwrap()),
-        ("country", ChType::FixedString(2)),
-        ("ip", ChType::Ipv4),
-        ("duration_ms", ChType::UInt32),
-        ("price", ChType::parse("Decimal(18, 4)").unwrap()),
-        ("qty", ChType::UInt16),
-        ("is_mobile", ChType::Bool),
-        ("score", ChType::Float64),
-        ("tags", ChType::parse("Array(String)").unwrap()),
-        ("version", ChType::Int32),
-    ]);
-    let events: Vec<String> = (0..rows)
-        .map(|i| {
-            format!(
-                r#"{{"ts":"2024-05-01T12:{:02}:{:02}.{:03}Z","user_id":{},"session":"61f0c404-5cb3-11e7-907b-a6006ad3{:04x}","event":"click","page":"/p/{}","referrer":null,"country":"DE","ip":"10.0.{}.{}","duration_ms":{},"price":"{}.99","qty":{},"is_mobile":{},"score":{}.5,"tags":["a","b"],"version":3}}"#,
-                i % 60,
-                i % 59,
-                i % 1000,
-                1_000_000 + i,
-                i % 65536,
-                i % 1000,
-                i % 256,
-                i % 250,
-                i * 7 % 100_000,
-                i % 500,
-                i % 20,
-                i % 2 == 0,
-                i % 100
-            )
-        })
-        .collect();
+    let event_cols = simple_columns(
+        EVENT15
+            .iter()
+            .map(|&(name, ty)| (name, ChType::parse(ty).unwrap())),
+    );
+    let events: Vec<String> = (0..rows).map(event15_row).collect();
     let ev_bytes: usize = events.iter().map(String::len).sum();
     println!(
         "15-column event: {:.1} bytes/row of JSON",

@@ -14,6 +14,7 @@ use spate_clickhouse::mapping::{JsonRowEncoder, MappingOptions, TimeRules, simpl
 use spate_clickhouse::native::BlockPlan;
 use spate_clickhouse::time::TimeFormat;
 use spate_clickhouse::types::ChType;
+use spate_testkit::fixtures::{EVENT15, FLIGHTS};
 
 struct Counting;
 
@@ -90,13 +91,11 @@ fn flights_rows_allocate_nothing_per_row() {
         .lines()
         .map(str::to_owned)
         .collect();
-    let cols = simple_columns([
-        ("date", ChType::parse("DateTime").unwrap()),
-        ("delay", ChType::Int32),
-        ("distance", ChType::UInt32),
-        ("origin", ChType::parse("LowCardinality(String)").unwrap()),
-        ("destination", ChType::String),
-    ]);
+    let cols = simple_columns(
+        FLIGHTS
+            .iter()
+            .map(|&(name, ty)| (name, ChType::parse(ty).unwrap())),
+    );
     let options = MappingOptions {
         time: TimeRules {
             formats: vec![TimeFormat::compile("%Y/%m/%d %H:%M").unwrap()],
@@ -110,23 +109,11 @@ fn flights_rows_allocate_nothing_per_row() {
 
 #[test]
 fn event_rows_allocate_nothing_per_row() {
-    let cols = simple_columns([
-        ("ts", ChType::parse("DateTime64(3, 'UTC')").unwrap()),
-        ("user_id", ChType::UInt64),
-        ("session", ChType::Uuid),
-        ("event", ChType::parse("LowCardinality(String)").unwrap()),
-        ("page", ChType::String),
-        ("referrer", ChType::parse("Nullable(String)").unwrap()),
-        ("country", ChType::FixedString(2)),
-        ("ip", ChType::Ipv4),
-        ("duration_ms", ChType::UInt32),
-        ("price", ChType::parse("Decimal(18, 4)").unwrap()),
-        ("qty", ChType::UInt16),
-        ("is_mobile", ChType::Bool),
-        ("score", ChType::Float64),
-        ("tags", ChType::parse("Array(String)").unwrap()),
-        ("version", ChType::Int32),
-    ]);
+    let cols = simple_columns(
+        EVENT15
+            .iter()
+            .map(|&(name, ty)| (name, ChType::parse(ty).unwrap())),
+    );
     // Fields out of column order on odd rows (the permutation path), an
     // escaped string, and a missing Nullable field on every third row.
     let rows: Vec<String> = (0..200)

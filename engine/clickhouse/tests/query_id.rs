@@ -5,22 +5,15 @@
 //! ended, the same token inserts. This is what stops a stalled server from
 //! running every queued retry of a batch at once (issue 19 item 3).
 
-use std::io::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use spate_clickhouse::writer::{HttpWriter, HttpWriterConfig};
 use spate_core::sink::{Endpoint, WriteErrorKind};
 
-fn server() -> Option<String> {
-    match std::env::var("SPATE_CLICKHOUSE_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            let _ = writeln!(std::io::stderr(), "skipped: SPATE_CLICKHOUSE_URL not set");
-            None
-        }
-    }
-}
+mod common;
+
+use common::server;
 
 #[tokio::test]
 async fn an_insert_whose_token_is_a_running_query_id_is_refused_as_already_running() {

@@ -7,7 +7,6 @@
 //! probe, the INSERT plan and the JSON encoder, inserts them with the HTTP
 //! writer, and reads them back with `SELECT ... FORMAT JSONEachRow`.
 
-use std::io::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -25,78 +24,13 @@ use spate_clickhouse::writer::{
 use spate_core::ack::{AckIssuer, AckSet, Outcome, ack_channel};
 use spate_core::budget::BudgetPermit;
 use spate_core::record::TopicPartition;
-use spate_core::sink::{Chunk, Endpoint, RunNonce, SinkConfig, SinkPool, Writer};
+use spate_core::sink::{Chunk, RunNonce, SinkConfig, SinkPool, Writer};
+
+mod common;
+
+use common::{TestDb, endpoint, plan, server};
 
 const FLIGHTS: &str = include_str!("fixtures/flights-50.ndjson");
-
-fn server() -> Option<String> {
-    match std::env::var("SPATE_CLICKHOUSE_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            // Straight to stderr: the harness captures print macros only.
-            let _ = writeln!(std::io::stderr(), "skipped: SPATE_CLICKHOUSE_URL not set");
-            None
-        }
-    }
-}
-
-fn endpoint(url: &str) -> Endpoint {
-    Endpoint {
-        shard: 0,
-        replica: 0,
-        url: url.into(),
-    }
-}
-
-/// A database of its own for one test, dropped at the end.
-struct TestDb {
-    admin: HttpWriter,
-    url: String,
-    name: String,
-}
-
-impl TestDb {
-    async fn create(url: &str, tag: &str) -> TestDb {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let name = format!("spate_it_{tag}_{}_{nanos}", std::process::id());
-        let mut config = HttpWriterConfig::new(&name, "", Vec::new());
-        config
-            .settings
-            .push(("allow_experimental_low_cardinality_type".into(), "1".into()));
-        let admin = HttpWriter::new(config);
-        admin
-            .query(url, &format!("CREATE DATABASE {name}"))
-            .await
-            .unwrap();
-        TestDb {
-            admin,
-            url: url.to_owned(),
-            name,
-        }
-    }
-
-    async fn sql(&self, sql: &str) -> String {
-        self.admin
-            .query(&self.url, sql)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"))
-    }
-
-    async fn rows(&self, sql: &str) -> Vec<Value> {
-        self.sql(sql)
-            .await
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    }
-
-    async fn drop(self) {
-        self.sql(&format!("DROP DATABASE {}", self.name)).await;
-    }
-}
 
 /// Probes the table, plans the INSERT, encodes `json_rows` and returns the
 /// encoder's writer config plus the encoded body.
@@ -112,17 +46,7 @@ async fn encode_as(
     json_rows: &[&str],
     format: InsertFormat,
 ) -> (HttpWriter, Bytes) {
-    let probe = HttpWriter::new(HttpWriterConfig::new(&db.name, table, Vec::new()));
-    let schema = probe.table_schema(&db.url).await.unwrap();
-    let columns = plan_insert(&schema, &InsertOptions::default()).unwrap();
-    let writer_columns = columns
-        .iter()
-        .map(|c| {
-            let t = schema.columns.iter().find(|t| t.name == c.name).unwrap();
-            (c.name.clone(), t.type_text.clone())
-        })
-        .collect();
-    let mut enc = JsonRowEncoder::new(columns, MappingOptions::default()).unwrap();
+    let (mut enc, writer_columns) = plan(db, table).await;
     let mut buf = Vec::new();
     for row in json_rows {
         enc.encode_json(row.as_bytes(), &mut buf)
@@ -145,7 +69,7 @@ async fn types_round_trip_as_rowbinary() {
 
 async fn types_round_trip(format: InsertFormat, tag: &str) {
     let Some(url) = server() else { return };
-    let db = TestDb::create(&url, tag).await;
+    let db = TestDb::create(&url, "spate_it", tag).await;
     db.sql(&format!(
         "CREATE TABLE {}.t (id UInt32, i8 Int8, u8 UInt8, i64 Int64, u64 UInt64, f32 Float32, \
          f64 Float64, s String, fs FixedString(3), d Date, dt DateTime('UTC'), dec Decimal(18, 4), \
@@ -211,7 +135,7 @@ async fn types_round_trip(format: InsertFormat, tag: &str) {
 #[tokio::test]
 async fn fatal_errors_carry_the_servers_message() {
     let Some(url) = server() else { return };
-    let db = TestDb::create(&url, "fatal").await;
+    let db = TestDb::create(&url, "spate_it", "fatal").await;
     db.sql(&format!(
         "CREATE TABLE {}.t (id UInt32) ENGINE = MergeTree ORDER BY id",
         db.name
@@ -303,7 +227,7 @@ async fn a_refused_connection_is_retryable() {
 #[tokio::test]
 async fn flights_flow_through_the_sink_pool() {
     let Some(url) = server() else { return };
-    let db = TestDb::create(&url, "pool").await;
+    let db = TestDb::create(&url, "spate_it", "pool").await;
     db.sql(&format!(
         "CREATE TABLE {}.flights (date DateTime('UTC'), delay Int32, distance UInt32, \
          origin String, destination String) ENGINE = MergeTree ORDER BY date",
@@ -461,7 +385,7 @@ async fn flights_summary(db: &TestDb) -> Value {
 #[tokio::test]
 async fn compressed_inserts_land_as_sent() {
     let Some(url) = server() else { return };
-    let db = TestDb::create(&url, "compress").await;
+    let db = TestDb::create(&url, "spate_it", "compress").await;
     let columns = flights_table(&db).await;
     let mut delay = 0;
     for (i, c) in [
@@ -578,7 +502,7 @@ impl Drop for TlsProxy {
 #[tokio::test]
 async fn https_replicas_work_with_a_ca_file_and_refuse_unknown_certificates() {
     let Some(url) = server() else { return };
-    let db = TestDb::create(&url, "tls").await;
+    let db = TestDb::create(&url, "spate_it", "tls").await;
     let columns = flights_table(&db).await;
     let proxy = TlsProxy::start(&url).await;
     let ep = endpoint(&proxy.url);
@@ -627,7 +551,7 @@ async fn https_replicas_work_with_a_ca_file_and_refuse_unknown_certificates() {
 #[tokio::test]
 async fn named_tuples_round_trip_from_objects_and_arrays() {
     let Some(url) = server() else { return };
-    let db = TestDb::create(&url, "tuples").await;
+    let db = TestDb::create(&url, "spate_it", "tuples").await;
     // 18.16 knows top-level named tuples (with Nullable elements); it
     // refuses named tuples nested in Array (syntax error), so those are
     // covered by the unit tests only.
@@ -671,7 +595,7 @@ async fn named_tuples_round_trip_from_objects_and_arrays() {
 #[tokio::test]
 async fn nested_native_layouts_land_on_a_real_server() {
     let Some(url) = server() else { return };
-    let db = TestDb::create(&url, "nested").await;
+    let db = TestDb::create(&url, "spate_it", "nested").await;
     db.sql(&format!(
         "CREATE TABLE {}.t (id UInt32, i16 Int16, u32 UInt32, e16 Enum16('x' = 1000, 'y' = -1000), \
          fs FixedString(2), d9 Decimal(9, 2), d38 Decimal(38, 10), dt DateTime, ns Nullable(String), \
@@ -778,7 +702,7 @@ async fn insert_mapped(
 #[tokio::test]
 async fn default_columns_keep_present_fields_and_apply_constant_defaults() {
     let Some(url) = server() else { return };
-    let db = TestDb::create(&url, "defaults").await;
+    let db = TestDb::create(&url, "spate_it", "defaults").await;
     db.sql(&format!(
         "CREATE TABLE {}.t (id UInt32, withdef UInt32 DEFAULT 7, z UInt32 DEFAULT 0, \
          s String DEFAULT 'x', d Date DEFAULT '2020-01-01', i Int8 DEFAULT -3, \
@@ -882,7 +806,7 @@ async fn default_columns_keep_present_fields_and_apply_constant_defaults() {
 #[tokio::test]
 async fn epoch_units_and_empty_strings_land_as_configured() {
     let Some(url) = server() else { return };
-    let db = TestDb::create(&url, "epochs").await;
+    let db = TestDb::create(&url, "spate_it", "epochs").await;
     db.sql(&format!(
         "CREATE TABLE {}.t (id UInt32, a DateTime('UTC'), b DateTime('UTC'), \
          ns Nullable(String), sd String DEFAULT 'dflt', plain String) \

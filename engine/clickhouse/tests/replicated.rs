@@ -40,33 +40,18 @@ use spate_core::record::TopicPartition;
 use spate_core::sink::{
     BatchConfig, BreakerConfig, Chunk, DrainReport, RetryConfig, RunNonce, SinkConfig, SinkPool,
 };
+use spate_testkit::process::{Frozen, server_pid};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 /// The replica URLs per shard, or `None` (and a `skipped:` line).
 fn cluster() -> Option<Vec<Vec<String>>> {
-    let skip = |why: &str| {
-        // Straight to stderr: the harness captures print macros only.
-        let _ = writeln!(std::io::stderr(), "skipped: {why}");
-        None
-    };
-    let Ok(spec) = std::env::var("SPATE_CLICKHOUSE_SHARDS") else {
-        return skip("SPATE_CLICKHOUSE_SHARDS not set");
-    };
-    let shards: Vec<Vec<String>> = spec
-        .split(';')
-        .map(|s| {
-            s.split(',')
-                .map(|u| u.trim().to_owned())
-                .filter(|u| !u.is_empty())
-                .collect::<Vec<_>>()
+    spate_testkit::env::clickhouse_shards()
+        .inspect_err(|why| {
+            // Straight to stderr: the harness captures print macros only.
+            let _ = writeln!(std::io::stderr(), "skipped: {why}");
         })
-        .filter(|s| !s.is_empty())
-        .collect();
-    if shards.len() < 2 || shards.iter().any(|s| s.len() < 2) {
-        return skip("SPATE_CLICKHOUSE_SHARDS needs at least 2 shards of at least 2 replicas");
-    }
-    Some(shards)
+        .ok()
 }
 
 /// The SIGSTOP test freezes a server every other test uses: it takes this
@@ -536,70 +521,6 @@ async fn a_stopped_replica_is_skipped_by_its_breaker() {
     db.drop().await;
 }
 
-/// The pid of the process listening on `url`'s port on this machine, from
-/// `/proc` (the listening socket's inode in `/proc/net/tcp*`, then the
-/// process holding it among `/proc/<pid>/fd`); `None` when not found.
-fn server_pid(url: &str) -> Option<u32> {
-    let port: u16 = url.trim_end_matches('/').rsplit(':').next()?.parse().ok()?;
-    let mut inodes = Vec::new();
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        let text = std::fs::read_to_string(table).unwrap_or_default();
-        for line in text.lines().skip(1) {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            let (Some(local), Some(&state), Some(&inode)) = (f.get(1), f.get(3), f.get(9)) else {
-                continue;
-            };
-            let local_port = local
-                .rsplit(':')
-                .next()
-                .and_then(|h| u16::from_str_radix(h, 16).ok());
-            if state == "0A" && local_port == Some(port) {
-                inodes.push(format!("socket:[{inode}]"));
-            }
-        }
-    }
-    if inodes.is_empty() {
-        return None;
-    }
-    for proc_entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Some(pid) = proc_entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(fds) = std::fs::read_dir(proc_entry.path().join("fd")) else {
-            continue;
-        };
-        for fd in fds.flatten() {
-            if let Ok(target) = std::fs::read_link(fd.path()) {
-                if inodes.iter().any(|i| target.as_os_str() == i.as_str()) {
-                    return Some(pid);
-                }
-            }
-        }
-    }
-    None
-}
-
-fn signal(pid: u32, sig: &str) {
-    let ok = std::process::Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok, "kill {sig} {pid}");
-}
-
-/// Sends SIGCONT on drop, so a failed assertion never leaves a server frozen.
-struct Frozen(u32);
-
-impl Drop for Frozen {
-    fn drop(&mut self) {
-        signal(self.0, "-CONT");
-    }
-}
-
 #[tokio::test]
 async fn a_sigstopped_replica_is_skipped_and_catches_up() {
     let Some(shards) = cluster() else { return };
@@ -626,8 +547,7 @@ async fn a_sigstopped_replica_is_skipped_and_catches_up() {
     let mut config = sink_config(shards.clone(), 100);
     config.batch.max_bytes = 1;
     let report = {
-        signal(pid, "-STOP");
-        let _frozen = Frozen(pid);
+        let _frozen = Frozen::stop(&shards[1][..1]);
         run_pool(config, writer, chunks).await
     };
     assert!(report.is_clean(), "{report:?}");

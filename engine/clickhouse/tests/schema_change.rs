@@ -29,9 +29,8 @@
 //! the restart a record without the field fails when the column has no
 //! DEFAULT.
 
-use std::io::Write as _;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bytes::Bytes;
 use serde_json::{Value, json};
@@ -44,82 +43,11 @@ use spate_clickhouse::writer::{
 use spate_core::ack::{AckIssuer, AckSet, Outcome, ack_channel};
 use spate_core::budget::BudgetPermit;
 use spate_core::record::TopicPartition;
-use spate_core::sink::{Chunk, Endpoint, RunNonce, SinkConfig, SinkPool, Writer};
+use spate_core::sink::{Chunk, RunNonce, SinkConfig, SinkPool, Writer};
 
-fn server() -> Option<String> {
-    match std::env::var("SPATE_CLICKHOUSE_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            let _ = writeln!(std::io::stderr(), "skipped: SPATE_CLICKHOUSE_URL not set");
-            None
-        }
-    }
-}
+mod common;
 
-/// A database of its own, dropped at the end.
-struct TestDb {
-    admin: HttpWriter,
-    url: String,
-    name: String,
-}
-
-impl TestDb {
-    async fn create(url: &str, tag: &str) -> TestDb {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let name = format!("spate_sc_{tag}_{}_{nanos}", std::process::id());
-        let admin = HttpWriter::new(HttpWriterConfig::new(&name, "", Vec::new()));
-        admin
-            .query(url, &format!("CREATE DATABASE {name}"))
-            .await
-            .unwrap();
-        TestDb {
-            admin,
-            url: url.to_owned(),
-            name,
-        }
-    }
-
-    async fn sql(&self, sql: &str) -> String {
-        self.admin
-            .query(&self.url, sql)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"))
-    }
-
-    async fn rows(&self, sql: &str) -> Vec<Value> {
-        self.sql(sql)
-            .await
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    }
-
-    async fn drop(self) {
-        self.sql(&format!("DROP DATABASE {}", self.name)).await;
-    }
-}
-
-/// The plan for `db.m` as the start-up makes it: the encoder and the
-/// writer's `(name, server type text)` columns.
-async fn plan(db: &TestDb) -> (JsonRowEncoder, Vec<(String, String)>) {
-    let probe = HttpWriter::new(HttpWriterConfig::new(&db.name, "m", Vec::new()));
-    let schema = probe.table_schema(&db.url).await.unwrap();
-    let columns = plan_insert(&schema, &InsertOptions::default()).unwrap();
-    let typed = columns
-        .iter()
-        .map(|c| {
-            let t = schema.columns.iter().find(|t| t.name == c.name).unwrap();
-            (c.name.clone(), t.type_text.clone())
-        })
-        .collect();
-    (
-        JsonRowEncoder::new(columns, MappingOptions::default()).unwrap(),
-        typed,
-    )
-}
+use common::{TestDb, endpoint, plan, server};
 
 /// Rows `ids` of the issue's repro, encoded.
 fn encode(enc: &mut JsonRowEncoder, ids: std::ops::Range<u64>) -> Bytes {
@@ -148,13 +76,13 @@ async fn repro(
     refresh: Option<Duration>,
     alter: &str,
 ) -> Repro {
-    let db = TestDb::create(url, tag).await;
+    let db = TestDb::create(url, "spate_sc", tag).await;
     db.sql(&format!(
         "CREATE TABLE {}.m (id UInt64, x UInt32, y UInt32) ENGINE = MergeTree ORDER BY id",
         db.name
     ))
     .await;
-    let (mut enc, typed) = plan(&db).await;
+    let (mut enc, typed) = plan(&db, "m").await;
     let mut config = HttpWriterConfig::new(&db.name, "m", typed);
     config.format = format;
     config.schema_refresh = refresh;
@@ -191,11 +119,7 @@ async fn repro(
     drop(issuer);
     pool.drain(tokio::time::Instant::now() + Duration::from_secs(10))
         .await;
-    let ep = Endpoint {
-        shard: 0,
-        replica: 0,
-        url: url.into(),
-    };
+    let ep = endpoint(url);
     let error = writer
         .insert(&ep, vec![late], "sc-direct")
         .await
@@ -343,21 +267,17 @@ async fn rowbinary_without_a_reread_stores_garbage() {
 #[tokio::test]
 async fn a_column_added_mid_run_gets_its_default_until_a_restart_replans() {
     let Some(url) = server() else { return };
-    let db = TestDb::create(&url, "add").await;
+    let db = TestDb::create(&url, "spate_sc", "add").await;
     db.sql(&format!(
         "CREATE TABLE {}.m (id UInt64, x UInt32, y UInt32) ENGINE = MergeTree ORDER BY id",
         db.name
     ))
     .await;
-    let (mut enc, typed) = plan(&db).await;
+    let (mut enc, typed) = plan(&db, "m").await;
     let mut config = HttpWriterConfig::new(&db.name, "m", typed);
     config.schema_refresh = Some(Duration::ZERO);
     let writer = HttpWriter::new(config);
-    let ep = Endpoint {
-        shard: 0,
-        replica: 0,
-        url: url.as_str().into(),
-    };
+    let ep = endpoint(&url);
     writer.probe(&ep).await.unwrap();
     writer
         .insert(&ep, vec![encode(&mut enc, 0..2)], "add-1")
@@ -390,7 +310,7 @@ async fn a_column_added_mid_run_gets_its_default_until_a_restart_replans() {
     );
     // After a restart the plan names z (no DEFAULT): a record with z maps,
     // an old record without it is a record error naming z.
-    let (mut enc, typed) = plan(&db).await;
+    let (mut enc, typed) = plan(&db, "m").await;
     assert!(typed.iter().any(|(n, _)| n == "z"), "{typed:?}");
     let mut buf = Vec::new();
     enc.encode_json(br#"{"id":3,"x":1003,"y":2003,"z":7}"#, &mut buf)
@@ -412,7 +332,7 @@ fn chdb() -> Option<String> {
     match std::env::var("SPATE_CHDB_URLS") {
         Ok(urls) if !urls.is_empty() => urls.split(',').next().map(str::to_owned),
         _ => {
-            let _ = writeln!(std::io::stderr(), "skipped: SPATE_CHDB_URLS not set");
+            eprintln!("skipped: SPATE_CHDB_URLS not set");
             None
         }
     }
@@ -474,7 +394,12 @@ async fn live_repro(
         .with_max_level(tracing::Level::INFO)
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
-    let db = TestDb::create(url, tag).await;
+    // The chdb endpoint is a current engine: no 18.16 settings.
+    let db = if chdb().as_deref() == Some(url) {
+        TestDb::create_current(url, "spate_sc", tag).await
+    } else {
+        TestDb::create(url, "spate_sc", tag).await
+    };
     db.sql(&format!(
         "CREATE TABLE {}.m (id UInt64, x UInt32, y UInt32) ENGINE = MergeTree ORDER BY id",
         db.name

@@ -143,6 +143,22 @@ impl AckIssuer {
         }))
     }
 
+    /// Acks the offsets after the last issued batch up to `next - 1` as a
+    /// batch of no records, delivered at once: what a lane's
+    /// [`crate::source::Lane::position`] says the client stepped over
+    /// (transaction markers, aborted or compacted-away offsets). The
+    /// tracker commits `next` only once every batch issued before this one
+    /// is delivered, and never past a failed one (D1). Nothing happens when
+    /// no batch was issued yet (the start is unknown) or when `next` is not
+    /// past the last issued offset + 1.
+    pub fn skip_to(&mut self, next: Offset) {
+        if let Some(prev) = self.last_issued {
+            if next > prev + 1 {
+                drop(self.issue(prev + 1, next - 1));
+            }
+        }
+    }
+
     /// How many handles this issuer has issued; the checkpointer compares it
     /// with resolutions received to know when a revoked lane has settled.
     pub fn issued(&self) -> u64 {
@@ -350,6 +366,48 @@ mod tests {
             (0, 0, 9, Outcome::Delivered)
         );
         assert!(rx.try_recv().is_none(), "resolved twice");
+    }
+
+    #[test]
+    fn skip_to_acks_the_gap_behind_the_batches_before_it() {
+        use crate::checkpoint::Tracker;
+        let (mut iss, mut rx) = issuer();
+        let tp = TopicPartition::new("t", 0);
+        let mut tracker = Tracker::new();
+        tracker.assign(tp.clone(), 1);
+        // Nothing issued yet: the start of the gap is unknown.
+        iss.skip_to(5);
+        assert!(rx.try_recv().is_none(), "a gap before any batch");
+        let h = iss.issue(0, 9);
+        // Not past last + 1: nothing to ack.
+        iss.skip_to(10);
+        assert!(rx.try_recv().is_none(), "an empty gap");
+        // A marker at 10 and 11: delivered at once, as seq 1.
+        iss.skip_to(12);
+        let gap = rx.try_recv().expect("the gap resolves at once");
+        assert_eq!(
+            (gap.seq, gap.first, gap.last, gap.outcome),
+            (1, 10, 11, Outcome::Delivered)
+        );
+        tracker.apply(&gap);
+        assert_eq!(
+            tracker.committable(&tp, 1),
+            None,
+            "D1: the gap is committed only behind the batch before it"
+        );
+        drop(h);
+        tracker.apply(&rx.try_recv().unwrap());
+        assert_eq!(tracker.committable(&tp, 1), Some(12));
+        assert_eq!(iss.issued(), 2);
+        // Behind a failed batch the gap never becomes committable.
+        let f = iss.issue(12, 20);
+        f.fail();
+        iss.skip_to(30);
+        drop(f);
+        while let Some(r) = rx.try_recv() {
+            tracker.apply(&r);
+        }
+        assert_eq!(tracker.committable(&tp, 1), Some(12));
     }
 
     #[test]

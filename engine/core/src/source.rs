@@ -94,6 +94,25 @@ pub trait Lane: Send {
     /// # Errors
     /// [`SourceError`] when the client refuses the resume.
     fn resume(&mut self) -> Result<(), SourceError>;
+
+    /// The client's position past offsets it read and never returned, when
+    /// that is beyond the last returned offset + 1: `Some(next)` says every
+    /// offset below `next` was either returned by an earlier poll of this
+    /// lane or holds no record the client will ever return (a transaction
+    /// control record, an aborted transaction's record under
+    /// `read_committed`, an offset removed by compaction). Asked by the
+    /// pipeline after a poll returned nothing; it acks the offsets from the
+    /// last returned one + 1 to `next - 1` as a batch of no records
+    /// ([`crate::ack::AckIssuer::skip_to`]), so the tracker commits `next`
+    /// only behind every batch polled before it (D1).
+    ///
+    /// `None` (the default, and the simulator's answer) when the source
+    /// cannot tell, when the lane still holds messages not returned, or when
+    /// the position says nothing beyond the last returned offset + 1. Offsets
+    /// the lane returns after `Some(next)` are at or past `next`.
+    fn position(&mut self) -> Option<Offset> {
+        None
+    }
 }
 
 /// A change of this process's assignment, as reported by [`Source::poll_event`].

@@ -9,10 +9,10 @@ use spate_core::pipeline::chain::RoundRobin;
 use spate_core::pipeline::driver::ChainProcessor;
 use spate_core::pipeline::lines::LinesDecoder;
 use spate_core::pipeline::terminal::{ChunkBuffers, Terminal};
-use spate_core::pipeline::testkit::{CaptureWriter, LineEncoder, ScriptedSource, WriterMode};
 use spate_core::pipeline::{ExitStatus, Pipeline, PipelineConfig, Shutdown};
 use spate_core::record::TopicPartition;
 use spate_core::sink::{RunNonce, SinkConfig};
+use spate_testkit::{CaptureWriter, LineEncoder, ScriptedSource, WriterMode};
 
 const MESSAGES: usize = 200;
 const LINES: usize = 3;

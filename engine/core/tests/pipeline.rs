@@ -9,7 +9,6 @@
 //! shard queue, ...).
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,95 +21,19 @@ use spate_core::pipeline::chain::{
 };
 use spate_core::pipeline::driver::{ChainProcessor, Driver, Processor, RecordCounters};
 use spate_core::pipeline::terminal::{ChunkBuffers, ChunkConfig, Terminal};
-use spate_core::pipeline::testkit::{
-    Attempt, CaptureWriter, LineEncoder, ScriptHandle, ScriptedLane, ScriptedSource, WriterMode,
-};
 use spate_core::pipeline::{
-    DeadLetter, ExitStatus, OnError, Pipeline, PipelineConfig, PipelineError, RunReport, Shutdown,
+    DeadLetter, ExitStatus, OnError, PipelineConfig, PipelineError, RunReport, Shutdown,
 };
-use spate_core::record::{Epoch, Offset, Payload, TopicPartition};
-use spate_core::sink::{DRAIN_GRACE, RunNonce, SinkConfig, SinkPool};
-use spate_core::source::{
-    AssignmentEvent, BufferedBatch, CommitOffset, Lane, PollBatch, Source, SourceError,
-};
+use spate_core::record::{Offset, Payload, TopicPartition};
+use spate_core::sink::{DRAIN_GRACE, RunNonce, SinkPool};
+use spate_core::source::{AssignmentEvent, CommitOffset, Source};
+use spate_testkit::harness::{Parts, accepted_offsets, commits_of, eventually, fill, sink, tp};
+use spate_testkit::{Attempt, CaptureWriter, Harness, LineEncoder, ScriptedSource, WriterMode};
 use tokio::time::Instant;
 
 // ---------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------
-
-fn tp(p: i32) -> TopicPartition {
-    TopicPartition::new("t", p)
-}
-
-/// Appends `n` rows `"{partition}-{offset}"` to `partition`, continuing its log.
-fn fill(script: &ScriptHandle, partition: &TopicPartition, n: usize) {
-    for _ in 0..n {
-        let next = script.end_offset(partition);
-        let at = script.append(partition, format!("{}-{next}", partition.partition()));
-        assert_eq!(at, next);
-    }
-}
-
-/// `(partition, offset)` of a `"{partition}-{offset}[-...]"` line.
-fn parse(line: &[u8]) -> (i32, Offset) {
-    let s = std::str::from_utf8(line).expect("utf-8 line");
-    let mut it = s.split('-');
-    let p = it.next().and_then(|x| x.parse().ok()).expect("partition");
-    let o = it.next().and_then(|x| x.parse().ok()).expect("offset");
-    (p, o)
-}
-
-/// Offsets of `partition` among the accepted lines, sorted, duplicates kept.
-fn accepted_offsets(writer: &CaptureWriter, partition: i32) -> Vec<Offset> {
-    let mut v: Vec<Offset> = writer
-        .accepted_lines()
-        .iter()
-        .map(|l| parse(l))
-        .filter(|&(p, _)| p == partition)
-        .map(|(_, o)| o)
-        .collect();
-    v.sort_unstable();
-    v
-}
-
-/// Every commit of `partition` accepted by the source, in order.
-fn commits_of(script: &ScriptHandle, partition: &TopicPartition) -> Vec<CommitOffset> {
-    script
-        .commits()
-        .into_iter()
-        .filter(|c| &c.partition == partition)
-        .collect()
-}
-
-/// A sink of `shards` shards with `replicas` replicas each, short lingers.
-fn sink(shards: usize, replicas: usize) -> SinkConfig {
-    let urls = (0..shards)
-        .map(|s| (0..replicas).map(|r| format!("mem://s{s}r{r}")).collect())
-        .collect();
-    let mut sink = SinkConfig::new("pipeline-test", urls);
-    sink.batch.linger = Duration::from_millis(20);
-    sink
-}
-
-/// Pipeline settings for quick paused-time runs.
-fn config(sink: SinkConfig) -> PipelineConfig {
-    let mut c = PipelineConfig::new(sink);
-    c.checkpoint_interval = Duration::from_millis(50);
-    c.chunk.linger = Duration::from_millis(10);
-    c
-}
-
-/// Sleeps in 10 ms steps of tokio time until `cond` holds; panics after 60 s.
-async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    for _ in 0..6_000 {
-        if cond() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("not reached within 60 s of tokio time: {what}");
-}
 
 /// The smoke chain: payload bytes as lines, round robin over shards.
 fn line_chain(buffers: ChunkBuffers) -> impl Processor {
@@ -214,47 +137,37 @@ fn accepted_sorted(writer: &CaptureWriter) -> Vec<String> {
 async fn filter_and_flat_map_write_each_row_once_and_commit_to_the_end() {
     // 701 payloads: offset 700 is a multiple of 7, so the last one is filtered.
     const N: Offset = 701;
-    let (source, script) = ScriptedSource::new(64);
-    let writer = CaptureWriter::new();
-    let tps: Vec<_> = (0..4).map(tp).collect();
-    for tp in &tps {
-        fill(&script, tp, N as usize);
-        script.assign(tp);
-    }
-    let mut config = config(sink(2, 1));
-    config.threads = 2;
-    config.chunk.max_rows = 100;
-    let pipeline = Pipeline::builder(config, source, writer.clone(), fan_chain)
-        .nonce(RunNonce::from_u64(1))
-        .build()
-        .expect("valid config");
-    let shutdown = Shutdown::new();
-    let run = tokio::spawn(pipeline.run_inline(shutdown.clone()));
-    eventually("every partition committed to its end", || {
-        tps.iter().all(|tp| script.committed(tp) == Some(N))
-    })
-    .await;
-    shutdown.trigger();
-    let report = run.await.expect("pipeline task");
+    let mut run = Harness::new(64)
+        .partitions(4, N as usize)
+        .shards(2, 1)
+        .with(|c| {
+            c.threads = 2;
+            c.chunk.max_rows = 100;
+        })
+        .nonce(1)
+        .start(fan_chain);
+    run.until_committed(N).await;
+    let report = run.stop().await;
+    let (script, writer, tps) = (&run.script, &run.writer, &run.partitions);
 
     assert_eq!(report.status, ExitStatus::Clean, "{}", report.summary());
-    let expected = expected_fan_rows(&tps, N);
+    let expected = expected_fan_rows(tps, N);
     // Exactly once: the sorted multiset of written rows is the expected set.
-    assert_eq!(accepted_sorted(&writer), expected);
+    assert_eq!(accepted_sorted(writer), expected);
     assert!(writer.attempts().iter().all(|a| a.accepted));
     assert_eq!(report.polled, 4 * N as u64);
     assert_eq!(report.rows_encoded, expected.len() as u64);
     assert_eq!(report.sink.rows_flushed(), expected.len() as u64);
     assert_eq!(report.sink.rows_abandoned(), 0);
-    for tp in &tps {
+    for tp in tps {
         assert_eq!(script.committed(tp), Some(N), "{tp}");
         // Commits only ever move forward and never pass the end (D1).
-        let offsets: Vec<_> = commits_of(&script, tp).iter().map(|c| c.offset).collect();
+        let offsets: Vec<_> = commits_of(script, tp).iter().map(|c| c.offset).collect();
         assert!(offsets.windows(2).all(|w| w[0] < w[1]), "{tp}: {offsets:?}");
         assert_eq!(offsets.last(), Some(&N), "{tp}");
     }
     // The all-filtered partition wrote nothing yet committed its end.
-    assert!(accepted_offsets(&writer, 3).is_empty());
+    assert!(accepted_offsets(writer, 3).is_empty());
 }
 
 /// The same chain driven by hand (Driver + SinkPool + the ack channel), to
@@ -367,91 +280,6 @@ async fn every_poll_batch_resolves_exactly_once_as_delivered() {
 // Backpressure
 // ---------------------------------------------------------------------------
 
-/// A [`Source`] (and its lanes) wrapping the scripted one and counting what
-/// the lanes hand out: rows, and the bytes [`LineEncoder`] makes of them.
-/// With `stop_after`, a lane poll that brings the row count to the threshold
-/// triggers the shutdown signal (a SIGTERM landing mid-step).
-struct Counting<T> {
-    inner: T,
-    rows: Arc<AtomicU64>,
-    bytes: Arc<AtomicU64>,
-    stop_after: Option<(u64, Shutdown)>,
-}
-
-impl Source for Counting<ScriptedSource> {
-    type Lane = Counting<ScriptedLane>;
-
-    fn poll_event(
-        &mut self,
-        timeout: Duration,
-    ) -> Result<Option<AssignmentEvent<Self::Lane>>, SourceError> {
-        Ok(self.inner.poll_event(timeout)?.map(|ev| match ev {
-            AssignmentEvent::Assigned {
-                partition,
-                epoch,
-                lane,
-            } => AssignmentEvent::Assigned {
-                partition,
-                epoch,
-                lane: Counting {
-                    inner: lane,
-                    rows: Arc::clone(&self.rows),
-                    bytes: Arc::clone(&self.bytes),
-                    stop_after: self.stop_after.clone(),
-                },
-            },
-            AssignmentEvent::Revoked { partition, epoch } => {
-                AssignmentEvent::Revoked { partition, epoch }
-            }
-        }))
-    }
-
-    fn release(&mut self, partition: &TopicPartition, epoch: Epoch) -> Result<(), SourceError> {
-        self.inner.release(partition, epoch)
-    }
-
-    fn commit(&mut self, offsets: &[CommitOffset]) -> Result<(), SourceError> {
-        self.inner.commit(offsets)
-    }
-}
-
-impl Lane for Counting<ScriptedLane> {
-    type Batch<'a> = BufferedBatch<'a>;
-
-    fn partition(&self) -> &TopicPartition {
-        self.inner.partition()
-    }
-
-    fn epoch(&self) -> Epoch {
-        self.inner.epoch()
-    }
-
-    fn poll(&mut self, timeout: Duration) -> Result<BufferedBatch<'_>, SourceError> {
-        let batch = self.inner.poll(timeout)?;
-        let n = batch.len();
-        // LineEncoder: the value plus '\n'.
-        let bytes: u64 = (0..n)
-            .map(|i| batch.payload(i).bytes().len() as u64 + 1)
-            .sum();
-        let rows = self.rows.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
-        self.bytes.fetch_add(bytes, Ordering::Relaxed);
-        if let Some((threshold, shutdown)) = &self.stop_after {
-            if rows >= *threshold {
-                shutdown.trigger();
-            }
-        }
-        Ok(batch)
-    }
-
-    fn pause(&mut self) -> Result<(), SourceError> {
-        self.inner.pause()
-    }
-
-    fn resume(&mut self) -> Result<(), SourceError> {
-        self.inner.resume()
-    }
-}
-
 /// A stalled writer stalls intake, not memory (D2, D8): while every write
 /// hangs the driver pauses its lanes yet keeps polling (the poll count keeps
 /// rising between two samples while the rows read stay put), what was read is
@@ -465,51 +293,40 @@ async fn stalled_writer_pauses_intake_keeps_polling_and_stays_within_budget() {
     const BUDGET: u64 = 1_000;
     const MAX_BATCH: usize = 16;
     const LANES: u64 = 2;
-    let (scripted, script) = ScriptedSource::new(MAX_BATCH);
-    let rows_read = Arc::new(AtomicU64::new(0));
-    let bytes_read = Arc::new(AtomicU64::new(0));
-    let source = Counting {
-        inner: scripted,
-        rows: Arc::clone(&rows_read),
-        bytes: Arc::clone(&bytes_read),
-        stop_after: None,
+    let harness = Harness::new(MAX_BATCH)
+        .partitions(LANES as i32, N)
+        .with(|c| {
+            // A queue far larger than the budget (64 chunks of ~16 rows of
+            // <= 7 bytes), so only the budget can stop intake.
+            c.sink.queue_chunks = 64;
+            c.sink.max_inflight = 1;
+            c.sink.batch.max_rows = 32;
+            c.sink.write_timeout = Duration::from_secs(600);
+            c.budget_bytes = BUDGET;
+            c.chunk.max_rows = 16;
+        })
+        .nonce(3);
+    harness.writer.set_mode(WriterMode::Hang);
+    let mut run = harness.start(line_chain);
+    let (script, writer, tps) = (
+        run.script.clone(),
+        run.writer.clone(),
+        run.partitions.clone(),
+    );
+    // What the lanes handed out: rows, and the bytes LineEncoder makes of
+    // them (each value plus '\n').
+    let read = || {
+        (
+            script.polls(),
+            script.rows_read(),
+            script.bytes_read() + script.rows_read(),
+        )
     };
-    let writer = CaptureWriter::new();
-    writer.set_mode(WriterMode::Hang);
-    let tps: Vec<_> = (0..LANES as i32).map(tp).collect();
-    for tp in &tps {
-        fill(&script, tp, N);
-        script.assign(tp);
-    }
-    let mut sink = sink(1, 1);
-    // A queue far larger than the budget (64 chunks of ~16 rows of <= 7
-    // bytes), so only the budget can stop intake.
-    sink.queue_chunks = 64;
-    sink.max_inflight = 1;
-    sink.batch.max_rows = 32;
-    sink.write_timeout = Duration::from_secs(600);
-    let mut config = config(sink);
-    config.budget_bytes = BUDGET;
-    config.chunk.max_rows = 16;
-    let pipeline = Pipeline::builder(config, source, writer.clone(), line_chain)
-        .nonce(RunNonce::from_u64(3))
-        .build()
-        .expect("valid config");
-    let shutdown = Shutdown::new();
-    let run = tokio::spawn(pipeline.run_inline(shutdown.clone()));
 
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let (polls_1, rows_1, bytes_1) = (
-        script.polls(),
-        rows_read.load(Ordering::Relaxed),
-        bytes_read.load(Ordering::Relaxed),
-    );
+    let (polls_1, rows_1, bytes_1) = read();
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let (polls_2, rows_2, bytes_2) = (
-        script.polls(),
-        rows_read.load(Ordering::Relaxed),
-        bytes_read.load(Ordering::Relaxed),
-    );
+    let (polls_2, rows_2, bytes_2) = read();
     // D2: paused, not blocked: the lanes are polled all along...
     assert!(
         polls_2 > polls_1 + 100,
@@ -543,13 +360,8 @@ async fn stalled_writer_pauses_intake_keeps_polling_and_stays_within_budget() {
     assert!(writer.attempts().is_empty());
 
     writer.set_mode(WriterMode::Accept);
-    eventually("everything committed after recovery", || {
-        tps.iter()
-            .all(|tp| script.committed(tp) == Some(N as Offset))
-    })
-    .await;
-    shutdown.trigger();
-    let report = run.await.expect("pipeline task");
+    run.until_committed(N as Offset).await;
+    let report = run.stop().await;
     assert_eq!(report.status, ExitStatus::Clean, "{}", report.summary());
     assert!(report.polls >= polls_2);
     for tp in &tps {
@@ -572,6 +384,14 @@ impl<T> Router<T> for ByPartition {
     }
 }
 
+/// Payload bytes as lines, partition `p` to shard `p % shards`.
+fn by_partition_chain(buffers: ChunkBuffers) -> impl Processor {
+    ChainProcessor::new(
+        PayloadDecoder,
+        Terminal::new(LineEncoder, ByPartition, buffers),
+    )
+}
+
 /// Revoke mid-stream while the only replica of the revoked partition's shard
 /// hangs on its latest rows: the revoke commits exactly the settled prefix
 /// (not yet committed by the ticker, so the revoke commit is the one under
@@ -582,26 +402,16 @@ impl<T> Router<T> for ByPartition {
 #[tokio::test(start_paused = true)]
 async fn revoke_commits_only_settled_data_and_other_partitions_keep_flowing() {
     let (a, b) = (tp(0), tp(1));
-    let (source, script) = ScriptedSource::new(32);
-    let writer = CaptureWriter::new();
-    fill(&script, &a, 100);
-    fill(&script, &b, 100);
-    script.assign(&a);
-    script.assign(&b);
-    let mut config = config(sink(2, 1));
-    config.checkpoint_interval = Duration::from_secs(5);
-    config.rebalance_drain_timeout = Duration::from_secs(1);
-    let pipeline = Pipeline::builder(config, source, writer.clone(), |buffers| {
-        ChainProcessor::new(
-            PayloadDecoder,
-            Terminal::new(LineEncoder, ByPartition, buffers),
-        )
-    })
-    .nonce(RunNonce::from_u64(4))
-    .build()
-    .expect("valid config");
-    let shutdown = Shutdown::new();
-    let run = tokio::spawn(pipeline.run_inline(shutdown.clone()));
+    let mut run = Harness::new(32)
+        .partitions(2, 100)
+        .shards(2, 1)
+        .with(|c| {
+            c.checkpoint_interval = Duration::from_secs(5);
+            c.rebalance_drain_timeout = Duration::from_secs(1);
+        })
+        .nonce(4)
+        .start(by_partition_chain);
+    let (script, writer) = (run.script.clone(), run.writer.clone());
 
     eventually("a's first 100 rows written", || {
         accepted_offsets(&writer, 0).len() == 100
@@ -656,8 +466,7 @@ async fn revoke_commits_only_settled_data_and_other_partitions_keep_flowing() {
         script.committed(&a) == Some(150)
     })
     .await;
-    shutdown.trigger();
-    let report = run.await.expect("pipeline task");
+    let report = run.stop().await;
     assert_eq!(report.status, ExitStatus::Clean, "{}", report.summary());
     let a_rows: BTreeSet<_> = accepted_offsets(&writer, 0).into_iter().collect();
     assert_eq!(a_rows, (0..150).collect());
@@ -679,29 +488,14 @@ async fn revoke_commits_only_settled_data_and_other_partitions_keep_flowing() {
 #[tokio::test(start_paused = true)]
 async fn late_failure_of_a_released_partitions_batch_does_not_stop_the_others() {
     let (a, b) = (tp(0), tp(1));
-    let (source, script) = ScriptedSource::new(32);
-    let writer = CaptureWriter::new();
-    fill(&script, &a, 100);
-    fill(&script, &b, 100);
-    script.assign(&a);
-    script.assign(&b);
-    let mut config = config(sink(2, 1));
-    config.rebalance_drain_timeout = Duration::from_millis(500);
-    let pipeline = Pipeline::builder(config, source, writer.clone(), |buffers| {
-        ChainProcessor::new(
-            PayloadDecoder,
-            Terminal::new(LineEncoder, ByPartition, buffers),
-        )
-    })
-    .nonce(RunNonce::from_u64(40))
-    .build()
-    .expect("valid config");
-    let shutdown = Shutdown::new();
-    let run = tokio::spawn(pipeline.run_inline(shutdown.clone()));
-    eventually("a and b committed", || {
-        script.committed(&a) == Some(100) && script.committed(&b) == Some(100)
-    })
-    .await;
+    let mut run = Harness::new(32)
+        .partitions(2, 100)
+        .shards(2, 1)
+        .with(|c| c.rebalance_drain_timeout = Duration::from_millis(500))
+        .nonce(40)
+        .start(by_partition_chain);
+    let (script, writer) = (run.script.clone(), run.writer.clone());
+    run.until_committed(100).await;
     writer.set_replica_mode(0, 0, Some(WriterMode::Hang));
     fill(&script, &a, 50);
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -717,8 +511,7 @@ async fn late_failure_of_a_released_partitions_batch_does_not_stop_the_others() 
         script.committed(&b) == Some(150)
     })
     .await;
-    shutdown.trigger();
-    let report = run.await.expect("pipeline task");
+    let report = run.stop().await;
 
     assert!(report.error.is_none(), "{}", report.summary());
     assert_eq!(report.status, ExitStatus::Clean, "{}", report.summary());
@@ -741,34 +534,22 @@ async fn late_failure_of_a_released_partitions_batch_does_not_stop_the_others() 
 #[tokio::test(start_paused = true)]
 async fn shutdown_with_healthy_writer_delivers_and_commits_everything_polled() {
     const N: usize = 1_000;
-    let (scripted, script) = ScriptedSource::new(50);
-    let shutdown = Shutdown::new();
-    let source = Counting {
-        inner: scripted,
-        rows: Arc::new(AtomicU64::new(0)),
-        bytes: Arc::new(AtomicU64::new(0)),
-        stop_after: Some((N as u64, shutdown.clone())),
-    };
-    let writer = CaptureWriter::new();
-    let tps: Vec<_> = (0..3).map(tp).collect();
-    for tp in &tps {
-        fill(&script, tp, N);
-        script.assign(tp);
-    }
-    let mut sink = sink(2, 1);
-    sink.batch.linger = Duration::from_secs(60);
-    sink.batch.max_rows = 1_000_000;
-    let mut config = config(sink);
-    config.chunk.linger = Duration::from_secs(60);
-    config.chunk.max_rows = 1_000_000;
-    config.threads = 2;
-    let pipeline = Pipeline::builder(config, source, writer.clone(), line_chain)
-        .nonce(RunNonce::from_u64(5))
-        .build()
-        .expect("valid config");
-    let report = tokio::time::timeout(Duration::from_secs(60), pipeline.run_inline(shutdown))
-        .await
-        .expect("shutdown returns");
+    let mut run = Harness::new(50)
+        .partitions(3, N)
+        .shards(2, 1)
+        .with(|c| {
+            c.sink.batch.linger = Duration::from_secs(60);
+            c.sink.batch.max_rows = 1_000_000;
+            c.chunk.linger = Duration::from_secs(60);
+            c.chunk.max_rows = 1_000_000;
+            c.threads = 2;
+        })
+        .nonce(5)
+        .start(line_chain);
+    // The signal comes from inside the lane poll that reads row N.
+    run.script.shutdown_after(N as u64, run.shutdown.clone());
+    let report = run.finish_within(Duration::from_secs(60)).await;
+    let (script, writer, tps) = (&run.script, &run.writer, &run.partitions);
 
     assert_eq!(report.status, ExitStatus::Clean, "{}", report.summary());
     assert!(
@@ -779,11 +560,11 @@ async fn shutdown_with_healthy_writer_delivers_and_commits_everything_polled() {
     assert_eq!(report.sink.rows_abandoned(), 0);
     assert_eq!(report.sink.rows_flushed(), report.polled);
     let mut committed_total = 0;
-    for tp in &tps {
+    for tp in tps {
         let c = script.committed(tp).expect("committed at shutdown");
         committed_total += c as u64;
         assert_eq!(
-            accepted_offsets(&writer, tp.partition()),
+            accepted_offsets(writer, tp.partition()),
             (0..c).collect::<Vec<_>>(),
             "{tp}: written rows are not exactly 0..committed"
         );
@@ -805,38 +586,28 @@ async fn shutdown_with_healthy_writer_delivers_and_commits_everything_polled() {
 #[tokio::test(start_paused = true)]
 async fn shutdown_with_hanging_writer_returns_by_deadline_and_commits_nothing_past_it() {
     const DRAIN: Duration = Duration::from_secs(2);
-    let (source, script) = ScriptedSource::new(50);
-    let writer = CaptureWriter::new();
-    let tps: Vec<_> = (0..2).map(tp).collect();
-    for tp in &tps {
-        fill(&script, tp, 100);
-        script.assign(tp);
-    }
-    let mut config = config(sink(1, 1));
-    config.shutdown_drain_timeout = DRAIN;
-    let pipeline = Pipeline::builder(config, source, writer.clone(), line_chain)
-        .nonce(RunNonce::from_u64(6))
-        .build()
-        .expect("valid config");
-    let shutdown = Shutdown::new();
-    let run = tokio::spawn(pipeline.run_inline(shutdown.clone()));
-    eventually("the first 100 rows committed", || {
-        tps.iter().all(|tp| script.committed(tp) == Some(100))
-    })
-    .await;
+    let mut run = Harness::new(50)
+        .partitions(2, 100)
+        .with(|c| c.shutdown_drain_timeout = DRAIN)
+        .nonce(6)
+        .start(line_chain);
+    run.until_committed(100).await;
+    let (script, writer, tps) = (
+        run.script.clone(),
+        run.writer.clone(),
+        run.partitions.clone(),
+    );
     writer.set_mode(WriterMode::Hang);
     for tp in &tps {
         fill(&script, tp, 100);
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
 
-    shutdown.trigger();
     let started = Instant::now();
-    // A broken drain must fail the test, not hang it.
-    let report = tokio::time::timeout(DRAIN + DRAIN_GRACE + Duration::from_secs(10), run)
-        .await
-        .expect("shutdown did not return (D5)")
-        .expect("pipeline task");
+    // A broken drain must fail the test, not hang it (D5).
+    let report = run
+        .stop_within(DRAIN + DRAIN_GRACE + Duration::from_secs(10))
+        .await;
     let took = started.elapsed();
 
     // D5: bounded by the deadline plus grace; and the drain did give the
@@ -882,38 +653,28 @@ async fn shutdown_with_hanging_writer_returns_by_deadline_and_commits_nothing_pa
 #[tokio::test(start_paused = true)]
 async fn shutdown_with_stalled_sink_reports_rows_held_by_the_pipeline_thread() {
     const DRAIN: Duration = Duration::from_secs(1);
-    let (source, script) = ScriptedSource::new(16);
-    let writer = CaptureWriter::new();
-    writer.set_mode(WriterMode::Hang);
-    let tps: Vec<_> = (0..2).map(tp).collect();
-    for tp in &tps {
-        fill(&script, tp, 2_000);
-        script.assign(tp);
-    }
-    let mut sink = sink(1, 1);
-    sink.queue_chunks = 64;
-    sink.max_inflight = 1;
-    sink.batch.max_rows = 32;
-    let mut config = config(sink);
-    config.budget_bytes = 1_000;
-    config.chunk.max_rows = 16;
-    config.shutdown_drain_timeout = DRAIN;
-    let pipeline = Pipeline::builder(config, source, writer.clone(), line_chain)
-        .nonce(RunNonce::from_u64(9))
-        .build()
-        .expect("valid config");
-    let shutdown = Shutdown::new();
-    let run = tokio::spawn(pipeline.run_inline(shutdown.clone()));
+    let harness = Harness::new(16)
+        .partitions(2, 2_000)
+        .with(|c| {
+            c.sink.queue_chunks = 64;
+            c.sink.max_inflight = 1;
+            c.sink.batch.max_rows = 32;
+            c.budget_bytes = 1_000;
+            c.chunk.max_rows = 16;
+            c.shutdown_drain_timeout = DRAIN;
+        })
+        .nonce(9);
+    harness.writer.set_mode(WriterMode::Hang);
+    let mut run = harness.start(line_chain);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    shutdown.trigger();
     let started = Instant::now();
-    let report = tokio::time::timeout(DRAIN + DRAIN_GRACE + Duration::from_secs(10), run)
-        .await
-        .expect("shutdown did not return (D5)")
-        .expect("pipeline task");
+    let report = run
+        .stop_within(DRAIN + DRAIN_GRACE + Duration::from_secs(10))
+        .await;
     assert!(started.elapsed() <= DRAIN + DRAIN_GRACE);
 
     assert_eq!(report.status, ExitStatus::Abandoned, "{}", report.summary());
+    let script = &run.script;
     assert!(script.commits().is_empty(), "{:?}", script.commits());
     assert_eq!(report.sink.rows_flushed(), 0);
     assert!(report.rows_encoded > 0);
@@ -975,29 +736,17 @@ fn reject_chain(buffers: ChunkBuffers) -> impl Processor {
 #[tokio::test(start_paused = true)]
 async fn skip_policy_counts_refused_records_and_delivers_the_rest() {
     const N: Offset = 1_000;
-    let (source, script) = ScriptedSource::new(64);
-    let writer = CaptureWriter::new();
-    let tps: Vec<_> = (0..2).map(tp).collect();
-    for tp in &tps {
-        fill(&script, tp, N as usize);
-        script.assign(tp);
-    }
-    let mut config = config(sink(2, 1));
-    config.on_error = OnError::Skip;
     let dlq = Arc::new(Dlq::default());
-    let pipeline = Pipeline::builder(config, source, writer.clone(), reject_chain)
+    let mut run = Harness::new(64)
+        .partitions(2, N as usize)
+        .shards(2, 1)
+        .with(|c| c.on_error = OnError::Skip)
         .dead_letter(dlq.clone())
-        .nonce(RunNonce::from_u64(7))
-        .build()
-        .expect("valid config");
-    let shutdown = Shutdown::new();
-    let run = tokio::spawn(pipeline.run_inline(shutdown.clone()));
-    eventually("both partitions committed to their end", || {
-        tps.iter().all(|tp| script.committed(tp) == Some(N))
-    })
-    .await;
-    shutdown.trigger();
-    let report = run.await.expect("pipeline task");
+        .nonce(7)
+        .start(reject_chain);
+    run.until_committed(N).await;
+    let report = run.stop().await;
+    let (writer, tps) = (&run.writer, &run.partitions);
 
     assert_eq!(report.status, ExitStatus::Clean, "{}", report.summary());
     assert_eq!(report.skipped, 20);
@@ -1021,9 +770,9 @@ async fn skip_policy_counts_refused_records_and_delivers_the_rest() {
         })
         .collect();
     assert_eq!(dead, expected_dead);
-    for tp in &tps {
+    for tp in tps {
         let expected: Vec<Offset> = (0..N).filter(|o| (o + 1) % 100 != 0).collect();
-        assert_eq!(accepted_offsets(&writer, tp.partition()), expected, "{tp}");
+        assert_eq!(accepted_offsets(writer, tp.partition()), expected, "{tp}");
     }
 }
 
@@ -1032,24 +781,15 @@ async fn skip_policy_counts_refused_records_and_delivers_the_rest() {
 /// any partition ever passes a refused record (D1, D6).
 #[tokio::test(start_paused = true)]
 async fn fail_policy_stops_without_committing_past_the_bad_record() {
-    let (source, script) = ScriptedSource::new(50);
-    let writer = CaptureWriter::new();
-    let tps: Vec<_> = (0..2).map(tp).collect();
-    for tp in &tps {
-        fill(&script, tp, 1_000);
-        script.assign(tp);
-    }
-    let mut config = config(sink(2, 1));
-    config.on_error = OnError::Fail;
-    let pipeline = Pipeline::builder(config, source, writer.clone(), reject_chain)
-        .nonce(RunNonce::from_u64(8))
-        .build()
-        .expect("valid config");
-    let shutdown = Shutdown::new();
+    let mut run = Harness::new(50)
+        .partitions(2, 1_000)
+        .shards(2, 1)
+        .with(|c| c.on_error = OnError::Fail)
+        .nonce(8)
+        .start(reject_chain);
     // The pipeline stops by itself; the shutdown signal is never triggered.
-    let report = tokio::time::timeout(Duration::from_secs(60), pipeline.run_inline(shutdown))
-        .await
-        .expect("a record failure stops the pipeline");
+    let report = run.finish_within(Duration::from_secs(60)).await;
+    let (script, writer, tps) = (&run.script, &run.writer, &run.partitions);
 
     assert_eq!(report.status, ExitStatus::Failed, "{}", report.summary());
     assert_eq!(report.failed_records, 1);
@@ -1074,8 +814,8 @@ async fn fail_policy_stops_without_committing_past_the_bad_record() {
         .find(|f| f.partition == tps[0])
         .expect("partition 0 frozen at the failed batch");
     assert!(frozen.first <= 99);
-    for tp in &tps {
-        for c in commits_of(&script, tp) {
+    for tp in tps {
+        for c in commits_of(script, tp) {
             assert!(
                 c.offset <= 99,
                 "{tp} committed {} past a refused record",
@@ -1084,13 +824,13 @@ async fn fail_policy_stops_without_committing_past_the_bad_record() {
         }
     }
     assert!(
-        commits_of(&script, &tps[0])
+        commits_of(script, &tps[0])
             .iter()
             .all(|c| c.offset <= frozen.first),
         "committed into the failed batch"
     );
     // Nothing of partition 0 past the bad record was even read.
-    assert!(accepted_offsets(&writer, 0).iter().all(|&o| o < 99));
+    assert!(accepted_offsets(writer, 0).iter().all(|&o| o < 99));
 }
 
 // ---------------------------------------------------------------------------
@@ -1108,31 +848,30 @@ fn scripted_run() -> (Vec<CommitOffset>, Vec<Attempt>, RunReport) {
         .build()
         .expect("runtime");
     rt.block_on(async {
-        let (source, script) = ScriptedSource::new(37);
-        let writer = CaptureWriter::new();
-        let tps: Vec<_> = (0..4).map(tp).collect();
-        for tp in &tps {
-            fill(&script, tp, 300);
-            script.assign(tp);
-        }
-        let mut sink = sink(2, 2);
-        sink.batch.max_rows = 120;
-        sink.batch.linger = Duration::from_millis(13);
-        sink.retry.initial = Duration::from_millis(10);
-        sink.retry.max = Duration::from_millis(100);
-        let mut config = config(sink);
-        config.threads = 2;
-        config.chunk.max_rows = 50;
-        config.chunk.linger = Duration::from_millis(7);
-        config.checkpoint_interval = Duration::from_millis(30);
-        config.rebalance_drain_timeout = Duration::from_millis(200);
-        writer.set_replica_mode(1, 0, Some(WriterMode::FailRetryable));
-        let pipeline = Pipeline::builder(config, source, writer.clone(), line_chain)
-            .nonce(RunNonce::from_u64(0x5eed))
-            .build()
-            .expect("valid config");
-        let shutdown = Shutdown::new();
-        let run = tokio::spawn(pipeline.run_inline(shutdown.clone()));
+        let harness = Harness::new(37)
+            .partitions(4, 300)
+            .shards(2, 2)
+            .with(|c| {
+                c.sink.batch.max_rows = 120;
+                c.sink.batch.linger = Duration::from_millis(13);
+                c.sink.retry.initial = Duration::from_millis(10);
+                c.sink.retry.max = Duration::from_millis(100);
+                c.threads = 2;
+                c.chunk.max_rows = 50;
+                c.chunk.linger = Duration::from_millis(7);
+                c.checkpoint_interval = Duration::from_millis(30);
+                c.rebalance_drain_timeout = Duration::from_millis(200);
+            })
+            .nonce(0x5eed);
+        harness
+            .writer
+            .set_replica_mode(1, 0, Some(WriterMode::FailRetryable));
+        let mut run = harness.start(line_chain);
+        let (script, writer, tps) = (
+            run.script.clone(),
+            run.writer.clone(),
+            run.partitions.clone(),
+        );
         for round in 0..10 {
             for tp in &tps {
                 fill(&script, tp, 25);
@@ -1150,8 +889,7 @@ fn scripted_run() -> (Vec<CommitOffset>, Vec<Attempt>, RunReport) {
                 .all(|tp| script.committed(tp) == Some(script.end_offset(tp)))
         })
         .await;
-        shutdown.trigger();
-        let report = run.await.expect("pipeline task");
+        let report = run.stop().await;
         (script.commits(), writer.attempts(), report)
     })
 }
@@ -1198,19 +936,20 @@ fn one_thread_mode_replays_identically() {
 #[test]
 fn thread_mode_delivers_and_commits_everything() {
     const N: Offset = 300;
-    let (source, script) = ScriptedSource::new(40);
-    let writer = CaptureWriter::new();
-    let tps: Vec<_> = (0..3).map(tp).collect();
-    for tp in &tps {
-        fill(&script, tp, N as usize);
-        script.assign(tp);
-    }
-    let mut config = config(sink(2, 2));
-    config.threads = 2;
-    config.checkpoint_interval = Duration::from_millis(20);
-    let pipeline = Pipeline::builder(config, source, writer.clone(), fan_chain)
-        .build()
+    let (pipeline, parts) = Harness::new(40)
+        .partitions(3, N as usize)
+        .shards(2, 2)
+        .with(|c| {
+            c.threads = 2;
+            c.checkpoint_interval = Duration::from_millis(20);
+        })
+        .build(fan_chain)
         .expect("valid config");
+    let Parts {
+        script,
+        writer,
+        partitions: tps,
+    } = parts;
     let shutdown = Shutdown::new();
     let watcher = {
         let (script, shutdown, tps) = (script.clone(), shutdown.clone(), tps.clone());
@@ -1244,21 +983,21 @@ fn thread_mode_delivers_and_commits_everything() {
 #[test]
 fn shutdown_wakes_pipeline_threads_from_their_idle_sleep() {
     const N: Offset = 50;
-    let (source, script) = ScriptedSource::new(40);
-    let writer = CaptureWriter::new();
-    let tps: Vec<_> = (0..2).map(tp).collect();
-    for tp in &tps {
-        fill(&script, tp, N as usize);
-        script.assign(tp);
-    }
-    let mut config = config(sink(1, 1));
-    config.threads = 2;
-    config.checkpoint_interval = Duration::from_millis(20);
-    config.idle_poll = spate_core::pipeline::IDLE_POLL_MAX_LIMIT;
-    config.idle_poll_max = spate_core::pipeline::IDLE_POLL_MAX_LIMIT;
-    let pipeline = Pipeline::builder(config, source, writer.clone(), fan_chain)
-        .build()
+    let (pipeline, parts) = Harness::new(40)
+        .partitions(2, N as usize)
+        .with(|c| {
+            c.threads = 2;
+            c.checkpoint_interval = Duration::from_millis(20);
+            c.idle_poll = spate_core::pipeline::IDLE_POLL_MAX_LIMIT;
+            c.idle_poll_max = spate_core::pipeline::IDLE_POLL_MAX_LIMIT;
+        })
+        .build(fan_chain)
         .expect("valid config");
+    let Parts {
+        script,
+        partitions: tps,
+        ..
+    } = parts;
     let shutdown = Shutdown::new();
     let triggered = Arc::new(Mutex::new(None));
     let watcher = {
@@ -1319,11 +1058,10 @@ fn bad_pipeline_config_names_the_key() {
         ("sink.shards", |c| c.sink.shards.clear()),
     ];
     for &(key, mutate) in cases {
-        let mut config = config(sink(1, 1));
-        mutate(&mut config);
-        let (source, _script) = ScriptedSource::new(1);
-        let err = Pipeline::builder(config, source, CaptureWriter::new(), line_chain)
-            .build()
+        let err = Harness::new(1)
+            .with(mutate)
+            .build(line_chain)
+            .map(|_| ())
             .expect_err(key);
         match err {
             PipelineError::Config(e) => assert_eq!(e.key(), key, "{e}"),
@@ -1331,8 +1069,5 @@ fn bad_pipeline_config_names_the_key() {
         }
     }
     // And the untouched config builds.
-    let (source, _script) = ScriptedSource::new(1);
-    Pipeline::builder(config(sink(1, 1)), source, CaptureWriter::new(), line_chain)
-        .build()
-        .expect("valid config");
+    Harness::new(1).build(line_chain).expect("valid config");
 }

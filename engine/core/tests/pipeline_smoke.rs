@@ -5,10 +5,10 @@ use std::time::Duration;
 use spate_core::pipeline::chain::{PayloadDecoder, RoundRobin};
 use spate_core::pipeline::driver::ChainProcessor;
 use spate_core::pipeline::terminal::{ChunkBuffers, Terminal};
-use spate_core::pipeline::testkit::{CaptureWriter, LineEncoder, ScriptedSource};
 use spate_core::pipeline::{ExitStatus, Pipeline, PipelineConfig, Shutdown};
 use spate_core::record::TopicPartition;
 use spate_core::sink::{RunNonce, SinkConfig};
+use spate_testkit::{CaptureWriter, LineEncoder, ScriptedSource};
 
 #[tokio::test(start_paused = true)]
 async fn scripted_run_delivers_and_commits_everything() {

@@ -10,9 +10,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use spate_core::ack::{AckIssuer, AckSet, Outcome, ack_channel};
 use spate_core::budget::BudgetPermit;
-use spate_core::pipeline::testkit::{CaptureWriter, WriterMode};
 use spate_core::record::TopicPartition;
 use spate_core::sink::{Chunk, RunNonce, ShardReport, SinkConfig, SinkPool};
+use spate_testkit::{CaptureWriter, WriterMode};
 use tokio::time::Instant;
 
 /// Writes one batch of 2 rows through a pool of one shard with replicas r0,

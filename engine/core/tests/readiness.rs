@@ -9,10 +9,10 @@ use std::time::Duration;
 use spate_core::pipeline::chain::{PayloadDecoder, RoundRobin};
 use spate_core::pipeline::driver::ChainProcessor;
 use spate_core::pipeline::terminal::{ChunkBuffers, Terminal};
-use spate_core::pipeline::testkit::{CaptureWriter, LineEncoder, ScriptedSource, WriterMode};
 use spate_core::pipeline::{ExitStatus, Pipeline, PipelineConfig, Shutdown};
 use spate_core::record::TopicPartition;
 use spate_core::sink::{BreakerConfig, RunNonce, SinkConfig};
+use spate_testkit::{CaptureWriter, LineEncoder, ScriptedSource, WriterMode};
 
 /// Waits (in paused tokio time) until `cond` holds; panics after 60 s.
 async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {

@@ -62,7 +62,7 @@ mod source;
 pub use config::{ConfigError, DEFAULT_MAX_BATCH, KafkaSourceConfig, OWNED_PROPERTIES};
 pub use context::SpateContext;
 pub use lane::{KafkaBatch, KafkaLane};
-pub use source::{CLOSE_TIMEOUT, CONSUMER_ERROR_HOLD, KafkaSource};
+pub use source::{CLOSE_TIMEOUT, COMMIT_TIMEOUT, CONSUMER_ERROR_HOLD, KafkaSource};
 
 /// Gauge: consumer lag per `topic` and `partition`, in messages: the
 /// partition's high watermark minus this group's committed offset, as
@@ -74,6 +74,19 @@ pub const CONSUMER_LAG: &str = "spate_consumer_lag";
 /// Counter: consumer errors by `kind` (`transient`: logged and retried by
 /// librdkafka; fatal errors stop the pipeline instead of being counted here).
 pub const SOURCE_ERRORS: &str = "spate_source_errors_total";
+
+/// Counter: rebalances this process took part in, by `kind`: `assigned`
+/// (a rebalance callback handed this consumer at least one partition: the
+/// whole assignment under the eager protocol, the added partitions under
+/// cooperative-sticky and KIP-848) and `revoked` (one took at least one
+/// away, a lost assignment included). See librdkafka's
+/// [rebalance callback](https://docs.confluent.io/platform/current/clients/librdkafka/html/rdkafka_8h.html)
+/// (`rd_kafka_conf_set_rebalance_cb`).
+pub const REBALANCES: &str = "spate_consumer_rebalances_total";
+
+/// Gauge: partitions this process owns now (assigned, and not yet released
+/// after a revoke).
+pub const ASSIGNED_PARTITIONS: &str = "spate_consumer_assigned_partitions";
 
 /// Counter: committed offsets found outside their partition's valid range
 /// `[low watermark, high watermark]` when the partition was assigned, per

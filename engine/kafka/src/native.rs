@@ -1,5 +1,6 @@
 //! Batch consumption from one partition's librdkafka queue: the only
-//! `unsafe` in this crate, kept to four librdkafka calls.
+//! `unsafe` in this crate: the batch poll, the lane's position and a
+//! bounded commit.
 //!
 //! **Why not rdkafka's safe `PartitionQueue::poll`.** It pops one message per
 //! call through librdkafka's event API: per message it reads the clock four
@@ -241,5 +242,110 @@ unsafe fn bytes<'a>(ptr: *const u8, len: usize) -> Option<&'a [u8]> {
 impl Drop for Messages {
     fn drop(&mut self) {
         self.clear();
+    }
+}
+
+/// librdkafka's application position ([`rd_kafka_position`]) of the
+/// partitions in `list`, written into it; the first one's offset when it is
+/// a real offset (not `OFFSET_INVALID`, no error). The lane passes its
+/// one-element list, so nothing is allocated.
+///
+/// [`rd_kafka_position`]: https://docs.confluent.io/platform/current/clients/librdkafka/html/rdkafka_8h.html
+pub(crate) fn position<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    list: &rdkafka::TopicPartitionList,
+) -> Option<i64> {
+    let native = list.ptr();
+    // SAFETY: both pointers are valid while `consumer` and `list` are
+    // borrowed; librdkafka writes only the offset, leader epoch and error of
+    // the list's existing elements.
+    let err = unsafe { rdsys::rd_kafka_position(consumer.client().native_ptr(), native) };
+    if err != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+        return None;
+    }
+    // SAFETY: `native` points to a live list; `elems` holds `cnt` elements.
+    let first = unsafe {
+        let l = &*native;
+        if l.cnt < 1 {
+            return None;
+        }
+        &*l.elems
+    };
+    (first.err == rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && first.offset >= 0)
+        .then_some(first.offset)
+}
+
+/// One offset commit sent with `rd_kafka_commit_queue` to a queue of our
+/// own, whose answer is waited for with a timeout (librdkafka's synchronous
+/// commit waits without one). See the librdkafka API reference
+/// <https://docs.confluent.io/platform/current/clients/librdkafka/html/rdkafka_8h.html>
+/// ("rd_kafka_commit_queue"). Dropping it destroys the queue; an answer
+/// that arrives later is dropped by librdkafka, the commit itself goes on.
+pub(crate) struct Commit {
+    queue: NonNull<rdsys::rd_kafka_queue_t>,
+}
+
+// SAFETY: librdkafka queues are internally locked and may be used from any
+// thread; the handle is only our reference to one.
+unsafe impl Send for Commit {}
+
+impl Commit {
+    /// Sends the commit of `list` (explicit offsets).
+    ///
+    /// # Errors
+    /// [`KafkaError::ConsumerCommit`] when librdkafka refuses to send it
+    /// (no consumer group).
+    pub(crate) fn send<C: ConsumerContext>(
+        consumer: &BaseConsumer<C>,
+        list: &rdkafka::TopicPartitionList,
+    ) -> Result<Commit, KafkaError> {
+        let rk = consumer.client().native_ptr();
+        // SAFETY: `rk` is valid while `consumer` is borrowed; librdkafka
+        // copies `list` inside the call.
+        let queue = NonNull::new(unsafe { rdsys::rd_kafka_queue_new(rk) })
+            .ok_or(KafkaError::ConsumerCommit(RDKafkaErrorCode::Fail))?;
+        let commit = Commit { queue };
+        // SAFETY: as above; the queue is ours until `commit` drops.
+        let err = unsafe {
+            rdsys::rd_kafka_commit_queue(rk, list.ptr(), queue.as_ptr(), None, std::ptr::null_mut())
+        };
+        if err == rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+            Ok(commit)
+        } else {
+            Err(KafkaError::ConsumerCommit(err.into()))
+        }
+    }
+
+    /// Waits at most `timeout` for the answer: `None` when there is none
+    /// yet; else the commit's error as `rd_kafka_commit` would return it
+    /// synchronously (the same reply's error). Call it until it answers,
+    /// not after.
+    pub(crate) fn answer(&self, timeout: Duration) -> Option<Result<(), KafkaError>> {
+        let timeout_ms = c_int::try_from(timeout.as_millis()).unwrap_or(c_int::MAX);
+        // SAFETY: the queue is ours; the event, when one arrives, is ours
+        // until destroyed here.
+        let err = unsafe {
+            let event = rdsys::rd_kafka_queue_poll(self.queue.as_ptr(), timeout_ms);
+            if event.is_null() {
+                return None;
+            }
+            let err = rdsys::rd_kafka_event_error(event);
+            rdsys::rd_kafka_event_destroy(event);
+            err
+        };
+        Some(
+            if err == rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+                Ok(())
+            } else {
+                Err(KafkaError::ConsumerCommit(err.into()))
+            },
+        )
+    }
+}
+
+impl Drop for Commit {
+    fn drop(&mut self) {
+        // SAFETY: the queue came from rd_kafka_queue_new and is destroyed once.
+        unsafe { rdsys::rd_kafka_queue_destroy(self.queue.as_ptr()) }
     }
 }

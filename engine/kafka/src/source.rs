@@ -53,21 +53,21 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use metrics::Counter;
+use metrics::{Counter, Gauge};
 use rdkafka::Message;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::topic_partition_list::{Offset as KafkaOffset, TopicPartitionList};
 use spate_core::record::{Epoch, Offset, TopicPartition};
 use spate_core::source::{AssignmentEvent, CommitOffset, Source, SourceError};
 
-use crate::SOURCE_ERRORS;
 use crate::config::{ConfigError, KafkaSourceConfig};
 use crate::context::{Rebalance, Shared, SpateContext};
 use crate::errors;
 use crate::lane::KafkaLane;
 use crate::offsets;
+use crate::{ASSIGNED_PARTITIONS, REBALANCES, SOURCE_ERRORS};
 
 /// Bound on the consumer-queue events one [`KafkaSource::poll_event`] serves
 /// before returning, so the controller's loop keeps turning even when
@@ -78,6 +78,17 @@ const MAX_EVENTS_PER_POLL: usize = 64;
 /// consumer (leave the group, finish the last rebalance) before giving up and
 /// leaving the rest to librdkafka's own destructor.
 pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long [`Source::commit`] waits for the group coordinator's answer.
+/// librdkafka's own synchronous commit waits without bound: with every
+/// broker down it held the controller (and so `/readyz`, the error metrics
+/// and the ack channel) for as long as the outage, up to
+/// `socket.timeout.ms`. After this the commit counts as failed
+/// ([`SourceError::Transient`], retried next interval) and no other commit
+/// is sent until librdkafka answers it (each later call fails at once
+/// instead of waiting again); librdkafka may still complete it, which
+/// commits an offset that was safe to commit (D1).
+pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long a transient consumer error keeps [`Source::consumer_ready`]
 /// false unless an assignment arrives first: librdkafka's default
@@ -103,6 +114,10 @@ struct Revoking {
 /// consumer: [librdkafka's consumer
 /// API](https://github.com/confluentinc/librdkafka/blob/master/INTRODUCTION.md#high-level-kafkaconsumer).
 pub struct KafkaSource {
+    /// A commit that got no answer within [`COMMIT_TIMEOUT`], and when it
+    /// was sent: no other is sent until it answers. First, so its queue is
+    /// destroyed before the consumer.
+    unanswered: Option<(crate::native::Commit, Instant)>,
     consumer: Arc<BaseConsumer<SpateContext>>,
     shared: Arc<Shared>,
     max_batch: usize,
@@ -119,6 +134,12 @@ pub struct KafkaSource {
     /// that reached the shared queue instead of its lane, never delivered).
     ceilings: BTreeMap<TopicPartition, Offset>,
     transient_errors: Counter,
+    /// `spate_consumer_rebalances_total{kind="assigned"}` and
+    /// `{kind="revoked"}`.
+    assigned_events: Counter,
+    revoked_events: Counter,
+    /// `spate_consumer_assigned_partitions`: `owned.len()`.
+    assigned_partitions: Gauge,
     /// When the consumer last reported a transient error; cleared by an
     /// assignment. Read by [`Source::consumer_ready`].
     last_error: Option<std::time::Instant>,
@@ -184,6 +205,7 @@ impl KafkaSource {
         consumer.subscribe(&topics)?;
         tracing::info!(group = config.group_id(), ?topics, "subscribed");
         Ok(Self {
+            unanswered: None,
             consumer: Arc::new(consumer),
             shared,
             max_batch: config.max_batch,
@@ -194,6 +216,9 @@ impl KafkaSource {
             revoking: None,
             ceilings: BTreeMap::new(),
             transient_errors: metrics::counter!(SOURCE_ERRORS, "kind" => "transient"),
+            assigned_events: metrics::counter!(REBALANCES, "kind" => "assigned"),
+            revoked_events: metrics::counter!(REBALANCES, "kind" => "revoked"),
+            assigned_partitions: metrics::gauge!(ASSIGNED_PARTITIONS),
             last_error: None,
             deferred: None,
             patterns: config
@@ -254,6 +279,9 @@ impl KafkaSource {
     ) -> Result<(), SourceError> {
         // The group handed out partitions: whatever failed before is over.
         self.last_error = None;
+        if partitions.count() > 0 {
+            self.assigned_events.increment(1);
+        }
         for elem in partitions.elements() {
             let tp = TopicPartition::new(elem.topic(), elem.partition());
             debug_assert!(!self.owned.contains_key(&tp), "{tp} assigned twice");
@@ -285,6 +313,7 @@ impl KafkaSource {
                 lane,
             });
         }
+        self.assigned_partitions.set(self.owned.len() as f64);
         let result = if cooperative {
             self.consumer.incremental_assign(partitions)
         } else {
@@ -319,6 +348,9 @@ impl KafkaSource {
         lost: bool,
     ) -> Result<(), SourceError> {
         let mut waiting = BTreeSet::new();
+        if partitions.count() > 0 {
+            self.revoked_events.increment(1);
+        }
         for elem in partitions.elements() {
             let tp = TopicPartition::new(elem.topic(), elem.partition());
             let Some(&epoch) = self.owned.get(&tp) else {
@@ -365,6 +397,7 @@ impl KafkaSource {
             self.owned
                 .remove(&TopicPartition::new(elem.topic(), elem.partition()));
         }
+        self.assigned_partitions.set(self.owned.len() as f64);
         let result = if r.cooperative {
             self.consumer.incremental_unassign(&r.partitions)
         } else {
@@ -578,9 +611,10 @@ impl Source for KafkaSource {
         std::mem::take(&mut self.offset_resets)
     }
 
-    /// Commits `offsets` synchronously ([`CommitMode::Sync`]: blocks the
-    /// calling (controller) thread for one broker round trip), see
-    /// [`rd_kafka_commit`](https://github.com/confluentinc/librdkafka/blob/master/src/rdkafka.h).
+    /// Commits `offsets` and waits for the answer, at most
+    /// [`COMMIT_TIMEOUT`] (blocks the calling (controller) thread for one
+    /// broker round trip normally), see
+    /// [`rd_kafka_commit_queue`](https://github.com/confluentinc/librdkafka/blob/master/src/rdkafka.h).
     ///
     /// Offsets of an epoch this source does not own (any more) are not sent.
     ///
@@ -588,7 +622,8 @@ impl Source for KafkaSource {
     /// [`SourceError::CommitRejected`] when the group refused the commit
     /// (evicted, fenced, rebalanced: the epoch has ended; reported for the
     /// first partition of the call) or an offset was for an epoch not owned;
-    /// [`SourceError::Transient`] when it may succeed on the next try.
+    /// [`SourceError::Transient`] when it may succeed on the next try (no
+    /// answer within [`COMMIT_TIMEOUT`] included).
     fn commit(&mut self, offsets: &[CommitOffset]) -> Result<(), SourceError> {
         let mut list = TopicPartitionList::with_capacity(offsets.len());
         let mut first: Option<&CommitOffset> = None;
@@ -616,7 +651,34 @@ impl Source for KafkaSource {
             first.get_or_insert(c);
         }
         if let Some(first) = first {
-            match self.consumer.commit(&list, CommitMode::Sync) {
+            if let Some((earlier, sent)) = &self.unanswered {
+                if earlier.answer(Duration::ZERO).is_none() {
+                    return Err(SourceError::Transient {
+                        context: format!("commit in group {}", self.group),
+                        message: format!(
+                            "the commit sent {:.1?} ago is still unanswered (group coordinator \
+                             unreachable?); not sending another",
+                            sent.elapsed()
+                        ),
+                    });
+                }
+                // Answered: whatever it said, this newer commit decides.
+                self.unanswered = None;
+            }
+            let commit = crate::native::Commit::send(&self.consumer, &list);
+            let result = match commit {
+                Ok(commit) => match commit.answer(COMMIT_TIMEOUT) {
+                    Some(result) => result,
+                    None => {
+                        self.unanswered = Some((commit, Instant::now()));
+                        Err(KafkaError::ConsumerCommit(
+                            RDKafkaErrorCode::OperationTimedOut,
+                        ))
+                    }
+                },
+                Err(e) => Err(e),
+            };
+            match result {
                 Ok(()) => {}
                 Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
                 Err(KafkaError::ConsumerCommit(code)) if errors::commit_rejected(code) => {

@@ -13,9 +13,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use spate_core::pipeline::ExitStatus;
-use spate_core::pipeline::testkit::{CaptureWriter, WriterMode};
 use spate_core::source::{AssignmentEvent, Lane, Source};
 use spate_kafka::{ConfigError, KafkaSource, KafkaSourceConfig};
+use spate_testkit::{CaptureWriter, WriterMode};
 
 mod common;
 use common::*;

@@ -14,11 +14,11 @@ use std::time::{Duration, Instant};
 use spate_core::pipeline::chain::{PayloadDecoder, RecordCx, Router, filter};
 use spate_core::pipeline::driver::ChainProcessor;
 use spate_core::pipeline::terminal::{ChunkBuffers, Terminal};
-use spate_core::pipeline::testkit::{CaptureWriter, LineEncoder, WriterMode};
 use spate_core::pipeline::{ExitStatus, Pipeline, PipelineConfig};
 use spate_core::record::Payload;
 use spate_core::sink::SinkConfig;
 use spate_kafka::KafkaSource;
+use spate_testkit::{CaptureWriter, LineEncoder, WriterMode};
 
 mod common;
 use common::*;

@@ -20,10 +20,10 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::types::RDKafkaApiKey;
 use rdkafka::types::RDKafkaRespErr;
 use spate_core::pipeline::ExitStatus;
-use spate_core::pipeline::testkit::{CaptureWriter, WriterMode};
 use spate_core::sink::{Endpoint, SealedBatch, WriteError, Writer};
 use spate_core::source::{AssignmentEvent, CommitOffset, Lane, PollBatch, Source, SourceError};
 use spate_kafka::{COMMITTED_OUT_OF_RANGE, KafkaLane, KafkaSource};
+use spate_testkit::{CaptureWriter, WriterMode};
 
 mod common;
 use common::*;

@@ -20,8 +20,8 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use spate_core::metrics::{COMMIT_FAILURES, COMMITTED_OFFSET};
 use spate_core::pipeline::ExitStatus;
-use spate_core::pipeline::testkit::{CaptureWriter, WriterMode};
 use spate_kafka::{CONSUMER_LAG, KafkaSource};
+use spate_testkit::{CaptureWriter, WriterMode};
 
 mod common;
 use common::*;

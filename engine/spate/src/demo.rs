@@ -129,86 +129,20 @@ pub(crate) fn demo(args: &DemoArgs) -> ExitCode {
     }
 }
 
-fn run(args: &DemoArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
+type DemoError = Box<dyn std::error::Error>;
+
+/// The demo's steps: the table, the rows into an embedded broker, the
+/// pipeline run while its commits are watched, then what landed.
+fn run(args: &DemoArgs) -> Result<ExitCode, DemoError> {
     let rt = current_thread();
     let table = &args.table;
     let ch = HttpWriter::new(HttpWriterConfig::new("default", table, Vec::new()));
     let url = args.clickhouse_url.as_str();
-    rt.block_on(ch.query(url, "SELECT 1"))
-        .map_err(|e| format!("ClickHouse at {url} does not answer ({e}); `bash ci/demo.sh` starts one and runs the demo against it; or start one with `bash ci/clickhouse.sh start 1` and pass the URL it prints as --clickhouse-url"))?;
-    rt.block_on(ch.query(
-        url,
-        &format!(
-            "CREATE TABLE IF NOT EXISTS default.{table} (id UInt64, date DateTime, delay Int32, \
-             distance UInt32, origin String, destination String) ENGINE = MergeTree ORDER BY id"
-        ),
-    ))?;
-    // Ids continue after what earlier demo runs left, so this run's rows are
-    // told apart by `id >= base`.
-    let base: u64 = rt
-        .block_on(ch.query(url, &format!("SELECT max(id) + 1 FROM default.{table}")))?
-        .trim()
-        .parse()
-        .unwrap_or(0);
-    let base = if base == 1 { 0 } else { base };
-
-    let lines: Vec<&str> = FIXTURE.lines().filter(|l| l.starts_with('{')).collect();
-    let rows: Vec<String> = (base..base + args.rows)
-        .map(|id| flight_row(&lines, id))
-        .collect();
-    let bytes: u64 = rows.iter().map(|r| r.len() as u64).sum();
-    let partitions = args
-        .partitions
-        .max(bytes.div_ceil(MAX_BYTES_PER_PARTITION) as i32)
-        .max(1);
+    let base = prepare_table(&rt, &ch, url, table)?;
     let topic = "flights";
-    let mock = kafka_tools::start_broker(topic, partitions)?;
-    let brokers = mock.bootstrap_servers();
-    eprintln!(
-        "embedded broker {brokers}: topic {topic}, {partitions} partitions; producing {} rows ({:.1} MB)",
-        args.rows,
-        bytes as f64 / 1e6
-    );
-    let bar = progress_bar(args.rows, "produce");
-    let produced = kafka_tools::produce_lines(
-        &brokers,
-        topic,
-        partitions,
-        rows.iter().map(String::as_bytes),
-        "k",
-        Duration::from_secs(120),
-        |n| bar.set_position(n),
-    )?;
-    bar.finish();
-    drop(rows);
-    let ends = kafka_tools::end_offsets(&brokers, topic, partitions, Duration::from_secs(10))?;
-    let total: i64 = ends.values().sum();
-
+    let flights = produce_flights(args, base, topic)?;
     let group = format!("spate-demo-{base}");
-    let yaml = format!(
-        r#"
-pipeline: {{ name: "demo-{base}", threads: {threads}, io_threads: 2 }}
-checkpoint: {{ interval: 200ms }}
-source:
-  kafka:
-    brokers: "{brokers}"
-    topics: [{topic}]
-    group_id: "{group}"
-    properties: {{ session.timeout.ms: "6000", heartbeat.interval.ms: "500" }}
-format: {{ json: {{ time_formats: ["%Y/%m/%d %H:%M"] }} }}
-on_error: {{ policy: fail }}
-sink:
-  clickhouse:
-    shards: [["{url}"]]
-    table: {table}
-    batch: {{ max_rows: 1000000, max_bytes: 64MiB, linger: 200ms }}
-    inflight: {{ max_inflight: 2, max_bytes: 256MiB }}
-shutdown: {{ drain_timeout: 30s }}
-admin: {{ listen: "{admin}" }}
-"#,
-        threads = args.threads,
-        admin = args.admin,
-    );
+    let yaml = demo_yaml(args, base, &flights.brokers, topic, &group, url);
     let config = Config::from_yaml(&yaml, |_| None)?;
     // Always recorded: the demo reads the polled count to time the run from
     // the first polled row (after the group join).
@@ -242,8 +176,205 @@ admin: {{ listen: "{admin}" }}
             shutdown.trigger();
         });
     }
+    let watch = watch_commits(
+        &flights, &group, topic, &shutdown, &runner, started, &metrics,
+    )?;
+    let cpu_pipeline = cpu_seconds() - cpu_before;
+    let threads_after = cpu_by_thread();
+    let was_ready = ready.load(Ordering::Acquire);
+    shutdown.trigger();
+    let report = runner.join().map_err(|_| "the pipeline thread panicked")?;
+    println!("\nspate: {}", report.summary());
 
-    // Watch the group's commits until they reach the end offsets.
+    let count = |sql: &str| -> Result<String, DemoError> {
+        Ok(rt.block_on(ch.query(url, sql))?.trim().to_owned())
+    };
+    let in_ch: u64 = count(&format!(
+        "SELECT count() FROM default.{table} WHERE id >= {base}"
+    ))?
+    .parse()?;
+    let distinct: u64 = count(&format!(
+        "SELECT uniqExact(id) FROM default.{table} WHERE id >= {base}"
+    ))?
+    .parse()?;
+    let sample = count(&format!(
+        "SELECT origin, count() AS flights, round(avg(delay), 1) AS avg_delay FROM default.{table} \
+         WHERE id >= {base} GROUP BY origin ORDER BY flights DESC LIMIT 5 FORMAT PrettyCompactNoEscapes"
+    ))?;
+    let committed_text: Vec<String> = watch
+        .committed
+        .iter()
+        .map(|(p, o)| format!("{p}={}", o.map_or("-".to_owned(), |o| o.to_string())))
+        .collect();
+    let produced = flights.produced;
+    println!("rows produced:        {produced}");
+    println!("rows in ClickHouse:   {in_ch}");
+    println!("distinct ids:         {distinct}");
+    println!("duplicates:           {}", in_ch.saturating_sub(distinct));
+    println!("committed offsets:    {}", committed_text.join(" "));
+    println!("ready before the end: {was_ready}");
+    println!("sample query (top origins):\n{sample}");
+    if let Some(done) = watch.done_at {
+        print_speed(
+            produced,
+            started,
+            done,
+            watch.first_poll,
+            cpu_pipeline,
+            &threads_before,
+            &threads_after,
+        );
+    } else {
+        println!("not everything was committed before the pipeline stopped");
+    }
+    let ok = watch.done_at.is_some() && distinct == produced && report.status.code() == 0;
+    drop(flights);
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_FAILED)
+    })
+}
+
+/// Checks that ClickHouse answers at `url`, creates the demo table if it
+/// is not there and returns the first id of this run: ids continue after
+/// what earlier demo runs left, so this run's rows are told apart by
+/// `id >= base`.
+fn prepare_table(
+    rt: &tokio::runtime::Runtime,
+    ch: &HttpWriter,
+    url: &str,
+    table: &str,
+) -> Result<u64, DemoError> {
+    rt.block_on(ch.query(url, "SELECT 1"))
+        .map_err(|e| format!("ClickHouse at {url} does not answer ({e}); `bash ci/demo.sh` starts one and runs the demo against it; or start one with `bash ci/clickhouse.sh start 1` and pass the URL it prints as --clickhouse-url"))?;
+    rt.block_on(ch.query(
+        url,
+        &format!(
+            "CREATE TABLE IF NOT EXISTS default.{table} (id UInt64, date DateTime, delay Int32, \
+             distance UInt32, origin String, destination String) ENGINE = MergeTree ORDER BY id"
+        ),
+    ))?;
+    let base: u64 = rt
+        .block_on(ch.query(url, &format!("SELECT max(id) + 1 FROM default.{table}")))?
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    Ok(if base == 1 { 0 } else { base })
+}
+
+/// The demo's topic in an embedded broker, loaded with the run's rows.
+struct Flights {
+    /// Keeps the broker up; dropped at the end of the run.
+    _mock: kafka_tools::MockBroker,
+    brokers: String,
+    partitions: i32,
+    /// Rows produced.
+    produced: u64,
+    /// The sum of the partitions' end offsets.
+    total: i64,
+}
+
+/// Starts an embedded broker with `topic` (enough partitions for its
+/// retention) and produces `args.rows` flight rows with ids from `base`.
+fn produce_flights(args: &DemoArgs, base: u64, topic: &str) -> Result<Flights, DemoError> {
+    let lines: Vec<&str> = FIXTURE.lines().filter(|l| l.starts_with('{')).collect();
+    let rows: Vec<String> = (base..base + args.rows)
+        .map(|id| flight_row(&lines, id))
+        .collect();
+    let bytes: u64 = rows.iter().map(|r| r.len() as u64).sum();
+    let partitions = args
+        .partitions
+        .max(bytes.div_ceil(MAX_BYTES_PER_PARTITION) as i32)
+        .max(1);
+    let mock = kafka_tools::start_broker(topic, partitions)?;
+    let brokers = mock.bootstrap_servers();
+    eprintln!(
+        "embedded broker {brokers}: topic {topic}, {partitions} partitions; producing {} rows ({:.1} MB)",
+        args.rows,
+        bytes as f64 / 1e6
+    );
+    let bar = progress_bar(args.rows, "produce");
+    let produced = kafka_tools::produce_lines(
+        &brokers,
+        topic,
+        partitions,
+        rows.iter().map(String::as_bytes),
+        "k",
+        Duration::from_secs(120),
+        |n| bar.set_position(n),
+    )?;
+    bar.finish();
+    drop(rows);
+    let ends = kafka_tools::end_offsets(&brokers, topic, partitions, Duration::from_secs(10))?;
+    Ok(Flights {
+        _mock: mock,
+        brokers,
+        partitions,
+        produced,
+        total: ends.values().sum(),
+    })
+}
+
+/// The demo's pipeline config: the embedded broker's topic into `table`
+/// at `url`, group `group`.
+fn demo_yaml(
+    args: &DemoArgs,
+    base: u64,
+    brokers: &str,
+    topic: &str,
+    group: &str,
+    url: &str,
+) -> String {
+    let table = &args.table;
+    format!(
+        r#"
+pipeline: {{ name: "demo-{base}", threads: {threads}, io_threads: 2 }}
+checkpoint: {{ interval: 200ms }}
+source:
+  kafka:
+    brokers: "{brokers}"
+    topics: [{topic}]
+    group_id: "{group}"
+    properties: {{ session.timeout.ms: "6000", heartbeat.interval.ms: "500" }}
+format: {{ json: {{ time_formats: ["%Y/%m/%d %H:%M"] }} }}
+on_error: {{ policy: fail }}
+sink:
+  clickhouse:
+    shards: [["{url}"]]
+    table: {table}
+    batch: {{ max_rows: 1000000, max_bytes: 64MiB, linger: 200ms }}
+    inflight: {{ max_inflight: 2, max_bytes: 256MiB }}
+shutdown: {{ drain_timeout: 30s }}
+admin: {{ listen: "{admin}" }}
+"#,
+        threads = args.threads,
+        admin = args.admin,
+    )
+}
+
+/// What watching the group's commits saw.
+struct Watch {
+    /// When the pipeline first counted a polled record.
+    first_poll: Option<Instant>,
+    /// When the commits reached the end offsets (`None`: they did not).
+    done_at: Option<Instant>,
+    /// The last committed offsets read, per partition.
+    committed: std::collections::BTreeMap<i32, Option<i64>>,
+}
+
+/// Watches `group`'s commits until they reach the end offsets, the
+/// pipeline stops, a signal arrives or [`DELIVERY_DEADLINE`] passes.
+fn watch_commits(
+    flights: &Flights,
+    group: &str,
+    topic: &str,
+    shutdown: &Shutdown,
+    runner: &std::thread::JoinHandle<spate_core::pipeline::RunReport>,
+    started: Instant,
+    metrics: &metrics_exporter_prometheus::PrometheusHandle,
+) -> Result<Watch, DemoError> {
+    let (brokers, partitions, total) = (&flights.brokers, flights.partitions, flights.total);
     let bar = progress_bar(total as u64, "commit ");
     let mut first_poll: Option<Instant> = None;
     let mut done_at = None;
@@ -254,8 +385,8 @@ admin: {{ listen: "{admin}" }}
             break;
         }
         committed = kafka_tools::committed_offsets(
-            &brokers,
-            &group,
+            brokers,
+            group,
             topic,
             partitions,
             Duration::from_secs(5),
@@ -275,79 +406,53 @@ admin: {{ listen: "{admin}" }}
         }
     }
     bar.finish();
-    let cpu_pipeline = cpu_seconds() - cpu_before;
-    let threads_after = cpu_by_thread();
-    let was_ready = ready.load(Ordering::Acquire);
-    shutdown.trigger();
-    let report = runner.join().map_err(|_| "the pipeline thread panicked")?;
-    println!("\nspate: {}", report.summary());
-
-    let count = |sql: &str| -> Result<String, Box<dyn std::error::Error>> {
-        Ok(rt.block_on(ch.query(url, sql))?.trim().to_owned())
-    };
-    let in_ch: u64 = count(&format!(
-        "SELECT count() FROM default.{table} WHERE id >= {base}"
-    ))?
-    .parse()?;
-    let distinct: u64 = count(&format!(
-        "SELECT uniqExact(id) FROM default.{table} WHERE id >= {base}"
-    ))?
-    .parse()?;
-    let sample = count(&format!(
-        "SELECT origin, count() AS flights, round(avg(delay), 1) AS avg_delay FROM default.{table} \
-         WHERE id >= {base} GROUP BY origin ORDER BY flights DESC LIMIT 5 FORMAT PrettyCompactNoEscapes"
-    ))?;
-    let committed_text: Vec<String> = committed
-        .iter()
-        .map(|(p, o)| format!("{p}={}", o.map_or("-".to_owned(), |o| o.to_string())))
-        .collect();
-    println!("rows produced:        {produced}");
-    println!("rows in ClickHouse:   {in_ch}");
-    println!("distinct ids:         {distinct}");
-    println!("duplicates:           {}", in_ch.saturating_sub(distinct));
-    println!("committed offsets:    {}", committed_text.join(" "));
-    println!("ready before the end: {was_ready}");
-    println!("sample query (top origins):\n{sample}");
-    if let Some(done) = done_at {
-        let wall = done.duration_since(started).as_secs_f64();
-        println!(
-            "end to end: {produced} rows in {wall:.2} s from start ({:.0} rows/s, includes the ~3 s group join)",
-            produced as f64 / wall
-        );
-        if let Some(t0) = first_poll {
-            let secs = done.duration_since(t0).as_secs_f64();
-            println!(
-                "from the first polled row to the last commit: {secs:.2} s ({:.0} rows/s end to end)",
-                produced as f64 / secs
-            );
-        }
-        println!(
-            "process CPU during the run: {cpu_pipeline:.2} s ({:.2} s per million rows; includes the embedded broker), peak RSS {:.0} MiB",
-            cpu_pipeline * 1e6 / produced as f64,
-            peak_rss_mib()
-        );
-        let mut spent: Vec<(String, f64)> = threads_after
-            .iter()
-            .map(|(name, after)| {
-                let before = threads_before.get(name).copied().unwrap_or(0.0);
-                (name.clone(), after - before)
-            })
-            .filter(|(_, secs)| *secs >= 0.01)
-            .collect();
-        spent.sort_by(|a, b| b.1.total_cmp(&a.1));
-        let spent: Vec<String> = spent
-            .iter()
-            .map(|(name, secs)| format!("{name} {secs:.2}"))
-            .collect();
-        println!("CPU seconds by thread: {}", spent.join(", "));
-    } else {
-        println!("not everything was committed before the pipeline stopped");
-    }
-    let ok = done_at.is_some() && distinct == produced && report.status.code() == 0;
-    drop(mock);
-    Ok(if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(EXIT_FAILED)
+    Ok(Watch {
+        first_poll,
+        done_at,
+        committed,
     })
+}
+
+/// The run's speed: end to end, from the first polled row, CPU and peak
+/// RSS, and CPU by thread.
+fn print_speed(
+    produced: u64,
+    started: Instant,
+    done: Instant,
+    first_poll: Option<Instant>,
+    cpu_pipeline: f64,
+    threads_before: &std::collections::BTreeMap<String, f64>,
+    threads_after: &std::collections::BTreeMap<String, f64>,
+) {
+    let wall = done.duration_since(started).as_secs_f64();
+    println!(
+        "end to end: {produced} rows in {wall:.2} s from start ({:.0} rows/s, includes the ~3 s group join)",
+        produced as f64 / wall
+    );
+    if let Some(t0) = first_poll {
+        let secs = done.duration_since(t0).as_secs_f64();
+        println!(
+            "from the first polled row to the last commit: {secs:.2} s ({:.0} rows/s end to end)",
+            produced as f64 / secs
+        );
+    }
+    println!(
+        "process CPU during the run: {cpu_pipeline:.2} s ({:.2} s per million rows; includes the embedded broker), peak RSS {:.0} MiB",
+        cpu_pipeline * 1e6 / produced as f64,
+        peak_rss_mib()
+    );
+    let mut spent: Vec<(String, f64)> = threads_after
+        .iter()
+        .map(|(name, after)| {
+            let before = threads_before.get(name).copied().unwrap_or(0.0);
+            (name.clone(), after - before)
+        })
+        .filter(|(_, secs)| *secs >= 0.01)
+        .collect();
+    spent.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let spent: Vec<String> = spent
+        .iter()
+        .map(|(name, secs)| format!("{name} {secs:.2}"))
+        .collect();
+    println!("CPU seconds by thread: {}", spent.join(", "));
 }

@@ -264,8 +264,46 @@ fn check(path: &std::path::Path, sample: Option<usize>) -> ExitCode {
         Err(code) => return code,
     };
     println!("config {}: ok", path.display());
-    let mut problems = 0usize;
+    let mut problems = check_topics(&config);
 
+    // Replicas: plan from the first that answers, then probe every one.
+    let rt = current_thread();
+    let plan = match rt.block_on(service::plan(&config)) {
+        Ok(p) => p,
+        Err(e) => {
+            println!("clickhouse: PROBLEM: {}", chain(&e));
+            println!("check: failed");
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
+    print_mapping(&config, &plan);
+    let writer = match service::writer_config(&config, plan.typed_columns()) {
+        Ok(w) => HttpWriter::new(w),
+        Err(e) => {
+            println!("clickhouse: PROBLEM: {}", chain(&e));
+            println!("check: failed");
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
+    problems += probe_replicas(&rt, &config, &writer);
+    if let Some(n) = sample {
+        println!();
+        problems += check_sample(&config, &plan, n);
+    }
+    if problems == 0 {
+        println!("check: ok");
+        ExitCode::SUCCESS
+    } else {
+        println!("check: {problems} problem(s)");
+        ExitCode::from(EXIT_FAILED)
+    }
+}
+
+/// `check`'s Kafka part: each plain topic's partitions (one metadata fetch
+/// each) and the dead-letter topic's; prints a line per topic and returns
+/// the number of problems.
+fn check_topics(config: &Config) -> usize {
+    let mut problems = 0usize;
     // Brokers: one metadata fetch, then each plain topic's partitions.
     let brokers = config.source.kafka.brokers.joined();
     for topic in &config.source.kafka.topics {
@@ -301,17 +339,13 @@ fn check(path: &std::path::Path, sample: Option<usize>) -> ExitCode {
             }
         }
     }
+    problems
+}
 
-    // Replicas: plan from the first that answers, then probe every one.
-    let rt = current_thread();
-    let plan = match rt.block_on(service::plan(&config)) {
-        Ok(p) => p,
-        Err(e) => {
-            println!("clickhouse: PROBLEM: {}", chain(&e));
-            println!("check: failed");
-            return ExitCode::from(EXIT_FAILED);
-        }
-    };
+/// `check`'s mapping report: each column's type, source field and rule,
+/// the server-computed columns left out, the missing-value rule per
+/// column, the row format and the DEFAULTs this server cannot apply.
+fn print_mapping(config: &Config, plan: &service::Plan) {
     let ch = &config.sink.clickhouse;
     println!("\ncolumn mapping into {}.{}:", ch.database, ch.table);
     let rows: Vec<[String; 4]> = plan
@@ -349,14 +383,14 @@ fn check(path: &std::path::Path, sample: Option<usize>) -> ExitCode {
         );
     }
     println!();
-    let writer = match service::writer_config(&config, plan.typed_columns()) {
-        Ok(w) => HttpWriter::new(w),
-        Err(e) => {
-            println!("clickhouse: PROBLEM: {}", chain(&e));
-            println!("check: failed");
-            return ExitCode::from(EXIT_FAILED);
-        }
-    };
+}
+
+/// `check`'s replica part: probes every replica of every shard and reads
+/// its capabilities and the table's engine; prints a line per replica and
+/// returns the number of problems.
+fn probe_replicas(rt: &tokio::runtime::Runtime, config: &Config, writer: &HttpWriter) -> usize {
+    let ch = &config.sink.clickhouse;
+    let mut problems = 0usize;
     for (s, shard) in ch.shards.iter().enumerate() {
         for (r, url) in shard.iter().enumerate() {
             let endpoint = Endpoint {
@@ -381,22 +415,7 @@ fn check(path: &std::path::Path, sample: Option<usize>) -> ExitCode {
             });
             match result {
                 Ok((caps, engine)) => {
-                    let mut lacks = Vec::new();
-                    if !caps.dedup_token {
-                        lacks.push(
-                            "insert_deduplication_token (retries rely on block-hash deduplication)",
-                        );
-                    }
-                    if !engine.starts_with("Replicated") {
-                        lacks.push(
-                            "block deduplication (the engine is not Replicated*: a retried batch may be stored twice)",
-                        );
-                    }
-                    let lacks = if lacks.is_empty() {
-                        "nothing".to_owned()
-                    } else {
-                        lacks.join("; ")
-                    };
+                    let lacks = lacks(caps.dedup_token, &engine);
                     println!("{endpoint}: ok, engine {engine}; lacks: {lacks}");
                 }
                 Err(e) => {
@@ -406,16 +425,26 @@ fn check(path: &std::path::Path, sample: Option<usize>) -> ExitCode {
             }
         }
     }
-    if let Some(n) = sample {
-        println!();
-        problems += check_sample(&config, &plan, n);
+    problems
+}
+
+/// What a replica lacks for effectively-once retries, in words ("nothing"
+/// when it has both): the dedup token setting, and a Replicated* engine's
+/// block deduplication.
+fn lacks(dedup_token: bool, engine: &str) -> String {
+    let mut lacks = Vec::new();
+    if !dedup_token {
+        lacks.push("insert_deduplication_token (retries rely on block-hash deduplication)");
     }
-    if problems == 0 {
-        println!("check: ok");
-        ExitCode::SUCCESS
+    if !engine.starts_with("Replicated") {
+        lacks.push(
+            "block deduplication (the engine is not Replicated*: a retried batch may be stored twice)",
+        );
+    }
+    if lacks.is_empty() {
+        "nothing".to_owned()
     } else {
-        println!("check: {problems} problem(s)");
-        ExitCode::from(EXIT_FAILED)
+        lacks.join("; ")
     }
 }
 

@@ -22,7 +22,6 @@ mod common;
 
 use common::*;
 use serde_json::{Value, json};
-use spate::kafka_tools;
 use spate_clickhouse::schema::{DefaultKind, InsertOptions, plan_insert};
 use spate_clickhouse::writer::{HttpWriter, HttpWriterConfig};
 
@@ -86,16 +85,8 @@ impl Chdb {
 
 /// [`config`] pointed at `replicas` (one shard), whatever
 /// `SPATE_CLICKHOUSE_URL` says (ci/test.sh sets it to the 18.16 server).
-fn chdb_config(
-    name: &str,
-    brokers: &str,
-    topic: &str,
-    replicas: &[String],
-    table: &str,
-    port: u16,
-    on_error: &str,
-) -> String {
-    let yaml = config(name, brokers, topic, "X", table, port, on_error);
+fn chdb_config(feed: &Feed, replicas: &[String], table: &str, on_error: &str) -> String {
+    let yaml = feed.config("X", table, on_error);
     let quoted: Vec<String> = replicas.iter().map(|u| format!("\"{u}\"")).collect();
     let out = yaml.replace(
         "[[\"${SPATE_CLICKHOUSE_URL:-X}\"]]",
@@ -116,17 +107,9 @@ fn flights_table(db: &Chdb, name: &str) {
 
 /// Runs spate over `lines` (already produced) until every offset is
 /// committed, then SIGTERM; asserts a clean exit.
-fn run_until_committed(
-    test: &str,
-    yaml: &str,
-    brokers: &str,
-    group: &str,
-    topic: &str,
-    partitions: i32,
-    port: u16,
-) {
+fn run_until_committed(test: &str, yaml: &str, feed: &Feed) {
     let spate = Spate::start(test, yaml);
-    await_commits(&spate, brokers, group, topic, partitions, port);
+    feed.await_commits(&spate);
     let logs = spate.logs();
     let (code, out) = spate.terminate();
     assert_eq!(code, Some(0), "stdout: {out}\nlog: {logs}");
@@ -139,31 +122,15 @@ fn tokens_case(replicas: &[String], test: &str) {
     let table = format!("spate_chdb_{test}_{}", std::process::id());
     let db = Chdb::new(&replicas[0], &table);
     flights_table(&db, &table);
-    let (topic, partitions, rows) = ("flights", 4, 2_000u64);
-    let mock = kafka_tools::start_broker(topic, partitions).unwrap();
-    let brokers = mock.bootstrap_servers();
-    produce(
-        &brokers,
-        topic,
-        partitions,
-        &(0..rows).map(flight_row).collect::<Vec<_>>(),
-    );
+    let rows = 2_000u64;
+    let feed = Feed::mock("flights", 4, &format!("chdb-{test}"));
+    feed.produce_flights(0..rows);
     let seen_before = db.inserts().len();
     // The first two inserts land and lose their reply: spate sees an
     // ambiguous write and retries the same bytes with the same token.
     db.fault(&format!("table=default.{table}&drop=2"));
-    let port = free_port();
-    let group = format!("chdb-{test}-{}", std::process::id());
-    let yaml = chdb_config(
-        &group,
-        &brokers,
-        topic,
-        replicas,
-        &table,
-        port,
-        "{ policy: fail }",
-    );
-    run_until_committed(test, &yaml, &brokers, &group, topic, partitions, port);
+    let yaml = chdb_config(&feed, replicas, &table, "{ policy: fail }");
+    run_until_committed(test, &yaml, &feed);
     let count = db.number(&format!("SELECT count() FROM default.{table}"));
     let distinct = db.number(&format!("SELECT uniqExact(id) FROM default.{table}"));
     let ours: Vec<Value> = db.inserts()[seen_before..]
@@ -208,13 +175,8 @@ fn tokens_case(replicas: &[String], test: &str) {
     db.query(&format!(
         "ALTER TABLE default.{table} ADD COLUMN late String DEFAULT 'filled'"
     ));
-    produce(
-        &brokers,
-        topic,
-        partitions,
-        &(rows..2 * rows).map(flight_row).collect::<Vec<_>>(),
-    );
-    run_until_committed(test, &yaml, &brokers, &group, topic, partitions, port);
+    feed.produce_flights(rows..2 * rows);
+    run_until_committed(test, &yaml, &feed);
     let count = db.number(&format!("SELECT count() FROM default.{table}"));
     let distinct = db.number(&format!("SELECT uniqExact(id) FROM default.{table}"));
     assert_eq!(
@@ -568,24 +530,13 @@ fn current_types_round_trip_through_spate() {
             None => errors += 1,
         }
     }
-    let (topic, partitions) = ("types", 1);
-    let mock = kafka_tools::start_broker(topic, partitions).unwrap();
-    let brokers = mock.bootstrap_servers();
-    produce(&brokers, topic, partitions, &lines);
-    let port = free_port();
-    let group = format!("chdb-types-{}", std::process::id());
-    let yaml = chdb_config(
-        &group,
-        &brokers,
-        topic,
-        &urls[..1],
-        &table,
-        port,
-        "{ policy: skip }",
-    ) + "mapping: { columns: { jp: /meta/props } }\n";
+    let feed = Feed::mock("types", 1, "chdb-types");
+    feed.produce(&lines);
+    let yaml = chdb_config(&feed, &urls[..1], &table, "{ policy: skip }")
+        + "mapping: { columns: { jp: /meta/props } }\n";
     let spate = Spate::start("chdb-types", &yaml);
-    await_commits(&spate, &brokers, &group, topic, partitions, port);
-    let skipped = metric(port, "spate_records_skipped_total");
+    feed.await_commits(&spate);
+    let skipped = metric(feed.port, "spate_records_skipped_total");
     let logs = spate.logs();
     let (code, out) = spate.terminate();
     assert_eq!(code, Some(0), "stdout: {out}\nlog: {logs}");
@@ -651,26 +602,10 @@ fn insert_settings_reach_the_engine() {
     let db = Chdb::new(&urls[0], &table);
     flights_table(&db, &table);
     db.query(&format!("SYSTEM STOP MERGES default.{table}"));
-    let (topic, partitions, rows) = ("flights", 1, 1_000u64);
-    let mock = kafka_tools::start_broker(topic, partitions).unwrap();
-    let brokers = mock.bootstrap_servers();
-    produce(
-        &brokers,
-        topic,
-        partitions,
-        &(0..rows).map(flight_row).collect::<Vec<_>>(),
-    );
-    let port = free_port();
-    let group = format!("chdb-settings-{}", std::process::id());
-    let yaml = chdb_config(
-        &group,
-        &brokers,
-        topic,
-        &urls[..1],
-        &table,
-        port,
-        "{ policy: fail }",
-    );
+    let rows = 1_000u64;
+    let feed = Feed::mock("flights", 1, "chdb-settings");
+    feed.produce_flights(0..rows);
+    let yaml = chdb_config(&feed, &urls[..1], &table, "{ policy: fail }");
     let yaml = with_settings(
         &yaml,
         &table,
@@ -682,15 +617,7 @@ fn insert_settings_reach_the_engine() {
         &format!("    table: {table}\n"),
         &format!("    table: {table}\n    format: rowbinary\n"),
     );
-    run_until_committed(
-        "chdb-settings",
-        &yaml,
-        &brokers,
-        &group,
-        topic,
-        partitions,
-        port,
-    );
+    run_until_committed("chdb-settings", &yaml, &feed);
     let count = db.number(&format!("SELECT count() FROM default.{table}"));
     assert_eq!(count, rows);
     let ours: Vec<Value> = db
@@ -728,26 +655,9 @@ fn unknown_insert_setting_fails_at_start_naming_it() {
     let table = format!("spate_chdb_badsetting_{}", std::process::id());
     let db = Chdb::new(&urls[0], &table);
     flights_table(&db, &table);
-    let (topic, partitions) = ("flights", 1);
-    let mock = kafka_tools::start_broker(topic, partitions).unwrap();
-    let brokers = mock.bootstrap_servers();
-    produce(
-        &brokers,
-        topic,
-        partitions,
-        &(0..10).map(flight_row).collect::<Vec<_>>(),
-    );
-    let port = free_port();
-    let group = format!("chdb-badsetting-{}", std::process::id());
-    let yaml = chdb_config(
-        &group,
-        &brokers,
-        topic,
-        &urls[..1],
-        &table,
-        port,
-        "{ policy: fail }",
-    );
+    let feed = Feed::mock("flights", 1, "chdb-badsetting");
+    feed.produce_flights(0..10);
+    let yaml = chdb_config(&feed, &urls[..1], &table, "{ policy: fail }");
     let yaml = with_settings(
         &yaml,
         &table,

@@ -34,27 +34,11 @@ fn flights_land_at_least_once_and_sigterm_exits_clean() {
         return;
     };
     let table = Table::create(&url, "clean");
-    let (partitions, rows) = (8, 4_000u64);
-    let (mock, topic) = Broker::start("flights", partitions);
-    let topic = topic.as_str();
-    let brokers = mock.bootstrap_servers();
-    let lines: Vec<String> = (0..rows).map(flight_row).collect();
-    produce(&brokers, topic, partitions, &lines);
-    let port = free_port();
-    let group = format!("e2e-clean-{}", std::process::id());
-    let spate = Spate::start(
-        "clean",
-        &config(
-            &group,
-            &brokers,
-            topic,
-            &url,
-            &table.name,
-            port,
-            "{ policy: fail }",
-        ),
-    );
-    await_commits(&spate, &brokers, &group, topic, partitions, port);
+    let rows = 4_000u64;
+    let feed = Feed::start("flights", 8, "e2e-clean");
+    feed.produce_flights(0..rows);
+    let spate = Spate::start("clean", &feed.config(&url, &table.name, "{ policy: fail }"));
+    feed.await_commits(&spate);
     let logs_before = spate.logs();
     let (code, out) = spate.terminate();
     assert_eq!(code, Some(0), "stdout: {out}\nlog: {logs_before}");
@@ -114,47 +98,6 @@ fn skipped_by_reason(metrics: &str) -> std::collections::BTreeMap<String, u64> {
         .collect()
 }
 
-/// A consumed message: (payload, headers as (key, value text)).
-type Consumed = (Vec<u8>, Vec<(String, String)>);
-
-/// The first `n` messages of `topic` partition 0 (fewer after [`DELIVERY`]).
-fn consume_all(brokers: &str, topic: &str, n: usize) -> Vec<Consumed> {
-    use rdkafka::Message;
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    use rdkafka::message::Headers;
-    let c: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", "e2e-dead-letter-reader")
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap();
-    let mut tpl = rdkafka::TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, rdkafka::Offset::Beginning)
-        .unwrap();
-    c.assign(&tpl).unwrap();
-    let deadline = Instant::now() + DELIVERY;
-    let mut out = Vec::new();
-    while out.len() < n && Instant::now() < deadline {
-        let Some(m) = c.poll(Duration::from_millis(200)) else {
-            continue;
-        };
-        let m = m.unwrap();
-        let headers = m
-            .headers()
-            .map(|h| {
-                h.iter()
-                    .map(|h| {
-                        let v = h.value.map(String::from_utf8_lossy).unwrap_or_default();
-                        (h.key.to_owned(), v.into_owned())
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        out.push((m.payload().unwrap_or_default().to_vec(), headers));
-    }
-    out
-}
-
 /// D6 under `on_error: skip`: every poison record is skipped, counted by
 /// reason on /metrics and dead-lettered with its original bytes and the
 /// reason; every good row lands and everything is committed.
@@ -164,13 +107,10 @@ fn poison_messages_are_skipped_counted_by_reason_and_dead_lettered() {
         return;
     };
     let table = Table::create(&url, "poison");
-    let partitions = 4;
-    let (mock, topic) = Broker::start("flights", partitions);
-    let topic = topic.as_str();
-    let dlq = mock.topic_name("flights-dlq");
-    mock.create_topic(&dlq, 1);
+    let feed = Feed::start("flights", 4, "e2e-poison");
+    let dlq = feed.broker.topic_name("flights-dlq");
+    feed.broker.create_topic(&dlq, 1);
     let dlq = dlq.as_str();
-    let brokers = mock.bootstrap_servers();
     let good = 1_000u64;
     let poison = poison();
     let mut lines: Vec<Vec<u8>> = (0..good).map(|i| flight_row(i).into_bytes()).collect();
@@ -178,31 +118,21 @@ fn poison_messages_are_skipped_counted_by_reason_and_dead_lettered() {
         lines.insert(100 + i * 130, p.clone());
     }
     kafka_tools::produce_lines(
-        &brokers,
-        topic,
-        partitions,
+        &feed.brokers,
+        &feed.topic,
+        feed.partitions,
         lines.iter().map(Vec::as_slice),
         "k",
         RPC,
         |_| {},
     )
     .unwrap();
-    let port = free_port();
-    let group = format!("e2e-poison-{}", std::process::id());
-    let spate = Spate::start(
-        "poison",
-        &config(
-            &group,
-            &brokers,
-            topic,
-            &url,
-            &table.name,
-            port,
-            &format!("{{ policy: skip, dead_letter: {{ topic: {dlq} }} }}"),
-        ),
-    );
-    await_commits(&spate, &brokers, &group, topic, partitions, port);
-    let metrics = get(port, "/metrics").map(|(_, m)| m).unwrap_or_default();
+    let on_error = format!("{{ policy: skip, dead_letter: {{ topic: {dlq} }} }}");
+    let spate = Spate::start("poison", &feed.config(&url, &table.name, &on_error));
+    feed.await_commits(&spate);
+    let metrics = get(feed.port, "/metrics")
+        .map(|(_, m)| m)
+        .unwrap_or_default();
     let (code, out) = spate.terminate();
     assert_eq!(code, Some(0), "{out}");
     assert!(
@@ -218,7 +148,7 @@ fn poison_messages_are_skipped_counted_by_reason_and_dead_lettered() {
     assert_eq!(counted, expected, "{metrics}");
     let (_, distinct) = table.landed();
     assert_eq!(distinct, good);
-    let dead = consume_all(&brokers, dlq, poison.len());
+    let dead = consume(&feed.brokers, "e2e-dead-letter-reader", dlq, poison.len());
     assert_eq!(dead.len(), poison.len(), "dead-letter topic");
     for (payload, headers) in &dead {
         let (_, reason) = poison
@@ -248,10 +178,8 @@ fn a_poison_record_under_fail_stops_without_committing_past_it() {
         return;
     };
     let table = Table::create(&url, "poisonfail");
-    let partitions = 2;
-    let (mock, topic) = Broker::start("flights", partitions);
-    let topic = topic.as_str();
-    let brokers = mock.bootstrap_servers();
+    let feed = Feed::start("flights", 2, "e2e-poisonfail");
+    let topic = feed.topic.as_str();
     let mut lines: Vec<String> = (0..400).map(flight_row).collect();
     // Line i goes to partition i % 2 at offset i / 2: this is flights/1 offset 50.
     let (bad_partition, bad_offset) = (1, 50i64);
@@ -259,19 +187,10 @@ fn a_poison_record_under_fail_stops_without_committing_past_it() {
         (bad_offset * 2 + 1) as usize,
         String::from_utf8(poison()[2].0.clone()).unwrap(),
     );
-    produce(&brokers, topic, partitions, &lines);
-    let group = format!("e2e-poisonfail-{}", std::process::id());
+    feed.produce(&lines);
     let mut spate = Spate::start(
         "poisonfail",
-        &config(
-            &group,
-            &brokers,
-            topic,
-            &url,
-            &table.name,
-            free_port(),
-            "{ policy: fail }",
-        ),
+        &feed.config(&url, &table.name, "{ policy: fail }"),
     );
     let (code, out) = spate.wait_exit(DELIVERY);
     let logs = spate.logs();
@@ -283,8 +202,7 @@ fn a_poison_record_under_fail_stops_without_committing_past_it() {
         )),
         "stdout: {out}"
     );
-    let committed = committed(&brokers, &group, topic, partitions);
-    let at = committed[&bad_partition];
+    let at = feed.committed()[&bad_partition];
     assert!(
         at.is_none_or(|o| o <= bad_offset),
         "committed {at:?} past the refused record at offset {bad_offset} (D1)"
@@ -297,8 +215,8 @@ fn check_prints_the_mapping_and_fails_on_an_unreachable_replica() {
         return;
     };
     let table = Table::create(&url, "check");
-    let (mock, topic) = Broker::start("flights", 2);
-    let brokers = mock.bootstrap_servers();
+    let feed = Feed::start("flights", 2, "chk");
+    let topic = &feed.topic;
     let run_check = |yaml: &str| {
         let path =
             std::env::temp_dir().join(format!("spate-e2e-check-{}.yaml", std::process::id()));
@@ -314,15 +232,7 @@ fn check_prints_the_mapping_and_fails_on_an_unreachable_replica() {
                 + &String::from_utf8_lossy(&out.stderr),
         )
     };
-    let good = config(
-        "chk",
-        &brokers,
-        &topic,
-        &url,
-        &table.name,
-        free_port(),
-        "{ policy: fail }",
-    );
+    let good = feed.config(&url, &table.name, "{ policy: fail }");
     let (code, out) = run_check(&good);
     assert_eq!(code, Some(0), "{out}");
     assert!(
@@ -445,18 +355,15 @@ fn sigterm_with_a_hung_shard_exits_in_time_with_abandoned_then_restart_loses_not
         return;
     };
     let table = Table::create(&url, "hung");
-    let (partitions, rows) = (4, 2_000u64);
-    let (mock, topic) = Broker::start("flights", partitions);
-    let topic = topic.as_str();
-    let brokers = mock.bootstrap_servers();
-    let lines: Vec<String> = (0..rows).map(flight_row).collect();
-    produce(&brokers, topic, partitions, &lines);
+    let rows = 2_000u64;
+    let feed = Feed::start("flights", 4, "e2e-hung");
+    feed.produce_flights(0..rows);
+    let port = feed.port;
     // Shard 0 writes straight to the server, shard 1 through the gate (the
     // same server and table: distinct ids still tell what landed).
     let gate = Gate::start(&url);
-    let group = format!("e2e-hung-{}", std::process::id());
-    let port = free_port();
-    let yaml = config(&group, &brokers, topic, &url, &table.name, port, "{ policy: fail }")
+    let yaml = feed
+        .config(&url, &table.name, "{ policy: fail }")
         .replace(
             &format!("[[\"${{SPATE_CLICKHOUSE_URL:-{url}}}\"]]"),
             &format!("[[\"{url}\"], [\"{}\"]]", gate.url()),
@@ -498,7 +405,7 @@ fn sigterm_with_a_hung_shard_exits_in_time_with_abandoned_then_restart_loses_not
     // Restart with the shard back: everything lands (D1).
     gate.set_open(true);
     let spate = Spate::start("hung2", &yaml);
-    await_commits(&spate, &brokers, &group, topic, partitions, port);
+    feed.await_commits(&spate);
     let (code, out) = spate.terminate();
     assert_eq!(code, Some(0), "{out}");
     let distinct = table.number(&format!("SELECT uniqExact(id) FROM default.{}", table.name));
@@ -515,33 +422,20 @@ fn kill_9_after_a_commit_then_restart_resumes_from_the_commits() {
         return;
     };
     let table = Table::create(&url, "kill9");
-    let partitions = 8;
     let (first, rows) = (2_000u64, 12_000u64);
-    let (mock, topic) = Broker::start("flights", partitions);
-    let topic = topic.as_str();
-    let brokers = mock.bootstrap_servers();
-    let lines: Vec<String> = (0..rows).map(flight_row).collect();
-    produce(&brokers, topic, partitions, &lines[..first as usize]);
-    let group = format!("e2e-kill9-{}", std::process::id());
-    let port = free_port();
+    let feed = Feed::start("flights", 8, "e2e-kill9");
+    feed.produce_flights(0..first);
     // Small batches, one insert at a time, commits every 100 ms: the second
     // part of the stream takes a while to write, so the kill lands in it.
-    let yaml = config(
-        &group,
-        &brokers,
-        topic,
-        &url,
-        &table.name,
-        port,
-        "{ policy: fail }",
-    )
-    .replace("interval: 200ms", "interval: 100ms")
-    .replace("max_rows: 100000,", "max_rows: 100,")
-    .replace(
-        "linger: 100ms }",
-        "linger: 100ms }\n    inflight: { max_inflight: 1 }",
-    )
-    .replace("group_id:", "max_batch: 100\n    group_id:");
+    let yaml = feed
+        .config(&url, &table.name, "{ policy: fail }")
+        .replace("interval: 200ms", "interval: 100ms")
+        .replace("max_rows: 100000,", "max_rows: 100,")
+        .replace(
+            "linger: 100ms }",
+            "linger: 100ms }\n    inflight: { max_inflight: 1 }",
+        )
+        .replace("group_id:", "max_batch: 100\n    group_id:");
     assert!(yaml.contains("max_inflight: 1"), "{yaml}");
     let count_sql = format!("SELECT count() FROM default.{}", table.name);
 
@@ -549,7 +443,7 @@ fn kill_9_after_a_commit_then_restart_resumes_from_the_commits() {
     // SIGKILL as soon as rows of it are in ClickHouse.
     let mut spate = Spate::start("kill9", &yaml);
     let deadline = Instant::now() + DELIVERY;
-    while committed_sum(&brokers, &group, topic, partitions) == 0 {
+    while feed.committed_sum() == 0 {
         assert!(
             Instant::now() < deadline,
             "nothing committed within {DELIVERY:?}\n{}",
@@ -557,7 +451,7 @@ fn kill_9_after_a_commit_then_restart_resumes_from_the_commits() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    produce(&brokers, topic, partitions, &lines[first as usize..]);
+    feed.produce_flights(first..rows);
     let second_sql = format!("{count_sql} WHERE id >= {first}");
     while table.number(&second_sql) == 0 {
         assert!(
@@ -571,7 +465,7 @@ fn kill_9_after_a_commit_then_restart_resumes_from_the_commits() {
     let status = spate.child.wait().unwrap();
     assert_eq!(status.code(), None, "killed by a signal: {status:?}");
     let at_kill = table.number(&count_sql);
-    let committed_at_kill = committed_sum(&brokers, &group, topic, partitions) as u64;
+    let committed_at_kill = feed.committed_sum() as u64;
     println!(
         "kill -9: {at_kill} of {rows} rows in ClickHouse, {committed_at_kill} records behind \
          committed offsets"
@@ -581,7 +475,7 @@ fn kill_9_after_a_commit_then_restart_resumes_from_the_commits() {
 
     // Second run, same config and group: resumes from the committed offsets.
     let spate = Spate::start("kill9", &yaml);
-    await_commits(&spate, &brokers, &group, topic, partitions, port);
+    feed.await_commits(&spate);
     let logs = spate.logs();
     let (code, out) = spate.terminate();
     assert_eq!(code, Some(0), "stdout: {out}\nlog: {logs}");
@@ -608,35 +502,23 @@ fn a_second_signal_during_the_drain_exits_at_once() {
         return;
     };
     let table = Table::create(&url, "second");
-    let partitions = 2;
-    let (mock, topic) = Broker::start("flights", partitions);
-    let topic = topic.as_str();
-    let brokers = mock.bootstrap_servers();
+    let feed = Feed::start("flights", 2, "e2e-second");
+    let port = feed.port;
     let gate = Gate::start(&url);
-    let port = free_port();
-    let group = format!("e2e-second-{}", std::process::id());
-    let yaml = config(
-        &group,
-        &brokers,
-        topic,
-        &url,
-        &table.name,
-        port,
-        "{ policy: fail }",
-    )
-    .replace(
-        &format!("[[\"${{SPATE_CLICKHOUSE_URL:-{url}}}\"]]"),
-        &format!("[[\"{}\"]]", gate.url()),
-    )
-    .replace("drain_timeout: 10s", "drain_timeout: 60s")
-    .replace("linger: 100ms }", "linger: 100ms }\n    write_timeout: 60s");
+    let yaml = feed
+        .config(&url, &table.name, "{ policy: fail }")
+        .replace(
+            &format!("[[\"${{SPATE_CLICKHOUSE_URL:-{url}}}\"]]"),
+            &format!("[[\"{}\"]]", gate.url()),
+        )
+        .replace("drain_timeout: 10s", "drain_timeout: 60s")
+        .replace("linger: 100ms }", "linger: 100ms }\n    write_timeout: 60s");
     assert!(yaml.contains(&gate.url()), "{yaml}");
     let mut spate = Spate::start("second", &yaml);
     await_readyz(&spate, port, 200, DELIVERY);
     // The start-up probe passed; from now on inserts hang in the gate.
     gate.set_open(false);
-    let lines: Vec<String> = (0..200).map(flight_row).collect();
-    produce(&brokers, topic, partitions, &lines);
+    feed.produce_flights(0..200);
     let deadline = Instant::now() + DELIVERY;
     while metric(port, "spate_sink_inflight_writes") < 1.0 {
         assert!(
@@ -661,7 +543,7 @@ fn a_second_signal_during_the_drain_exits_at_once() {
     assert!(took < Duration::from_secs(5), "took {took:?}");
     gate.set_open(true);
     assert_eq!(
-        committed_sum(&brokers, &group, topic, partitions),
+        feed.committed_sum(),
         0,
         "nothing was written, so nothing may be committed (D1)"
     );
@@ -678,26 +560,14 @@ fn a_column_widened_while_running_is_replanned_without_a_restart() {
         return;
     };
     let table = Table::create(&url, "widened");
-    let (topic, partitions) = ("flights", 1);
-    let mock = kafka_tools::start_broker(topic, partitions).unwrap();
-    let brokers = mock.bootstrap_servers();
+    let feed = Feed::mock("flights", 1, "e2e-widened");
     let before: Vec<String> = (0..300).map(flight_row).collect();
-    produce(&brokers, topic, partitions, &before);
-    let port = free_port();
-    let group = format!("e2e-widened-{}", std::process::id());
+    feed.produce(&before);
     let spate = Spate::start(
         "widened",
-        &config(
-            &group,
-            &brokers,
-            topic,
-            &url,
-            &table.name,
-            port,
-            "{ policy: fail }",
-        ),
+        &feed.config(&url, &table.name, "{ policy: fail }"),
     );
-    await_commits(&spate, &brokers, &group, topic, partitions, port);
+    feed.await_commits(&spate);
     table.query(&format!(
         "ALTER TABLE default.{} MODIFY COLUMN distance UInt64",
         table.name
@@ -705,7 +575,7 @@ fn a_column_widened_while_running_is_replanned_without_a_restart() {
     // Rows 300..349 as before: the first insert after the ALTER finds the
     // change (18.16: the re-read before every insert) and re-plans.
     let mut after: Vec<String> = (300..350).map(flight_row).collect();
-    produce(&brokers, topic, partitions, &after);
+    feed.produce(&after);
     let deadline = Instant::now() + DELIVERY;
     while !spate.logs().contains("re-planned the INSERT live") {
         assert!(
@@ -725,9 +595,9 @@ fn a_column_widened_while_running_is_replanned_without_a_restart() {
             v.to_string()
         })
         .collect();
-    produce(&brokers, topic, partitions, &wide);
+    feed.produce(&wide);
     after.extend(wide);
-    await_commits(&spate, &brokers, &group, topic, partitions, port);
+    feed.await_commits(&spate);
     let logs = spate.logs();
     let (code, out) = spate.terminate();
     assert_eq!(code, Some(0), "no restart, a clean exit: {out}\n{logs}");
@@ -768,32 +638,19 @@ fn a_column_narrowed_while_running_stops_without_wrong_rows_or_commits() {
         return;
     };
     let table = Table::create(&url, "narrowed");
-    let (topic, partitions) = ("flights", 1);
-    let mock = kafka_tools::start_broker(topic, partitions).unwrap();
-    let brokers = mock.bootstrap_servers();
+    let feed = Feed::mock("flights", 1, "e2e-narrowed");
     let before: Vec<String> = (0..300).map(flight_row).collect();
-    produce(&brokers, topic, partitions, &before);
-    let port = free_port();
-    let group = format!("e2e-narrowed-{}", std::process::id());
+    feed.produce(&before);
     let mut spate = Spate::start(
         "narrowed",
-        &config(
-            &group,
-            &brokers,
-            topic,
-            &url,
-            &table.name,
-            port,
-            "{ policy: fail }",
-        ),
+        &feed.config(&url, &table.name, "{ policy: fail }"),
     );
-    await_commits(&spate, &brokers, &group, topic, partitions, port);
+    feed.await_commits(&spate);
     table.query(&format!(
         "ALTER TABLE default.{} MODIFY COLUMN distance UInt16",
         table.name
     ));
-    let after: Vec<String> = (300..400).map(flight_row).collect();
-    produce(&brokers, topic, partitions, &after);
+    feed.produce_flights(300..400);
     let (code, out) = spate.wait_exit(DELIVERY);
     let logs = spate.logs();
     println!("column narrowed: exit {code:?}: {}", out.trim());
@@ -809,7 +666,7 @@ fn a_column_narrowed_while_running_stops_without_wrong_rows_or_commits() {
         "the change is logged with both column lists:\n{logs}"
     );
     assert_eq!(
-        committed(&brokers, &group, topic, partitions)[&0],
+        feed.committed()[&0],
         Some(300),
         "D1: nothing committed past the rows before the change"
     );
@@ -850,9 +707,8 @@ fn default_columns_epoch_units_and_empty_strings_through_the_binary() {
          ADD COLUMN note Nullable(String)",
         table.name
     ));
-    let (topic, partitions, rows) = ("flights", 2, 200u64);
-    let mock = kafka_tools::start_broker(topic, partitions).unwrap();
-    let brokers = mock.bootstrap_servers();
+    let rows = 200u64;
+    let feed = Feed::mock("flights", 2, "e2e-defaults");
     let lines: Vec<String> = (0..rows)
         .map(|id| {
             let row = flight_row(id);
@@ -864,18 +720,9 @@ fn default_columns_epoch_units_and_empty_strings_through_the_binary() {
             format!("{{{extra}\"ms\":86400000,{}", &row[1..])
         })
         .collect();
-    produce(&brokers, topic, partitions, &lines);
-    let port = free_port();
-    let group = format!("e2e-defaults-{}", std::process::id());
-    let yaml = config(
-        &group,
-        &brokers,
-        topic,
-        &url,
-        &table.name,
-        port,
-        "{ policy: fail }",
-    ) + "mapping: { empty_as_null: true, column_options: { ms: { epoch_unit: ms } } }\n";
+    feed.produce(&lines);
+    let yaml = feed.config(&url, &table.name, "{ policy: fail }")
+        + "mapping: { empty_as_null: true, column_options: { ms: { epoch_unit: ms } } }\n";
 
     let path = std::env::temp_dir().join(format!("spate-e2e-defaults-{}.yaml", std::process::id()));
     std::fs::write(&path, &yaml).unwrap();
@@ -899,7 +746,7 @@ fn default_columns_epoch_units_and_empty_strings_through_the_binary() {
     assert!(text.contains("rows sent as RowBinary"), "{text}");
 
     let spate = Spate::start("defaults", &yaml);
-    await_commits(&spate, &brokers, &group, topic, partitions, port);
+    feed.await_commits(&spate);
     let logs = spate.logs();
     assert!(
         logs.contains("DEFAULT is computed per row") && logs.contains("ms"),

@@ -21,7 +21,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use spate::kafka_tools;
 
 /// `config(...)` with `extra` lines added to `sink.clickhouse`.
 fn with_sink_lines(yaml: &str, table: &str, extra: &str) -> String {
@@ -55,37 +54,15 @@ fn a_sink_failure_names_the_servers_reason_in_the_summary() {
         return;
     };
     let table = Table::create(&url, "sinkcause");
-    let (topic, partitions) = ("sinkcause", 2);
-    let mock = kafka_tools::start_broker(topic, partitions).unwrap();
-    let brokers = mock.bootstrap_servers();
-    produce(
-        &brokers,
-        topic,
-        partitions,
-        &(0..100).map(flight_row).collect::<Vec<_>>(),
-    );
-    let port = free_port();
-    let group = format!("e2e-sinkcause-{}", std::process::id());
+    let feed = Feed::mock("sinkcause", 2, "e2e-sinkcause");
+    feed.produce_flights(0..100);
     let mut spate = Spate::start(
         "sinkcause",
-        &config(
-            &group,
-            &brokers,
-            topic,
-            &url,
-            &table.name,
-            port,
-            "{ policy: fail }",
-        ),
+        &feed.config(&url, &table.name, "{ policy: fail }"),
     );
-    await_commits(&spate, &brokers, &group, topic, partitions, port);
+    feed.await_commits(&spate);
     table.query(&format!("DROP TABLE default.{}", table.name));
-    produce(
-        &brokers,
-        topic,
-        partitions,
-        &(100..200).map(flight_row).collect::<Vec<_>>(),
-    );
+    feed.produce_flights(100..200);
     let (code, out) = spate.wait_exit(DELIVERY);
     println!("{out}");
     let logs = spate.logs();
@@ -122,18 +99,8 @@ fn a_wrong_password_and_a_missing_database_are_named_at_start() {
         return;
     };
     let table = Table::create(&url, "startcause");
-    let topic = "startcause";
-    let mock = kafka_tools::start_broker(topic, 1).unwrap();
-    let brokers = mock.bootstrap_servers();
-    let base = config(
-        "startcause",
-        &brokers,
-        topic,
-        &url,
-        &table.name,
-        free_port(),
-        "{ policy: fail }",
-    );
+    let feed = Feed::mock("startcause", 1, "e2e-startcause");
+    let base = feed.config(&url, &table.name, "{ policy: fail }");
 
     let yaml = with_sink_lines(
         &base,
@@ -177,31 +144,11 @@ fn an_out_of_range_committed_offset_is_named_and_exits_4() {
         return;
     };
     let table = Table::create(&url, "oor");
-    let topic = "oor";
-    let mock = kafka_tools::start_broker(topic, 1).unwrap();
-    let brokers = mock.bootstrap_servers();
-    produce(
-        &brokers,
-        topic,
-        1,
-        &(0..20).map(flight_row).collect::<Vec<_>>(),
-    );
-    let group = format!("e2e-oor-{}", std::process::id());
-    commit_as_group(&brokers, &group, topic, 0, 500);
-    let port = free_port();
-    let spate = Spate::start(
-        "oor",
-        &config(
-            &group,
-            &brokers,
-            topic,
-            &url,
-            &table.name,
-            port,
-            "{ policy: fail }",
-        ),
-    );
-    await_commits(&spate, &brokers, &group, topic, 1, port);
+    let feed = Feed::mock("oor", 1, "e2e-oor");
+    feed.produce_flights(0..20);
+    commit_as_group(&feed.brokers, &feed.group, &feed.topic, 0, 500);
+    let spate = Spate::start("oor", &feed.config(&url, &table.name, "{ policy: fail }"));
+    feed.await_commits(&spate);
     let logs = spate.logs();
     let (code, out) = spate.terminate();
     println!("{out}");
@@ -228,27 +175,12 @@ fn paced_skip_warnings_say_how_many_were_suppressed() {
         return;
     };
     let table = Table::create(&url, "paced");
-    let topic = "paced";
-    let mock = kafka_tools::start_broker(topic, 1).unwrap();
-    let brokers = mock.bootstrap_servers();
+    let feed = Feed::mock("paced", 1, "e2e-paced");
     let mut lines: Vec<String> = (0..30).map(|i| format!("{{not json {i}")).collect();
     lines.push(flight_row(1));
-    produce(&brokers, topic, 1, &lines);
-    let port = free_port();
-    let group = format!("e2e-paced-{}", std::process::id());
-    let spate = Spate::start(
-        "paced",
-        &config(
-            &group,
-            &brokers,
-            topic,
-            &url,
-            &table.name,
-            port,
-            "{ policy: skip }",
-        ),
-    );
-    await_commits(&spate, &brokers, &group, topic, 1, port);
+    feed.produce(&lines);
+    let spate = Spate::start("paced", &feed.config(&url, &table.name, "{ policy: skip }"));
+    feed.await_commits(&spate);
     let (code, out) = spate_terminate_with_logs(spate);
     let (code, logs) = (code, out.1);
     assert_eq!(code, Some(0), "stdout: {}\nlog: {logs}", out.0);
@@ -285,23 +217,14 @@ fn a_pattern_matching_no_topic_yet_waits_for_one() {
         return;
     };
     let table = Table::create(&url, "pattern");
-    let mock = kafka_tools::start_broker("unrelated", 1).unwrap();
-    let brokers = mock.bootstrap_servers();
-    let port = free_port();
-    let group = format!("e2e-pattern-{}", std::process::id());
-    let yaml = config(
-        &group,
-        &brokers,
-        "\"^later\\\\..*\"",
-        &url,
-        &table.name,
-        port,
-        "{ policy: fail }",
-    )
-    .replace(
-        "properties: {",
-        "properties: { topic.metadata.refresh.interval.ms: \"500\",",
-    );
+    let feed = Feed::mock("unrelated", 1, "e2e-pattern");
+    let yaml = feed
+        .config(&url, &table.name, "{ policy: fail }")
+        .replace("topics: [unrelated]", "topics: [\"^later\\\\..*\"]")
+        .replace(
+            "properties: {",
+            "properties: { topic.metadata.refresh.interval.ms: \"500\",",
+        );
     let mut spate = Spate::start("pattern", &yaml);
     let deadline = Instant::now() + Duration::from_secs(6);
     while Instant::now() < deadline {
@@ -317,14 +240,14 @@ fn a_pattern_matching_no_topic_yet_waits_for_one() {
         "{}",
         spate.logs()
     );
-    mock.create_topic("later.a", 2, 1).unwrap();
-    produce(
-        &brokers,
-        "later.a",
-        2,
-        &(0..50).map(flight_row).collect::<Vec<_>>(),
-    );
-    await_commits(&spate, &brokers, &group, "later.a", 2, port);
+    feed.broker.create_topic("later.a", 2);
+    let later = Feed {
+        topic: "later.a".into(),
+        partitions: 2,
+        ..feed
+    };
+    later.produce_flights(0..50);
+    later.await_commits(&spate);
     let (code, out) = spate.terminate();
     assert_eq!(code, Some(0), "{out}");
     assert_eq!(
@@ -350,78 +273,34 @@ fn a_restart_with_static_membership_rejoins_without_waiting_for_the_session() {
     let Some(url) = clickhouse_url() else {
         return;
     };
-    let Ok(brokers) = std::env::var("SPATE_KAFKA_BROKERS") else {
+    if std::env::var("SPATE_KAFKA_BROKERS").is_err() {
         println!(
             "skipped: SPATE_KAFKA_BROKERS not set (static membership needs a real broker; \
              the mock cluster does not implement it)"
         );
         return;
-    };
-    let table = Table::create(&url, "static");
-    let topic = format!("spate-static-{}", std::process::id());
-    let partitions = 2;
-    {
-        use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-        let admin: AdminClient<rdkafka::client::DefaultClientContext> =
-            rdkafka::ClientConfig::new()
-                .set("bootstrap.servers", &brokers)
-                .create()
-                .unwrap();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let created = rt
-            .block_on(admin.create_topics(
-                &[NewTopic::new(
-                    &topic,
-                    partitions,
-                    TopicReplication::Fixed(1),
-                )],
-                &AdminOptions::new(),
-            ))
-            .unwrap();
-        for r in created {
-            r.unwrap_or_else(|(t, e)| panic!("create topic {t}: {e}"));
-        }
     }
-    produce(
-        &brokers,
-        &topic,
-        partitions,
-        &(0..100).map(flight_row).collect::<Vec<_>>(),
-    );
-    let port = free_port();
-    let group = format!("e2e-static-{}", std::process::id());
-    let yaml = config(
-        &group,
-        &brokers,
-        &topic,
-        &url,
-        &table.name,
-        port,
-        "{ policy: fail }",
-    )
-    .replace(
+    let table = Table::create(&url, "static");
+    let kafka = real::RealKafka::from_env().expect("SPATE_KAFKA_BROKERS is set");
+    let topic = format!("spate-static-{}", std::process::id());
+    kafka.create_topic(&topic, 2, 1, &[]);
+    let feed = Feed::on(Broker::Real(kafka), topic, 2, "e2e-static");
+    feed.produce_flights(0..100);
+    let yaml = feed.config(&url, &table.name, "{ policy: fail }").replace(
         "properties: { session.timeout.ms: \"6000\", heartbeat.interval.ms: \"500\" }",
         "properties: { session.timeout.ms: \"45000\", heartbeat.interval.ms: \"1000\", \
              group.instance.id: \"spate-static-1\" }",
     );
     assert!(yaml.contains("group.instance.id"), "{yaml}");
     let mut first = Spate::start("static", &yaml);
-    await_commits(&first, &brokers, &group, &topic, partitions, port);
+    feed.await_commits(&first);
     // A crash: no LeaveGroup (a static member sends none anyway).
     first.child.kill().unwrap();
     first.child.wait().unwrap();
-    produce(
-        &brokers,
-        &topic,
-        partitions,
-        &(100..200).map(flight_row).collect::<Vec<_>>(),
-    );
+    feed.produce_flights(100..200);
     let restarted_at = Instant::now();
     let second = Spate::start("static", &yaml);
-    await_commits(&second, &brokers, &group, &topic, partitions, port);
+    feed.await_commits(&second);
     let took = restarted_at.elapsed();
     println!("restart with group.instance.id committed the new data after {took:?}");
     assert!(

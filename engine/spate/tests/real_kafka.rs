@@ -9,15 +9,20 @@
 //! What the mock cluster cannot show, a few larger scenarios each:
 //! - volume: a large preload over 12 partitions through one `spate run`;
 //! - broker failure: `kill -9` of the node leading most partitions
-//!   mid-stream, then its restart, spate running throughout;
+//!   mid-stream, then its restart, spate running throughout; and every
+//!   node down for longer than `session.timeout.ms`, then all back;
 //! - scale out and in: several `spate run` processes in one group joining,
 //!   leaving (SIGTERM) and crashing (`kill -9`, restart) while a producer
 //!   writes, under the eager, cooperative-sticky and KIP-848 protocols;
-//! - transactions: committed and aborted transactions interleaved;
+//! - transactions: committed and aborted transactions interleaved, and a
+//!   compacted topic whose offsets have gaps: the commits reach the log end
+//!   (the lanes' position steps over markers and gaps, D1);
 //! - retention: DeleteRecords past the committed offset while spate is
 //!   stopped;
 //! - dead letters read back from a real topic, and a commit's metadata
-//!   string read back from the group coordinator.
+//!   string read back from the group coordinator;
+//! - rebalance metrics: each process's `spate_consumer_rebalances_total`
+//!   and `spate_consumer_assigned_partitions` in the scale-out scenario.
 //!
 //! Properties checked, as in `e2e.rs`: no produced id missing in ClickHouse
 //! (D1), the group's committed offsets at the log end of every partition,
@@ -51,6 +56,51 @@ fn components() -> Option<(RealKafka, String)> {
 /// A name unique to this test process.
 fn unique(what: &str) -> String {
     format!("real-{what}-{}", std::process::id())
+}
+
+/// One test's real-cluster setup, or `None` when skipped (as
+/// [`components`]): both components, the serial guard, topic
+/// [`unique`]`(what)` of `partitions` partitions (RF 3) and table `table`.
+fn setup(
+    what: &str,
+    partitions: i32,
+    table: &str,
+) -> Option<(
+    RealKafka,
+    String,
+    std::sync::MutexGuard<'static, ()>,
+    String,
+    Table,
+)> {
+    let (kafka, url) = components()?;
+    let serial = serial();
+    let topic = unique(what);
+    kafka.create_topic(&topic, partitions, 3, &[]);
+    let table = Table::create(&url, table);
+    Some((kafka, url, serial, topic, table))
+}
+
+/// The group (named as the topic: [`unique`]), a free admin port, and the
+/// [`config`] reading `topic` into `table` under `on_error`.
+fn run_config(
+    kafka: &RealKafka,
+    topic: &str,
+    url: &str,
+    table: &Table,
+    on_error: &str,
+) -> (String, u16, String) {
+    let group = topic.to_owned();
+    let port = free_port();
+    let yaml = config(
+        &group,
+        &kafka.brokers,
+        topic,
+        url,
+        &table.name,
+        port,
+        on_error,
+    );
+    (group, port, yaml)
 }
 
 /// Waits until `group`'s committed offsets equal the log end of every
@@ -101,6 +151,42 @@ fn await_offsets(
 
 fn count(table: &Table) -> u64 {
     table.number(&format!("SELECT count() FROM default.{}", table.name))
+}
+
+/// The sum of the samples of metric `name` whose labels include `label`
+/// (e.g. `kind="assigned"`) on spate's `/metrics`; 0 when absent.
+fn labelled(port: u16, name: &str, label: &str) -> f64 {
+    let Some((200, text)) = get(port, "/metrics") else {
+        return 0.0;
+    };
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .and_then(|rest| rest.strip_prefix('{'))
+                .and_then(|rest| rest.split_once('}'))
+                .is_some_and(|(labels, _)| labels.split(',').any(|l| l == label))
+        })
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
+/// A process's rebalance metrics: (assigned events, revoked events,
+/// partitions owned now).
+fn rebalances(port: u16) -> (f64, f64, f64) {
+    (
+        labelled(port, "spate_consumer_rebalances_total", "kind=\"assigned\""),
+        labelled(port, "spate_consumer_rebalances_total", "kind=\"revoked\""),
+        metric(port, "spate_consumer_assigned_partitions"),
+    )
+}
+
+/// The id of a flight row payload (`{"id":N,...}`).
+fn id_of(payload: &[u8]) -> u64 {
+    let text = std::str::from_utf8(payload).expect("a flight row is UTF-8");
+    text.strip_prefix("{\"id\":")
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("not a flight row: {text}"))
 }
 
 /// Checks no id in `0..produced` is missing and none beyond it landed;
@@ -157,17 +243,7 @@ fn volume_over_12_partitions_rf3_lands_every_row_and_commits_the_log_end() {
     let produced_in = t0.elapsed();
     let ends = kafka.ends(&topic, partitions);
     assert_eq!(ends.values().sum::<i64>() as u64, rows, "log ends {ends:?}");
-    let group = unique("volume");
-    let port = free_port();
-    let yaml = config(
-        &group,
-        &kafka.brokers,
-        &topic,
-        &url,
-        &table.name,
-        port,
-        "{ policy: fail }",
-    );
+    let (group, _port, yaml) = run_config(&kafka, &topic, &url, &table, "{ policy: fail }");
     let t1 = Instant::now();
     let spate = Spate::start("realvolume", &yaml);
     await_end(
@@ -191,24 +267,13 @@ fn volume_over_12_partitions_rf3_lands_every_row_and_commits_the_log_end() {
 
 #[test]
 fn kill_9_of_the_busiest_leader_mid_stream_loses_nothing_and_spate_keeps_going() {
-    let Some((kafka, url)) = components() else {
+    let partitions = 12;
+    let Some((kafka, url, _serial, topic, table)) =
+        setup("brokerfail", partitions, "realbrokerfail")
+    else {
         return;
     };
-    let _serial = serial();
-    let (topic, partitions) = (unique("brokerfail"), 12);
-    kafka.create_topic(&topic, partitions, 3, &[]);
-    let table = Table::create(&url, "realbrokerfail");
-    let group = unique("brokerfail");
-    let port = free_port();
-    let yaml = config(
-        &group,
-        &kafka.brokers,
-        &topic,
-        &url,
-        &table.name,
-        port,
-        "{ policy: fail }",
-    );
+    let (group, port, yaml) = run_config(&kafka, &topic, &url, &table, "{ policy: fail }");
     let producer = Steady::start(&kafka.brokers, &topic, partitions, 4_000);
     let mut spate = Spate::start("realbrokerfail", &yaml);
     await_readyz(&spate, port, 200, DELIVERY);
@@ -275,6 +340,104 @@ fn kill_9_of_the_busiest_leader_mid_stream_loses_nothing_and_spate_keeps_going()
     );
 }
 
+/// Every node of the cluster killed (`kill -9`) for longer than the
+/// consumer's `session.timeout.ms` (6 s in the test config), then all
+/// started together (`ci/kafka.sh start-all`: no node answers before a
+/// quorum is back). The same spate process rides it out: `/readyz` and the
+/// source-error counter show the episode, the group takes the assignment
+/// away and back, and once the brokers return every produced id lands and
+/// the commits reach the log end.
+#[test]
+fn all_brokers_down_past_the_session_timeout_then_back_loses_nothing() {
+    let Some((kafka, url)) = components() else {
+        return;
+    };
+    let _serial = serial();
+    let (topic, partitions) = (unique("alldown"), 6);
+    kafka.create_topic(&topic, partitions, 3, &[]);
+    let table = Table::create(&url, "realalldown");
+    let group = unique("alldown");
+    let port = free_port();
+    let yaml = config(
+        &group,
+        &kafka.brokers,
+        &topic,
+        &url,
+        &table.name,
+        port,
+        "{ policy: fail }",
+    );
+    assert!(
+        yaml.contains(r#"session.timeout.ms: "6000""#),
+        "the outage below is sized for a 6 s session timeout"
+    );
+    let producer = Steady::start(&kafka.brokers, &topic, partitions, 2_000);
+    let mut spate = Spate::start("realalldown", &yaml);
+    await_readyz(&spate, port, 200, DELIVERY);
+    let deadline = Instant::now() + DELIVERY;
+    while count(&table) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "nothing landed\n{}",
+            spate.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let nodes = kafka.brokers.split(',').count();
+    let errors_before = metric(port, "spate_source_errors_total");
+    let (assigned_before, _, _) = rebalances(port);
+    for n in 1..=nodes {
+        kafka_sh(&["kill-broker", &n.to_string()]);
+    }
+    println!("all brokers down: {nodes} nodes killed");
+    let mut statuses = std::collections::BTreeMap::<u16, usize>::new();
+    let down = Instant::now();
+    while down.elapsed() < Duration::from_secs(15) {
+        let s = get(port, "/readyz").map_or(0, |r| r.0);
+        *statuses.entry(s).or_default() += 1;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let errors_down = metric(port, "spate_source_errors_total");
+    let t = Instant::now();
+    kafka_sh(&["start-all"]);
+    println!("all brokers down: back after {:?}", t.elapsed());
+    await_readyz(&spate, port, 200, Duration::from_secs(120));
+    std::thread::sleep(Duration::from_secs(3));
+    let produced = producer.finish();
+    await_end(
+        &kafka,
+        &[&spate],
+        &group,
+        &topic,
+        partitions,
+        Duration::from_secs(180),
+    );
+    let (assigned_after, revoked_after, owned) = rebalances(port);
+    println!(
+        "all brokers down: /readyz samples while down {statuses:?}; \
+         spate_source_errors_total {errors_before} before, {errors_down} while down; \
+         rebalances assigned {assigned_before} before, {assigned_after} after, revoked \
+         {revoked_after}; partitions owned {owned}"
+    );
+    assert!(
+        spate.child.try_wait().unwrap().is_none(),
+        "spate exited during the outage\n{}",
+        spate.logs()
+    );
+    let logs = spate.logs();
+    let (code, out) = spate.terminate();
+    assert_eq!(code, Some(0), "{out}\n{logs}");
+    check_ids(&table, produced, "all brokers down");
+    assert!(
+        errors_down > errors_before,
+        "the source-error metric did not count the outage\n{logs}"
+    );
+    assert!(
+        statuses.contains_key(&503),
+        "/readyz while every broker was down: {statuses:?}"
+    );
+}
+
 /// Scale out and in under one group protocol / assignor: `props` replaces
 /// the config's librdkafka properties.
 /// `cooperative`: whether assignments must arrive incrementally (spate logs
@@ -330,9 +493,11 @@ fn scale_out_and_in(what: &str, props: &str, cooperative: bool) {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+    let (b_assigned, _, b_owned) = rebalances(ports[1]);
     let (code, out) = b.terminate();
     assert_eq!(code, Some(0), "member b after SIGTERM: {out}");
     std::thread::sleep(Duration::from_secs(3));
+    let (c_assigned, _, c_owned) = rebalances(ports[2]);
     let mut c = c;
     c.child.kill().unwrap();
     c.child.wait().unwrap();
@@ -353,6 +518,15 @@ fn scale_out_and_in(what: &str, props: &str, cooperative: bool) {
         metric(ports[0], "spate_records_polled_total"),
         metric(ports[2], "spate_records_polled_total"),
     ];
+    // The two members left own every partition once the group settled.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (a_metrics, c2_metrics) = loop {
+        let (a_m, c2_m) = (rebalances(ports[0]), rebalances(ports[2]));
+        if a_m.2 + c2_m.2 == f64::from(partitions) || Instant::now() > deadline {
+            break (a_m, c2_m);
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
     let logs_a = a.logs();
     let (code_a, out_a) = a.terminate();
     let (code_c, out_c) = c2.terminate();
@@ -363,6 +537,32 @@ fn scale_out_and_in(what: &str, props: &str, cooperative: bool) {
         polled[0], polled[1]
     );
     assert!(polled[1] > 0.0, "the restarted member got no partition");
+    println!(
+        "scale {what}: (assigned, revoked, owned) per process: a {a_metrics:?}, \
+         b {b_assigned}/{b_owned} before SIGTERM, c {c_assigned}/{c_owned} before kill -9, \
+         c2 {c2_metrics:?}"
+    );
+    // a was assigned at the start and again after b and c left; it gave
+    // partitions up when b and c joined.
+    assert!(a_metrics.0 >= 2.0, "a's assigned rebalances: {a_metrics:?}");
+    assert!(a_metrics.1 >= 1.0, "a's revoked rebalances: {a_metrics:?}");
+    assert!(
+        b_assigned >= 1.0 && b_owned >= 1.0,
+        "b: {b_assigned}/{b_owned}"
+    );
+    assert!(
+        c_assigned >= 1.0 && c_owned >= 1.0,
+        "c: {c_assigned}/{c_owned}"
+    );
+    assert!(
+        c2_metrics.0 >= 1.0,
+        "c2's assigned rebalances: {c2_metrics:?}"
+    );
+    assert_eq!(
+        a_metrics.2 + c2_metrics.2,
+        f64::from(partitions),
+        "spate_consumer_assigned_partitions of a and c2: {a_metrics:?} {c2_metrics:?}"
+    );
     let mode = format!("cooperative={cooperative}");
     assert!(
         logs_a.contains(&mode),
@@ -409,13 +609,10 @@ fn scale_out_and_in_kip848_consumer_protocol() {
 #[test]
 fn transactions_aborted_never_land_and_commits_step_over_control_records() {
     use rdkafka::producer::Producer;
-    let Some((kafka, url)) = components() else {
+    let partitions = 3;
+    let Some((kafka, url, _serial, topic, table)) = setup("txn", partitions, "realtxn") else {
         return;
     };
-    let _serial = serial();
-    let (topic, partitions) = (unique("txn"), 3);
-    kafka.create_topic(&topic, partitions, 3, &[]);
-    let table = Table::create(&url, "realtxn");
     let p: rdkafka::producer::BaseProducer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", &kafka.brokers)
         .set("transactional.id", unique("txn-producer"))
@@ -465,27 +662,14 @@ fn transactions_aborted_never_land_and_commits_step_over_control_records() {
             "{topic}/{part}: the log end {end} has no gap for aborted records and markers"
         );
     }
-    let group = unique("txn");
-    let port = free_port();
-    let yaml = config(
-        &group,
-        &kafka.brokers,
-        &topic,
-        &url,
-        &table.name,
-        port,
-        "{ policy: fail }",
-    );
+    let (group, _port, yaml) = run_config(&kafka, &topic, &url, &table, "{ policy: fail }");
     // Every partition ends with the commit marker of the last transaction
-    // (a committed one: t = 29). spate commits after the last record it
-    // was given (D1: offset + 1 of what was acked), so it steps over the
-    // markers and aborted records inside the log but stops one short of
-    // the trailing marker, which no consumer receives (librdkafka issue
-    // 3917; its own auto-commit uses the fetch position instead).
-    let last_data: std::collections::BTreeMap<i32, i64> =
-        ends.iter().map(|(p, e)| (*p, e - 1)).collect();
+    // (a committed one: t = 29), which no consumer is given (librdkafka
+    // issue 3917). The lane's position steps over it once everything
+    // before it was delivered (`Lane::position`, D1), so the commits reach
+    // the log end, not end - 1.
     let spate = Spate::start("realtxn", &yaml);
-    await_offsets(&kafka, &[&spate], &group, &topic, &last_data, DELIVERY);
+    await_offsets(&kafka, &[&spate], &group, &topic, &ends, DELIVERY);
     let (code, out) = spate.terminate();
     assert_eq!(code, Some(0), "{out}");
     let landed_aborted = table.number(&format!(
@@ -499,16 +683,126 @@ fn transactions_aborted_never_land_and_commits_step_over_control_records() {
     check_ids(&table, good, "transactions");
 }
 
+/// Every record of `topic` (`partitions` partitions) by partition: (offset,
+/// flight id), read from the beginning with a plain consumer.
+fn read_ids(
+    kafka: &RealKafka,
+    topic: &str,
+    partitions: i32,
+) -> std::collections::BTreeMap<i32, Vec<(i64, u64)>> {
+    (0..partitions)
+        .map(|p| {
+            let got = kafka
+                .read_partition(topic, p)
+                .iter()
+                .map(|(o, payload, _)| (*o, id_of(payload)))
+                .collect();
+            (p, got)
+        })
+        .collect()
+}
+
+/// A compacted topic (`cleanup.policy=compact`, `segment.ms` 100,
+/// `min.cleanable.dirty.ratio` 0.01) written in rounds of repeated keys
+/// plus one key per round that is never repeated, each round in a segment
+/// of its own. Once the cleaner has removed the older versions (seen as
+/// fewer records than offsets between the watermarks, and a read with
+/// gaps), spate reads it: exactly the surviving records land and the
+/// commits reach the log end.
 #[test]
-fn records_deleted_past_the_commit_while_stopped_are_logged_counted_and_reset() {
+fn compacted_topic_with_gaps_lands_exactly_the_surviving_records() {
+    use rdkafka::producer::Producer;
     let Some((kafka, url)) = components() else {
         return;
     };
     let _serial = serial();
-    let (topic, partitions) = (unique("retention"), 2);
-    kafka.create_topic(&topic, partitions, 3, &[]);
-    let table = Table::create(&url, "realretention");
-    let group = unique("retention");
+    let (topic, partitions) = (unique("compact"), 2);
+    kafka.create_topic(
+        &topic,
+        partitions,
+        3,
+        &[
+            ("cleanup.policy", "compact"),
+            ("segment.ms", "100"),
+            ("min.cleanable.dirty.ratio", "0.01"),
+            ("min.compaction.lag.ms", "0"),
+        ],
+    );
+    let table = Table::create(&url, "realcompact");
+    const ROUNDS: u64 = 6;
+    const KEYS: u64 = 40;
+    let (p, failures) = common::real::producer(&kafka.brokers);
+    let mut id = 0u64;
+    for round in 0..ROUNDS {
+        for part in 0..partitions {
+            for k in 0..KEYS {
+                let row = flight_row(id);
+                common::real::send(&p, &topic, part, &format!("k{part}-{k}"), row.as_bytes());
+                id += 1;
+            }
+            let row = flight_row(id);
+            common::real::send(
+                &p,
+                &topic,
+                part,
+                &format!("once{part}-{round}"),
+                row.as_bytes(),
+            );
+            id += 1;
+        }
+        p.flush(Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("flush round {round}: {e}"));
+        // Past segment.ms: the next round's first append rolls the segment.
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert_eq!(failures.count(), 0, "rows not delivered to the broker");
+    let produced = id;
+    // Until the cleaner removed offsets in every partition, and two reads
+    // 2 s apart agree (a pass is over; nothing new rolls without appends).
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let survivors = loop {
+        let a = read_ids(&kafka, &topic, partitions);
+        let gaps = a
+            .values()
+            .all(|recs| recs.windows(2).any(|w| w[1].0 > w[0].0 + 1));
+        if gaps {
+            std::thread::sleep(Duration::from_secs(2));
+            let b = read_ids(&kafka, &topic, partitions);
+            if a == b {
+                break b;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{topic}: no compaction within 90 s: {:?}",
+            a.iter().map(|(p, r)| (*p, r.len())).collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let marks = kafka.watermarks(&topic, partitions);
+    let mut surviving = std::collections::BTreeSet::new();
+    for (part, recs) in &survivors {
+        let (low, high) = marks[part];
+        println!(
+            "compacted: {topic}/{part} watermarks [{low}, {high}), {} records left of {}; \
+             first offsets {:?}",
+            recs.len(),
+            high - low,
+            recs.iter().take(8).map(|r| r.0).collect::<Vec<_>>()
+        );
+        assert!(
+            (recs.len() as i64) < high - low,
+            "{topic}/{part}: compaction removed nothing"
+        );
+        assert_eq!(
+            recs.last().map(|r| r.0 + 1),
+            Some(high),
+            "{topic}/{part}: the last record survives compaction"
+        );
+        surviving.extend(recs.iter().map(|r| r.1));
+    }
+    assert!(surviving.len() < produced as usize);
+    let group = unique("compact");
     let port = free_port();
     let yaml = config(
         &group,
@@ -519,6 +813,33 @@ fn records_deleted_past_the_commit_while_stopped_are_logged_counted_and_reset() 
         port,
         "{ policy: fail }",
     );
+    let spate = Spate::start("realcompact", &yaml);
+    let ends = kafka.ends(&topic, partitions);
+    await_offsets(&kafka, &[&spate], &group, &topic, &ends, DELIVERY);
+    let (code, out) = spate.terminate();
+    assert_eq!(code, Some(0), "{out}");
+    let ids = table.ids(0);
+    let landed: std::collections::BTreeSet<u64> = ids.iter().copied().collect();
+    println!(
+        "compacted: produced {produced}, {} survived compaction, {} rows landed ({} distinct)",
+        surviving.len(),
+        ids.len(),
+        landed.len()
+    );
+    assert_eq!(
+        landed, surviving,
+        "exactly the records that survived compaction land"
+    );
+}
+
+#[test]
+fn records_deleted_past_the_commit_while_stopped_are_logged_counted_and_reset() {
+    let partitions = 2;
+    let Some((kafka, url, _serial, topic, table)) = setup("retention", partitions, "realretention")
+    else {
+        return;
+    };
+    let (group, port, yaml) = run_config(&kafka, &topic, &url, &table, "{ policy: fail }");
     let first: Vec<String> = (0..1_000).map(flight_row).collect();
     produce(&kafka.brokers, &topic, partitions, &first);
     let spate = Spate::start("realretention", &yaml);
@@ -600,15 +921,11 @@ fn dead_letters_read_back_with_headers_and_commit_metadata_round_trips() {
         |_| {},
     )
     .unwrap();
-    let group = unique("dl");
-    let port = free_port();
-    let yaml = config(
-        &group,
-        &kafka.brokers,
+    let (group, _port, yaml) = run_config(
+        &kafka,
         &topic,
         &url,
-        &table.name,
-        port,
+        &table,
         &format!("{{ policy: skip, dead_letter: {{ topic: {dlq} }} }}"),
     );
     let spate = Spate::start("realdl", &yaml);

@@ -20,42 +20,28 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use spate::kafka_tools;
 
 #[test]
 fn a_stalled_server_stores_each_batch_at_most_once_per_unknown_attempt() {
     let Some(url) = clickhouse_url() else { return };
     let table = Table::create(&url, "stall");
-    let (topic, partitions) = ("flights", 2);
-    let mock = kafka_tools::start_broker(topic, partitions).unwrap();
-    let brokers = mock.bootstrap_servers();
-    let port = free_port();
-    let group = format!("e2e-stall-{}", std::process::id());
-    let yaml = config(
-        &group,
-        &brokers,
-        topic,
-        &url,
-        &table.name,
-        port,
-        "{ policy: fail }",
-    )
-    .replace(
-        "    batch: {",
-        "    write_timeout: 1s\n    retry: { initial: 200ms, max: 400ms, max_attempts: 0 }\n    batch: {",
-    );
-    let first: Vec<String> = (0..1_000).map(flight_row).collect();
-    produce(&brokers, topic, partitions, &first);
+    let feed = Feed::mock("flights", 2, "e2e-stall");
+    let yaml = feed
+        .config(&url, &table.name, "{ policy: fail }")
+        .replace(
+            "    batch: {",
+            "    write_timeout: 1s\n    retry: { initial: 200ms, max: 400ms, max_attempts: 0 }\n    batch: {",
+        );
+    feed.produce_flights(0..1_000);
     let spate = Spate::start("stall", &yaml);
-    await_commits(&spate, &brokers, &group, topic, partitions, port);
+    feed.await_commits(&spate);
 
     // Batches in flight while the server is stopped for 5 write timeouts.
     let frozen = Frozen::stop(std::slice::from_ref(&url));
-    let second: Vec<String> = (1_000..3_000).map(flight_row).collect();
-    produce(&brokers, topic, partitions, &second);
+    feed.produce_flights(1_000..3_000);
     std::thread::sleep(Duration::from_secs(5));
     drop(frozen);
-    await_commits(&spate, &brokers, &group, topic, partitions, port);
+    feed.await_commits(&spate);
     // Let whatever the server still runs finish before counting.
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut last = (0, 0);
@@ -68,8 +54,8 @@ fn a_stalled_server_stores_each_batch_at_most_once_per_unknown_attempt() {
         last = now;
     }
     let (rows, distinct) = table.landed();
-    let extra_rows = metric(port, "spate_sink_possible_duplicate_rows_total") as u64;
-    let extra_batches = metric(port, "spate_sink_possible_duplicate_batches_total") as u64;
+    let extra_rows = metric(feed.port, "spate_sink_possible_duplicate_rows_total") as u64;
+    let extra_batches = metric(feed.port, "spate_sink_possible_duplicate_batches_total") as u64;
     let logs = spate.logs();
     let (code, out) = spate.terminate();
     println!(

@@ -260,32 +260,7 @@ pub fn put_scalar(
             }
             put_fixed_string(out, s, *n);
         }
-        ChType::Date | ChType::Date32 => {
-            let Tok::Str(s) = tok else {
-                return Err(format!(
-                    "{ty} takes date text (YYYY-MM-DD), not {}",
-                    tok.describe()
-                ));
-            };
-            let days = parse_time_text(s, rules)?.wall_days();
-            if matches!(ty, ChType::Date) {
-                if !(0..=DATE_MAX_DAYS).contains(&days) {
-                    return Err(format!(
-                        "{} is outside Date's range 1970-01-01..2149-06-06",
-                        show(tok)
-                    ));
-                }
-                out.extend_from_slice(&(days as u16).to_le_bytes());
-            } else {
-                if !(DATE32_MIN_DAYS..=DATE32_MAX_DAYS).contains(&days) {
-                    return Err(format!(
-                        "{} is outside Date32's range 1900-01-01..2299-12-31",
-                        show(tok)
-                    ));
-                }
-                out.extend_from_slice(&(days as i32).to_le_bytes());
-            }
-        }
+        ChType::Date | ChType::Date32 => put_date(ty, tok, rules, out)?,
         ChType::DateTime(tz) => {
             let secs = time_ticks(tok, 0, tz.as_deref(), rules)?;
             let secs = u32::try_from(secs)
@@ -376,6 +351,37 @@ pub fn put_scalar(
         _ => return Err(refuse()),
     }
     Ok(Put::Written)
+}
+
+/// A Date (days since 1970-01-01 as UInt16) or Date32 (as Int32) from
+/// date text, in its type's range (ClickHouse's ranges: Date
+/// 1970-01-01..2149-06-06, Date32 1900-01-01..2299-12-31).
+fn put_date(ty: &ChType, tok: Tok<'_>, rules: &TimeRules, out: &mut Vec<u8>) -> Result<(), String> {
+    let Tok::Str(s) = tok else {
+        return Err(format!(
+            "{ty} takes date text (YYYY-MM-DD), not {}",
+            tok.describe()
+        ));
+    };
+    let days = parse_time_text(s, rules)?.wall_days();
+    if matches!(ty, ChType::Date) {
+        if !(0..=DATE_MAX_DAYS).contains(&days) {
+            return Err(format!(
+                "{} is outside Date's range 1970-01-01..2149-06-06",
+                show(tok)
+            ));
+        }
+        out.extend_from_slice(&(days as u16).to_le_bytes());
+    } else {
+        if !(DATE32_MIN_DAYS..=DATE32_MAX_DAYS).contains(&days) {
+            return Err(format!(
+                "{} is outside Date32's range 1900-01-01..2299-12-31",
+                show(tok)
+            ));
+        }
+        out.extend_from_slice(&(days as i32).to_le_bytes());
+    }
+    Ok(())
 }
 
 /// The fast path for a JSON integer (already parsed by serde) into an

@@ -298,6 +298,13 @@ impl<L: Lane, P: Processor> Driver<L, P> {
             };
             let n = batch.len();
             if n == 0 {
+                drop(batch);
+                // Caught up: offsets the client stepped over at the tail
+                // (transaction markers) become a delivered batch of no
+                // records behind the ones before (D1).
+                if let Some(next) = lane.position() {
+                    issuer.skip_to(next);
+                }
                 continue;
             }
             busy = true;

@@ -10,7 +10,9 @@
 //! - `controller`: assignment, revoke drain, commits, shutdown (D1, D5).
 //! - [`Pipeline`]: the builder-made runnable, in thread mode (service) or in
 //!   one-thread mode (simulator, tests; D7).
-//! - [`testkit`]: a scripted source and a capture writer for users' tests.
+//!
+//! Test doubles for users' pipelines (a scripted source, a capture writer)
+//! live in the dev-only `spate-testkit` crate (`engine/testkit`).
 
 pub mod chain;
 mod controller;
@@ -18,7 +20,6 @@ pub mod driver;
 pub mod lines;
 mod runner;
 pub mod terminal;
-pub mod testkit;
 mod threads;
 
 use std::sync::Arc;

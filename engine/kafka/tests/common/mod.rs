@@ -22,10 +22,10 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use spate_core::pipeline::chain::{PayloadDecoder, RoundRobin};
 use spate_core::pipeline::driver::{ChainProcessor, Processor};
 use spate_core::pipeline::terminal::{ChunkBuffers, Terminal};
-use spate_core::pipeline::testkit::{CaptureWriter, LineEncoder};
 use spate_core::pipeline::{Pipeline, PipelineConfig, RunReport, Shutdown};
 use spate_core::sink::{SinkConfig, Writer};
 use spate_kafka::{KafkaSource, KafkaSourceConfig};
+use spate_testkit::{CaptureWriter, LineEncoder};
 
 /// Bound on every broker round trip the tests make themselves.
 pub const RPC: Duration = Duration::from_secs(10);

@@ -43,25 +43,9 @@ pub fn clickhouse_url() -> Option<String> {
 /// (`a1,a2;b1,b2`, as ci/test.sh exports it), or `None` after printing why
 /// the test is skipped.
 pub fn clickhouse_shards() -> Option<Vec<Vec<String>>> {
-    let Ok(spec) = std::env::var("SPATE_CLICKHOUSE_SHARDS") else {
-        println!("skipped: SPATE_CLICKHOUSE_SHARDS not set");
-        return None;
-    };
-    let shards: Vec<Vec<String>> = spec
-        .split(';')
-        .map(|s| {
-            s.split(',')
-                .map(|u| u.trim().to_owned())
-                .filter(|u| !u.is_empty())
-                .collect::<Vec<_>>()
-        })
-        .filter(|s| !s.is_empty())
-        .collect();
-    if shards.len() < 2 || shards.iter().any(|s| s.len() < 2) {
-        println!("skipped: SPATE_CLICKHOUSE_SHARDS needs at least 2 shards of 2 replicas");
-        return None;
-    }
-    Some(shards)
+    spate_testkit::env::clickhouse_shards()
+        .inspect_err(|why| println!("skipped: {why}"))
+        .ok()
 }
 
 /// Flight row `id`: a fixture row (the first 1,000 repeat) with its id.
@@ -87,6 +71,151 @@ pub fn produce(brokers: &str, topic: &str, partitions: i32, lines: &[String]) ->
     .unwrap();
     assert_eq!(n, lines.len() as u64);
     n
+}
+
+/// One test's Kafka side: a broker holding `topic`, the consumer group the
+/// test's spate joins (`{group}-{pid}`, so runs never meet) and a free admin
+/// port. Built by [`Feed::mock`] (always the embedded mock cluster) or
+/// [`Feed::start`] (the broker [`Broker::start`] picks: mock, or the real
+/// cluster under `SPATE_E2E_KAFKA=real`).
+pub struct Feed {
+    /// The broker (kept alive for the test's length).
+    pub broker: Broker,
+    /// Its bootstrap list.
+    pub brokers: String,
+    /// The topic's name on that broker.
+    pub topic: String,
+    /// The topic's partition count.
+    pub partitions: i32,
+    /// The group id spate uses (the config's `pipeline.name` too).
+    pub group: String,
+    /// spate's admin port.
+    pub port: u16,
+}
+
+impl Feed {
+    /// `topic` of `partitions` on an embedded mock cluster.
+    pub fn mock(topic: &str, partitions: i32, group: &str) -> Feed {
+        let mock = kafka_tools::start_broker(topic, partitions).unwrap();
+        Feed::on(Broker::Mock(mock), topic.to_owned(), partitions, group)
+    }
+
+    /// `topic` of `partitions` on the broker [`Broker::start`] picks.
+    pub fn start(topic: &str, partitions: i32, group: &str) -> Feed {
+        let (broker, topic) = Broker::start(topic, partitions);
+        Feed::on(broker, topic, partitions, group)
+    }
+
+    /// `topic` (already there) of `partitions` on `broker`.
+    pub fn on(broker: Broker, topic: String, partitions: i32, group: &str) -> Feed {
+        Feed {
+            brokers: broker.bootstrap_servers(),
+            broker,
+            topic,
+            partitions,
+            group: format!("{group}-{}", std::process::id()),
+            port: free_port(),
+        }
+    }
+
+    /// Produces `lines` ([`produce`]: line i to partition i % partitions).
+    pub fn produce(&self, lines: &[String]) -> u64 {
+        produce(&self.brokers, &self.topic, self.partitions, lines)
+    }
+
+    /// Produces flight rows `ids` ([`flight_row`]).
+    pub fn produce_flights(&self, ids: std::ops::Range<u64>) -> u64 {
+        self.produce(&ids.map(flight_row).collect::<Vec<_>>())
+    }
+
+    /// [`config`] for this feed, writing to `table` at `url`.
+    pub fn config(&self, url: &str, table: &str, on_error: &str) -> String {
+        config(
+            &self.group,
+            &self.brokers,
+            &self.topic,
+            url,
+            table,
+            self.port,
+            on_error,
+        )
+    }
+
+    /// [`await_commits`]: every partition's end committed by the group.
+    pub fn await_commits(&self, spate: &Spate) {
+        await_commits(
+            spate,
+            &self.brokers,
+            &self.group,
+            &self.topic,
+            self.partitions,
+            self.port,
+        );
+    }
+
+    /// [`committed`] offsets of the group per partition.
+    pub fn committed(&self) -> BTreeMap<i32, Option<i64>> {
+        committed(&self.brokers, &self.group, &self.topic, self.partitions)
+    }
+
+    /// [`committed_sum`]: records behind the group's commits.
+    pub fn committed_sum(&self) -> i64 {
+        committed_sum(&self.brokers, &self.group, &self.topic, self.partitions)
+    }
+}
+
+/// A consumed message: (payload, headers as (key, value text)).
+pub type Consumed = (Vec<u8>, Vec<(String, String)>);
+
+/// The first `n` messages of `topic` partition 0 (fewer after [`DELIVERY`]),
+/// read without a commit by consumer group `reader`.
+pub fn consume(brokers: &str, reader: &str, topic: &str, n: usize) -> Vec<Consumed> {
+    use rdkafka::Message;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let c: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", reader)
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, rdkafka::Offset::Beginning)
+        .unwrap();
+    c.assign(&tpl).unwrap();
+    let deadline = Instant::now() + DELIVERY;
+    let mut out = Vec::new();
+    while out.len() < n && Instant::now() < deadline {
+        let Some(m) = c.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let m = m.unwrap();
+        out.push((m.payload().unwrap_or_default().to_vec(), headers_text(&m)));
+    }
+    out
+}
+
+/// A message's headers as (key, value text; lossy UTF-8, "" for a null).
+pub fn headers_text(m: &impl rdkafka::Message) -> Vec<(String, String)> {
+    use rdkafka::message::Headers;
+    m.headers()
+        .map(|h| {
+            h.iter()
+                .map(|h| {
+                    let v = h.value.map(String::from_utf8_lossy).unwrap_or_default();
+                    (h.key.to_owned(), v.into_owned())
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The value of header `key` of a [`Consumed`] message ("" when absent).
+pub fn header<'a>(message: &'a Consumed, key: &str) -> &'a str {
+    message
+        .1
+        .iter()
+        .find(|(k, _)| k == key)
+        .map_or("", |(_, v)| v.as_str())
 }
 
 /// The test's flight table `(id, date, delay, distance, origin,
@@ -443,92 +572,8 @@ pub fn await_commits(
     }
 }
 
-/// The pid of the process listening on `url`'s port on this machine, from
-/// `/proc` (the listening socket's inode in `/proc/net/tcp*`, then the
-/// process holding it among `/proc/<pid>/fd`); `None` when not found.
-pub fn server_pid(url: &str) -> Option<u32> {
-    let port: u16 = url.trim_end_matches('/').rsplit(':').next()?.parse().ok()?;
-    let mut inodes = Vec::new();
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        let text = std::fs::read_to_string(table).unwrap_or_default();
-        for line in text.lines().skip(1) {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            let (Some(local), Some(&state), Some(&inode)) = (f.get(1), f.get(3), f.get(9)) else {
-                continue;
-            };
-            let local_port = local
-                .rsplit(':')
-                .next()
-                .and_then(|h| u16::from_str_radix(h, 16).ok());
-            if state == "0A" && local_port == Some(port) {
-                inodes.push(format!("socket:[{inode}]"));
-            }
-        }
-    }
-    if inodes.is_empty() {
-        return None;
-    }
-    for proc_entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Some(pid) = proc_entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(fds) = std::fs::read_dir(proc_entry.path().join("fd")) else {
-            continue;
-        };
-        for fd in fds.flatten() {
-            if let Ok(target) = std::fs::read_link(fd.path()) {
-                if inodes.iter().any(|i| target.as_os_str() == i.as_str()) {
-                    return Some(pid);
-                }
-            }
-        }
-    }
-    None
-}
-
-/// ClickHouse servers frozen with SIGSTOP; SIGCONT on drop (also when the
-/// test panics), so no failure leaves a server stopped.
-pub struct Frozen(Vec<u32>);
-
-impl Frozen {
-    /// SIGSTOPs the servers listening on `urls`; panics when one is not a
-    /// local process (the guard still thaws those already stopped).
-    pub fn stop(urls: &[String]) -> Frozen {
-        let mut frozen = Frozen(Vec::new());
-        for url in urls {
-            let pid = server_pid(url)
-                .unwrap_or_else(|| panic!("no local process listens on {url} (SIGSTOP)"));
-            assert!(send(pid, "-STOP"), "kill -STOP {pid} ({url})");
-            frozen.0.push(pid);
-        }
-        frozen
-    }
-}
-
-impl Drop for Frozen {
-    fn drop(&mut self) {
-        for &pid in &self.0 {
-            send(pid, "-CONT");
-        }
-    }
-}
-
-/// `kill SIG PID`; whether it succeeded. (Never asserts: it runs in a Drop,
-/// where a panic while panicking aborts.)
-fn send(pid: u32, sig: &str) -> bool {
-    let ok = Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        eprintln!("kill {sig} {pid} failed");
-    }
-    ok
-}
+#[allow(unused_imports)] // each target uses a subset
+pub use spate_testkit::process::{Frozen, server_pid};
 
 /// The sum of every sample of metric `name` on spate's `/metrics` (0 when
 /// absent or the endpoint does not answer).

@@ -227,7 +227,6 @@ impl RealKafka {
     /// Every message of `topic` partition `partition` from the beginning
     /// up to its current end: (offset, payload, headers as (key, text)).
     pub fn read_partition(&self, topic: &str, partition: i32) -> Vec<Consumed> {
-        use rdkafka::message::Headers;
         let (_, high) = self.watermarks(topic, partition + 1)[&partition];
         // assign() needs a group id even when nothing is committed.
         let c = self.client(Some("spate-test-reader"));
@@ -247,21 +246,10 @@ impl RealKafka {
                 continue;
             };
             let m = m.unwrap_or_else(|e| panic!("read {topic}/{partition}: {e}"));
-            let headers = m
-                .headers()
-                .map(|h| {
-                    h.iter()
-                        .map(|h| {
-                            let v = h.value.map(String::from_utf8_lossy).unwrap_or_default();
-                            (h.key.to_owned(), v.into_owned())
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
             out.push((
                 m.offset(),
                 m.payload().unwrap_or_default().to_vec(),
-                headers,
+                super::headers_text(&m),
             ));
         }
         out

@@ -14,10 +14,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::pipeline::chain::{Encoder, RecordCx, RecordError};
-use crate::record::{Epoch, Offset, Payload, TopicPartition};
-use crate::sink::{Endpoint, SealedBatch, WriteError, Writer};
-use crate::source::{AssignmentEvent, BufferedBatch, CommitOffset, Lane, Source, SourceError};
+use spate_core::pipeline::Shutdown;
+use spate_core::pipeline::chain::{Encoder, RecordCx, RecordError};
+use spate_core::record::{Epoch, Offset, Payload, TopicPartition};
+use spate_core::sink::{Endpoint, SealedBatch, WriteError, Writer};
+use spate_core::source::{AssignmentEvent, CommitOffset, Source, SourceError};
+
+use crate::lane::{self, LaneFeed, LaneState, MemLane};
 
 #[derive(Debug, Default)]
 struct Log {
@@ -40,6 +43,9 @@ struct ScriptState {
     released: Vec<(TopicPartition, Epoch)>,
     fail_commits: u32,
     consumer_error: bool,
+    rows_read: u64,
+    bytes_read: u64,
+    shutdown_after: Option<(u64, Shutdown)>,
 }
 
 /// A test handle on a [`ScriptedSource`]: append records, script assignment
@@ -117,6 +123,23 @@ impl ScriptHandle {
     pub fn polls(&self) -> u64 {
         self.polls.load(Ordering::Relaxed)
     }
+
+    /// Records the lanes returned so far, over every partition and epoch.
+    pub fn rows_read(&self) -> u64 {
+        self.lock().rows_read
+    }
+
+    /// Value bytes of the records the lanes returned so far.
+    pub fn bytes_read(&self) -> u64 {
+        self.lock().bytes_read
+    }
+
+    /// Triggers `shutdown` from inside the lane poll that brings
+    /// [`ScriptHandle::rows_read`] to `rows` or more: a stop that arrives
+    /// mid-stream, with the rows just read still in the driver's hands.
+    pub fn shutdown_after(&self, rows: u64, shutdown: Shutdown) {
+        self.lock().shutdown_after = Some((rows, shutdown));
+    }
 }
 
 /// A [`Source`] whose partitions, records and assignment events a test
@@ -161,19 +184,10 @@ impl Source for ScriptedSource {
                 let epoch = log.epoch;
                 let position = log.committed.unwrap_or(0);
                 drop(s);
-                AssignmentEvent::Assigned {
-                    partition: partition.clone(),
-                    epoch,
-                    lane: ScriptedLane {
-                        partition,
-                        epoch,
-                        position,
-                        paused: false,
-                        buf: Vec::new(),
-                        first: 0,
-                        handle: self.handle.clone(),
-                    },
-                }
+                let feed = ScriptFeed {
+                    handle: self.handle.clone(),
+                };
+                lane::assigned(partition, epoch, position, feed)
             }
             Scripted::Revoke(partition) => {
                 let log = s.logs.entry(partition.clone()).or_default();
@@ -217,60 +231,44 @@ impl Source for ScriptedSource {
     }
 }
 
-/// A lane of a [`ScriptedSource`].
+/// A lane of a [`ScriptedSource`]: the shared in-memory lane
+/// ([`crate::lane`]) fed from the script's log.
+pub type ScriptedLane = MemLane<ScriptFeed>;
+
+/// Feeds a [`ScriptedLane`] from its partition's scripted log: at most
+/// `max_batch` records from its position, nothing while paused or once the
+/// partition was revoked (a later epoch).
 #[derive(Debug)]
-pub struct ScriptedLane {
-    partition: TopicPartition,
-    epoch: Epoch,
-    position: Offset,
-    paused: bool,
-    buf: Vec<Bytes>,
-    first: Offset,
+pub struct ScriptFeed {
     handle: ScriptHandle,
 }
 
-impl Lane for ScriptedLane {
-    type Batch<'a> = BufferedBatch<'a>;
-
-    fn partition(&self) -> &TopicPartition {
-        &self.partition
-    }
-
-    fn epoch(&self) -> Epoch {
-        self.epoch
-    }
-
-    fn poll(&mut self, _timeout: Duration) -> Result<BufferedBatch<'_>, SourceError> {
+impl LaneFeed for ScriptFeed {
+    fn feed(&mut self, lane: &mut LaneState) -> Result<(), SourceError> {
         self.handle.polls.fetch_add(1, Ordering::Relaxed);
-        self.buf.clear();
-        if !self.paused {
-            let s = self.handle.lock();
-            if let Some(log) = s
-                .logs
-                .get(&self.partition)
-                .filter(|l| l.epoch == self.epoch)
-            {
-                let start = self.position as usize;
-                let end = log.values.len().min(start + self.handle.max_batch);
-                self.buf.extend_from_slice(&log.values[start.min(end)..end]);
+        if lane.paused {
+            return Ok(());
+        }
+        let mut s = self.handle.lock();
+        let mut bytes = 0;
+        if let Some(log) = s
+            .logs
+            .get(&lane.partition)
+            .filter(|l| l.epoch == lane.epoch)
+        {
+            let start = lane.position as usize;
+            let end = log.values.len().min(start + self.handle.max_batch);
+            let values = &log.values[start.min(end)..end];
+            bytes = values.iter().map(|v| v.len() as u64).sum::<u64>();
+            lane.take(lane.position, values);
+        }
+        s.rows_read += lane.taken() as u64;
+        s.bytes_read += bytes;
+        if let Some((rows, shutdown)) = &s.shutdown_after {
+            if s.rows_read >= *rows {
+                shutdown.trigger();
             }
         }
-        self.first = self.position;
-        self.position += self.buf.len() as Offset;
-        Ok(BufferedBatch {
-            values: &self.buf,
-            partition: &self.partition,
-            first: self.first,
-        })
-    }
-
-    fn pause(&mut self) -> Result<(), SourceError> {
-        self.paused = true;
-        Ok(())
-    }
-
-    fn resume(&mut self) -> Result<(), SourceError> {
-        self.paused = false;
         Ok(())
     }
 }

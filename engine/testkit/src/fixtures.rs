@@ -1,0 +1,66 @@
+//! Shared event fixtures.
+//!
+//! [`FLIGHTS`] is the flights table the mapping tests and examples read the
+//! `flights-*.ndjson` fixtures into.
+//!
+//! [`EVENT15`] is the 15-column clickstream event that the no-allocation
+//! mapping test (`engine/clickhouse/tests/no_alloc.rs`), the throughput
+//! example (`engine/clickhouse/examples/throughput.rs`) and the encode bench
+//! (`benches/benches/encode.rs`) all use, so a column changed here changes
+//! every measurement of it at once. Types are ClickHouse type names as
+//! `system.columns.type` prints them (the form `ChType::parse` reads).
+
+/// The flights table of `fixtures/flights-*.ndjson` (dates as
+/// [`FLIGHT_TIME_FORMAT`]), `origin` as `LowCardinality(String)`:
+/// `(column name, ClickHouse type)`, in table order.
+pub const FLIGHTS: [(&str, &str); 5] = [
+    ("date", "DateTime"),
+    ("delay", "Int32"),
+    ("distance", "UInt32"),
+    ("origin", "LowCardinality(String)"),
+    ("destination", "String"),
+];
+
+/// The strftime format of the flights fixtures' `date` field.
+pub const FLIGHT_TIME_FORMAT: &str = "%Y/%m/%d %H:%M";
+
+/// The 15-column event: `(column name, ClickHouse type)`, in table order.
+pub const EVENT15: [(&str, &str); 15] = [
+    ("ts", "DateTime64(3, 'UTC')"),
+    ("user_id", "UInt64"),
+    ("session", "UUID"),
+    ("event", "LowCardinality(String)"),
+    ("page", "String"),
+    ("referrer", "Nullable(String)"),
+    ("country", "FixedString(2)"),
+    ("ip", "IPv4"),
+    ("duration_ms", "UInt32"),
+    ("price", "Decimal(18, 4)"),
+    ("qty", "UInt16"),
+    ("is_mobile", "Bool"),
+    ("score", "Float64"),
+    ("tags", "Array(String)"),
+    ("version", "Int32"),
+];
+
+/// Row `i` of the [`EVENT15`] stream as one JSON object, fields in column
+/// order, every field present (`referrer` is `null`). Deterministic in `i`;
+/// values vary with `i` so no two neighbouring rows are alike.
+pub fn event15_row(i: usize) -> String {
+    format!(
+        r#"{{"ts":"2024-05-01T12:{:02}:{:02}.{:03}Z","user_id":{},"session":"61f0c404-5cb3-11e7-907b-a6006ad3{:04x}","event":"click","page":"/p/{}","referrer":null,"country":"DE","ip":"10.0.{}.{}","duration_ms":{},"price":"{}.99","qty":{},"is_mobile":{},"score":{}.5,"tags":["a","b"],"version":3}}"#,
+        i % 60,
+        i % 59,
+        i % 1000,
+        1_000_000 + i,
+        i % 65536,
+        i % 1000,
+        i % 256,
+        i % 250,
+        i * 7 % 100_000,
+        i % 500,
+        i % 20,
+        i % 2 == 0,
+        i % 100
+    )
+}
