@@ -10,10 +10,10 @@ use std::time::Duration;
 use spate_core::pipeline::chain::{Encoder, PayloadDecoder, RecordCx, RecordError, RoundRobin};
 use spate_core::pipeline::driver::ChainProcessor;
 use spate_core::pipeline::terminal::{ChunkBuffers, Terminal};
-use spate_core::pipeline::testkit::ScriptedSource;
 use spate_core::pipeline::{ExitStatus, Pipeline, PipelineConfig, Shutdown};
 use spate_core::record::{Payload, TopicPartition};
 use spate_core::sink::{Endpoint, Layout, RunNonce, SealedBatch, SinkConfig, WriteError, Writer};
+use spate_testkit::ScriptedSource;
 
 /// Writes `L{layout}:{value}\n` per record, following a shared generation;
 /// publishes generation 5 itself after its 30th row (as the writer would,
@@ -51,9 +51,12 @@ impl<'a> Encoder<Payload<'a>> for LayoutEncoder {
     }
 }
 
-/// Records each written batch's layout and body.
+/// A written batch: its layout and body.
+type Written = (Layout, Vec<u8>);
+
+/// Records each written batch.
 #[derive(Clone, Default)]
-struct Batches(Arc<Mutex<Vec<(Layout, Vec<u8>)>>>);
+struct Batches(Arc<Mutex<Vec<Written>>>);
 
 impl Writer for Batches {
     async fn write(&self, _endpoint: &Endpoint, batch: &SealedBatch) -> Result<(), WriteError> {
