@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The main job on one machine (README "Demo"): `spate demo` moves flight rows
-# from an embedded Kafka broker into ClickHouse and prints what landed.
+# from an embedded Kafka broker into ClickHouse and prints what landed: the
+# delivery mode it ran (`--delivery at_least_once`, the default, or
+# `--delivery effectively_once`) and its duplicate count among the rest.
 #
 #   bash ci/demo.sh [--clickhouse-url URL] [other `spate demo` flags]
 #

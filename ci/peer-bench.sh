@@ -62,6 +62,14 @@
 #   PEER_BENCH_PY_BATCH=100000    rows per Python insert
 #   PEER_BENCH_SYSTEMS="spate kafka python"  which systems run (any subset)
 #   PEER_BENCH_SPATE_THREADS=2    spate's pipeline.threads
+#   PEER_BENCH_DELIVERY=at_least_once  spate's pipeline.delivery
+#                                 (effectively_once needs a table that
+#                                 deduplicates: set PEER_BENCH_REPLICATED=1)
+#   PEER_BENCH_REPLICATED=0       1: one ClickHouse of `ci/clickhouse.sh
+#                                 start-replicated 1 1` (with a ZooKeeper on
+#                                 $SPATE_ZK_PORT) and every table a
+#                                 ReplicatedMergeTree with
+#                                 replicated_deduplication_window = 10000
 #   --kafka real: SPATE_KAFKA_DIR=/tmp/spate-kafka-peer-bench
 #   SPATE_KAFKA_BASE_PORT=17292 (clients 17292.., quorum 17392..)
 #   PEER_BENCH_PARTITIONS=12
@@ -96,6 +104,10 @@ KAFKA_BLOCK="${PEER_BENCH_KAFKA_BLOCK:-1048576}"
 PY_BATCH="${PEER_BENCH_PY_BATCH:-100000}"
 SYSTEMS="${PEER_BENCH_SYSTEMS:-spate kafka python}"
 SPATE_THREADS="${PEER_BENCH_SPATE_THREADS:-2}"
+DELIVERY="${PEER_BENCH_DELIVERY:-at_least_once}"
+REPLICATED="${PEER_BENCH_REPLICATED:-0}"
+[[ "$DELIVERY" == at_least_once || "$DELIVERY" == effectively_once ]] ||
+  { echo "PEER_BENCH_DELIVERY: at_least_once or effectively_once, not $DELIVERY" >&2; exit 2; }
 runs() { [[ " $SYSTEMS " == *" $1 "* ]]; }
 CONFLUENT_KAFKA="confluent-kafka==2.16.1"
 
@@ -240,17 +252,27 @@ cat >"$WORK/kafka.xml" <<'EOF'
 </yandex>
 EOF
 CH_STARTED=1
-CH_URL="$(SPATE_CH_EXTRA_CONFIG="$WORK/kafka.xml" bash ci/clickhouse.sh start 1 | head -n1)"
+if [[ "$REPLICATED" == 1 ]]; then
+  CH_URL="$(SPATE_CH_EXTRA_CONFIG="$WORK/kafka.xml" bash ci/clickhouse.sh start-replicated 1 1 | head -n1)"
+else
+  CH_URL="$(SPATE_CH_EXTRA_CONFIG="$WORK/kafka.xml" bash ci/clickhouse.sh start 1 | head -n1)"
+fi
 CH_PID="$(cat "$SPATE_CH_DIR/ch0/pid")"
 CH_LOG="$SPATE_CH_DIR/ch0/log/clickhouse-server.log"
 CH_STDOUT="$SPATE_CH_DIR/ch0/log/stdout.log"
 CH_VERSION="$(ch 'SELECT version()')"
 log "ClickHouse $CH_VERSION at $CH_URL (pid $CH_PID)"
 
+TABLE_DESC="MergeTree table"
+[[ "$REPLICATED" == 1 ]] && TABLE_DESC="ReplicatedMergeTree table (one replica, replicated_deduplication_window = 10000)"
 COLUMNS_DDL="id UInt64, date DateTime, delay Int32, distance UInt32, origin String, destination String"
 fresh_table() {
   ch "DROP TABLE IF EXISTS $1" >/dev/null
-  ch "CREATE TABLE $1 ($COLUMNS_DDL) ENGINE = MergeTree ORDER BY id" >/dev/null
+  if [[ "$REPLICATED" == 1 ]]; then
+    ch "CREATE TABLE $1 ($COLUMNS_DDL) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/$1_$RUN_ID', '{replica}') ORDER BY id SETTINGS replicated_deduplication_window = 10000" >/dev/null
+  else
+    ch "CREATE TABLE $1 ($COLUMNS_DDL) ENGINE = MergeTree ORDER BY id" >/dev/null
+  fi
 }
 
 # --- 5. measurements ------------------------------------------------------------
@@ -329,8 +351,10 @@ reset_server_hwm() { echo 5 >"/proc/$CH_PID/clear_refs" 2>/dev/null || log "cann
 if runs spate; then
 check_retention spate
 fresh_table peer_spate
+DELIVERY_KEY=""
+[[ "$DELIVERY" == at_least_once ]] || DELIVERY_KEY=", delivery: $DELIVERY"
 cat >"$WORK/spate.yaml" <<EOF
-pipeline: { name: "peer-bench-$RUN_ID", threads: $SPATE_THREADS, io_threads: 2 }
+pipeline: { name: "peer-bench-$RUN_ID", threads: $SPATE_THREADS, io_threads: 2$DELIVERY_KEY }
 checkpoint: { interval: 200ms }
 source:
   kafka:
@@ -363,11 +387,18 @@ spate_first() {
 measure spate peer_spate "$CONSUMER_PID" spate_first
 c_cpu="$(cpu_of "$CONSUMER_PID")"; c_rss="$(hwm_of "$CONSUMER_PID")"
 c_threads="$(thread_cpu_of "$CONSUMER_PID")"
+# Inserts made (batches flushed) while the rows landed, per second.
+inserts="$(curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" 2>/dev/null |
+  awk '/^spate_sink_batches_flushed_total/ { s += $NF } END { print s + 0 }')"
+ins_rate="-"
+if [[ -n "${M_FIRST:-}" && -n "$M_DONE" ]] && (($(calc "$M_DONE > $M_FIRST"))); then
+  ins_rate="$(printf '%.1f' "$(calc "$inserts / ($M_DONE - $M_FIRST)")")"
+fi
 s_cpu="$(calc "$(server_cpu) - $s_cpu0")"; s_rss="$(hwm_of "$CH_PID")"
 kill -TERM "$CONSUMER_PID"
 spate_rc=0; wait "$CONSUMER_PID" || spate_rc=$?
 CONSUMER_PID=""
-note="threads $SPATE_THREADS, io_threads 2, batch max_rows 1M / 64 MiB / linger 200ms, max_inflight 2; CPU s by thread (whole run): $c_threads; exit $spate_rc after SIGTERM"
+note="delivery $DELIVERY; $inserts inserts ($ins_rate/s); threads $SPATE_THREADS, io_threads 2, batch max_rows 1M / 64 MiB / linger 200ms, max_inflight 2; CPU s by thread (whole run): $c_threads; exit $spate_rc after SIGTERM"
 report spate peer_spate "$c_cpu" "$c_rss" "$s_cpu" "$s_rss" "$note"
 fi
 
@@ -466,7 +497,7 @@ check_retention "the end"
 
 # --- 6. table -------------------------------------------------------------------
 {
-  echo "$ROWS flight rows ($BYTES bytes NDJSON) pre-loaded once into $BROKER_DESC (every low watermark checked 0 before each run), then moved into ClickHouse $CH_VERSION on the same machine ($(nproc) cores, $(awk '/^model name/ { $1=$2=$3=""; print; exit }' /proc/cpuinfo | sed 's/^ *//')), one system after another, each in its own consumer group and into a fresh MergeTree table. Command: \`bash ci/peer-bench.sh --kafka $KAFKA_KIND $ROWS\`."
+  echo "$ROWS flight rows ($BYTES bytes NDJSON) pre-loaded once into $BROKER_DESC (every low watermark checked 0 before each run), then moved into ClickHouse $CH_VERSION on the same machine ($(nproc) cores, $(awk '/^model name/ { $1=$2=$3=""; print; exit }' /proc/cpuinfo | sed 's/^ *//')), one system after another, each in its own consumer group and into a fresh $TABLE_DESC. Command: \`PEER_BENCH_DELIVERY=$DELIVERY PEER_BENCH_REPLICATED=$REPLICATED bash ci/peer-bench.sh --kafka $KAFKA_KIND $ROWS\`."
   echo
   echo "| system | rows landed | duplicates | wall s (first row consumed -> all landed) | rows/s | consumer CPU s / M rows | consumer peak RSS MiB | ClickHouse CPU s / M rows | ClickHouse peak RSS MiB | notes |"
   echo "|---|---|---|---|---|---|---|---|---|---|"

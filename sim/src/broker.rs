@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use spate_core::record::{Epoch, Offset, TopicPartition};
-use spate_core::source::{AssignmentEvent, CommitOffset, Source, SourceError};
+use spate_core::source::{AssignmentEvent, CommitOffset, Committed, Source, SourceError};
 use spate_testkit::lane::{self, LaneFeed, LaneState, MemLane};
 
 use crate::config::FaultKind;
@@ -51,6 +51,11 @@ fn index(partition: &TopicPartition) -> usize {
     partition.partition() as usize
 }
 
+/// The metadata string a commit carries (empty: none).
+fn metadata(c: &CommitOffset) -> &str {
+    c.metadata.as_deref().unwrap_or("")
+}
+
 impl Source for SimSource {
     type Lane = SimLane;
 
@@ -65,12 +70,17 @@ impl Source for SimSource {
         Ok(Some(match ev {
             GroupEvent::Assign(p, epoch) => {
                 let position = w.committed[p].unwrap_or(0);
+                // The group's OffsetFetch answer: offset and metadata.
+                let committed = w.committed[p].map(|offset| Committed {
+                    offset,
+                    metadata: w.committed_meta[p].clone(),
+                });
                 w.trace(format!("deliver assign p{p} e{epoch} from {position}"));
                 let partition = TopicPartition::new(Arc::clone(&self.topic), p as i32);
                 let feed = WorldFeed {
                     world: self.world.clone(),
                 };
-                lane::assigned(partition, epoch, position, feed)
+                lane::assigned(partition, epoch, position, committed, feed)
             }
             GroupEvent::Revoke(p, epoch) => {
                 w.trace(format!("deliver revoke p{p} e{epoch}"));
@@ -130,9 +140,18 @@ impl Source for SimSource {
         if slow || !w.commit_queue.is_empty() {
             // The coordinator takes the request and applies it later, in
             // order behind what it already holds; the client times out.
+            // Once healed it works through its backlog at once: a request
+            // waits only for those ahead of it (a coordinator that stayed
+            // slow for every commit behind a backlog would never catch up
+            // with a client that commits as often as effectively_once does).
             let now = w.now();
             let after = w.commit_queue.back().map_or(now, |c| c.due);
-            let due = (now + Duration::from_millis(w.rng_range(1_000..=5_000))).max(after);
+            let slow_by = if slow {
+                Duration::from_millis(w.rng_range(1_000..=5_000))
+            } else {
+                Duration::ZERO
+            };
+            let due = (now + slow_by).max(after);
             for c in offsets {
                 let (partition, offset, epoch) = (index(&c.partition), c.offset, c.epoch);
                 w.commit_queue.push_back(crate::world::QueuedCommit {
@@ -140,6 +159,7 @@ impl Source for SimSource {
                     partition,
                     offset,
                     epoch,
+                    metadata: metadata(c).to_owned(),
                 });
             }
             w.trace(format!(
@@ -152,7 +172,7 @@ impl Source for SimSource {
             });
         }
         for c in offsets {
-            w.apply_commit(index(&c.partition), c.offset, c.epoch, "");
+            w.apply_commit(index(&c.partition), c.offset, c.epoch, metadata(c), "");
         }
         if ambiguous {
             w.ambiguous_commits += 1;
@@ -206,6 +226,9 @@ impl LaneFeed for WorldFeed {
                     "p{p} e{} fetch at {} out of range [{to}, {end}]: reset to earliest {to}",
                     lane.epoch, lane.position
                 ));
+                if to < lane.position {
+                    w.resets_back.push((p, to, lane.position));
+                }
                 lane.position = to;
             }
             // Gaps (control, aborted, compacted records) are skipped; a

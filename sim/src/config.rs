@@ -71,6 +71,14 @@ pub enum FaultKind {
     /// A frozen replica accepts requests, queues them and runs them all
     /// (every retry too) once it thaws; the client hears nothing.
     QueuedRequests,
+    /// The member is evicted (its commits refused, as with
+    /// [`FaultKind::Eviction`]) while it goes on writing, a zombie that does
+    /// not know yet: the server takes every insert it sends meanwhile and
+    /// runs it 0.2-2 s after the eviction ends, once the member has rejoined
+    /// and (in `effectively_once`) re-formed and written the same range with
+    /// the same token, as a zombie's in-flight insert lands after the new
+    /// owner's (clickhouse-kafka-connect #24).
+    ZombieWrite,
 }
 
 impl FaultKind {
@@ -80,7 +88,7 @@ impl FaultKind {
     }
 
     /// Every kind, in a fixed order.
-    pub const ALL: [FaultKind; 21] = [
+    pub const ALL: [FaultKind; 22] = [
         FaultKind::ReplicaDown,
         FaultKind::ShardDown,
         FaultKind::WriteErrors,
@@ -102,6 +110,7 @@ impl FaultKind {
         FaultKind::PartialInsert,
         FaultKind::SchemaChange,
         FaultKind::QueuedRequests,
+        FaultKind::ZombieWrite,
     ];
 
     /// How many of [`FaultKind::ALL`] (the first ones) existed before issue 16.
@@ -120,6 +129,10 @@ impl FaultKind {
         FaultKind::SchemaChange,
         FaultKind::QueuedRequests,
     ];
+
+    /// The kinds added by issue 23 (effectively-once), drawn from a stream
+    /// of their own as well, so seeds that draw none run as they did.
+    pub const ISSUE23: [FaultKind; 1] = [FaultKind::ZombieWrite];
 }
 
 /// One scheduled fault: `kind` on `target` from `start` for `duration`
@@ -205,11 +218,17 @@ pub fn parse_schedule(spec: &str) -> Result<Vec<Fault>, String> {
 /// high enough that a campaign hits each in well over 1% of seeds.
 pub const EXTRA_FAULT_P: f64 = 0.04;
 
+/// The delivery guarantee a run's pipeline is configured for.
+pub use spate_core::pipeline::Delivery;
+
 /// The parameters of one simulated run.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
     /// The seed everything derives from.
     pub seed: u64,
+    /// The pipeline's `delivery` (a campaign runs a seed in either mode:
+    /// the mode changes nothing else the seed decides).
+    pub delivery: Delivery,
     /// Partitions of the one topic.
     pub partitions: usize,
     /// ClickHouse shards.
@@ -344,6 +363,22 @@ impl SimConfig {
                 });
             }
         }
+        // Issue 23's kinds: a third stream, for the same reason.
+        let mut eo = SmallRng::seed_from_u64(seed ^ 0x5EED_E0E0_0000_0023);
+        for kind in FaultKind::ISSUE23 {
+            if !eo.random_bool(EXTRA_FAULT_P) {
+                continue;
+            }
+            let start = eo.random_range(300..phase_ms - 1_000);
+            let duration = eo.random_range(300..3_000).min(phase_ms - start);
+            faults.push(Fault {
+                kind,
+                target: eo.random_range(0..64),
+                target2: eo.random_range(0..64),
+                start: Duration::from_millis(start),
+                duration: Duration::from_millis(duration),
+            });
+        }
         // The table's value columns (none: identity rows only, as before
         // issue 16); always some when the schedule changes the schema.
         let changes = faults.iter().any(|f| f.kind == FaultKind::SchemaChange);
@@ -382,6 +417,7 @@ impl SimConfig {
         faults.sort_by_key(|f| (f.start, f.kind));
         Self {
             seed,
+            delivery: Delivery::AtLeastOnce,
             schema,
             block_rows,
             partitions,
@@ -434,6 +470,11 @@ impl SimConfig {
             block_rows,
             ..base
         }
+    }
+
+    /// This run with `delivery` as its pipeline's mode.
+    pub fn with_delivery(self, delivery: Delivery) -> Self {
+        Self { delivery, ..self }
     }
 
     /// The faults of `kind` in the schedule.

@@ -36,6 +36,9 @@ const TICK: Duration = Duration::from_millis(100);
 /// mid-drain must land inside it.
 const DRAIN_TICK: Duration = Duration::from_millis(10);
 
+/// The simulated sink table (`database.table`), part of every range token.
+pub const SIM_TABLE: &str = "sim.events";
+
 /// What one seed's run left behind, for the oracles.
 #[derive(Debug)]
 pub struct SimOutcome {
@@ -108,7 +111,11 @@ pub fn run_config(cfg: SimConfig) -> SimOutcome {
     let mut world = std::sync::Arc::try_unwrap(world.into_inner())
         .map(|m| m.into_inner().expect("world lock"))
         .unwrap_or_else(|_| panic!("world still shared after the run"));
-    // Every fault has healed: replication catches up.
+    world.ended = true;
+    // Every fault has healed: a zombie's held inserts that are still due
+    // land now (after the final commit: the window must still drop them),
+    // and replication catches up.
+    crate::clickhouse::run_zombies(&mut world, true);
     world.replicate(true);
     let trace_hash = world.trace.iter().fold(FNV_BASIS, |h, l| {
         fnv1a(l.what.bytes().chain(l.at_ms.to_le_bytes()), h)
@@ -150,6 +157,8 @@ fn pipeline_config(cfg: &SimConfig, incarnation: u32) -> PipelineConfig {
     };
     sink.seed = Some(cfg.seed ^ u64::from(incarnation));
     let mut pc = PipelineConfig::new(sink);
+    pc.delivery = cfg.delivery;
+    pc.table = SIM_TABLE.to_owned();
     pc.threads = cfg.drivers;
     pc.checkpoint_interval = cfg.checkpoint_interval;
     pc.rebalance_drain_timeout = Duration::from_secs(2);
@@ -201,6 +210,7 @@ async fn incarnation(
     let probed: crate::schema::Plan = {
         let mut w = world.lock();
         w.plan_version = w.schema.version;
+        w.plan_row_bytes = w.schema.row_bytes();
         std::sync::Arc::new(w.schema.clone())
     };
     let pipeline = Pipeline::builder(
@@ -346,6 +356,7 @@ fn tick(w: &mut World) {
     drive_faults(w);
     w.apply_due_commits();
     crate::clickhouse::run_queued(w);
+    crate::clickhouse::run_zombies(w, false);
     w.replicate(false);
     w.sample_budget();
 }
@@ -404,7 +415,10 @@ fn retention_while_down(w: &mut World) {
 /// Called every tick.
 fn drive_faults(w: &mut World) {
     let now = w.now();
-    let evicted = w.fault_active(FaultKind::Eviction, |_, _| true);
+    // A zombie-write fault is an eviction too (the server also holds the
+    // member's inserts: `clickhouse.rs`); its hit is a held insert.
+    let evicted = w.fault_active(FaultKind::Eviction, |_, _| true)
+        | w.fault_on(FaultKind::ZombieWrite, |_, _| true);
     if w.evicted && !evicted {
         // Rejoin: the member learns it lost everything.
         w.trace("eviction over; rejoining");

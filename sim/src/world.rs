@@ -66,6 +66,9 @@ pub struct CommitFact {
     pub offset: Offset,
     /// Length of the contiguous durable prefix of the partition then.
     pub durable_prefix: Offset,
+    /// The commit's metadata string (empty: none), as the group stores it
+    /// beside the offset (Kafka's `OffsetCommit` `committed_metadata`).
+    pub metadata: String,
 }
 
 /// A drain (shutdown) and how long it took in simulated time (D5).
@@ -96,6 +99,8 @@ pub struct World {
     pub base: Duration,
     /// The current incarnation's clock origin.
     pub origin: tokio::time::Instant,
+    /// Whether the run has ended (every incarnation is over).
+    pub ended: bool,
     /// Per partition, the log of payloads (a gap's payload is empty).
     pub logs: Vec<Vec<Bytes>>,
     /// Per partition and offset, the record id there, or [`GAP`] for an
@@ -118,6 +123,11 @@ pub struct World {
     /// unclean leader election); retention's deletions sit below
     /// [`World::log_start`].
     pub excused: Vec<Vec<(Offset, Offset)>>,
+    /// Fetch positions reset back to the log start (out of range after an
+    /// unclean election): (partition, to, from). Records in `[to, from)` are
+    /// read again under new ranges, so D9 does not demand that they land
+    /// only once (the run reports the reset, as `OffsetReset`).
+    pub resets_back: Vec<(usize, Offset, Offset)>,
     /// Records retention deleted before any of their rows landed.
     pub lost_to_retention: u64,
     /// Records an unclean leader election removed from a log.
@@ -144,6 +154,16 @@ pub struct World {
     pub server_queue: VecDeque<QueuedInsert>,
     /// The schema version the current incarnation probed.
     pub plan_version: u32,
+    /// The row width of the layout the current incarnation probed (its
+    /// inserts' rows, whatever the table's schema is now).
+    pub plan_row_bytes: usize,
+    /// `effectively_once` write attempts whose range the partition's
+    /// committed metadata did not record (nor the committed offset cover)
+    /// when they were sent: breaches of the write-ahead rule (D9), the first
+    /// few described.
+    pub unrecorded_inserts: Vec<String>,
+    /// How many such attempts, over the run.
+    pub unrecorded: u64,
     /// Inserts that failed after some of their blocks were written.
     pub partial_inserts: u64,
     /// Inserts refused because their declared types or layout did not match
@@ -154,6 +174,10 @@ pub struct World {
     pub fenced: BTreeSet<(usize, Epoch)>,
     /// Per partition, the committed offset.
     pub committed: Vec<Option<Offset>>,
+    /// Per partition, the metadata string stored with the committed offset
+    /// (empty when none was sent). The group returns both at assignment
+    /// (`OffsetFetch`), as `Assigned::committed`.
+    pub committed_meta: Vec<String>,
     /// Per partition, the current epoch (0: never assigned).
     pub epochs: Vec<Epoch>,
     /// Per partition, epochs revoked and not yet released.
@@ -175,6 +199,32 @@ pub struct World {
     pub fetches: Vec<Fetch>,
     /// Per shard, the dedup window of recent tokens.
     pub dedup: Vec<DedupWindow>,
+    /// Per shard, every token whose block was ever applied there, with the
+    /// incarnation that applied it first (to tell a re-sent block that the
+    /// window dropped from one it no longer held, and a replay from a retry).
+    pub applied_tokens: Vec<BTreeMap<String, u32>>,
+    /// Blocks the window dropped whose token an earlier incarnation had
+    /// applied: a replay after a crash or restart, deduplicated.
+    pub replay_drops: u64,
+    /// Zombie inserts the window dropped (the new owner's got in first).
+    pub zombie_dropped: u64,
+    /// Blocks applied again although their token had been applied on the
+    /// shard before: the window no longer held it (too small, a plain
+    /// MergeTree with none, or lost in a shard restart). A run with none is
+    /// one whose window covered every replay (the D9 oracle's premise).
+    pub dedup_misses: u64,
+    /// The first few of those misses, described.
+    pub dedup_miss_examples: Vec<String>,
+    /// Inserts a zombie member sent while evicted, which the server holds
+    /// and runs late ([`FaultKind::ZombieWrite`]), in the order they came.
+    pub zombie_queue: Vec<QueuedInsert>,
+    /// Zombie inserts that ran late.
+    pub zombie_landed: u64,
+    /// Commits the slow coordinator had queued and then refused when it got
+    /// to them, because the member was evicted or the epoch was no longer
+    /// its own by then (the generation check happens when the coordinator
+    /// processes the request).
+    pub late_commits_fenced: u64,
     /// The fault kinds in the schedule, one bit each ([`FaultKind::bit`]).
     pub scheduled: u32,
     /// Per partition, the contiguous durable prefix length.
@@ -183,6 +233,15 @@ pub struct World {
     pub tokens: BTreeMap<String, u64>,
     /// Tokens that were seen with two different bodies (D4 violations).
     pub token_conflicts: Vec<String>,
+    /// In `effectively_once`, per token: the probed schema version and the
+    /// rows (partition, offset, record id) of the first body it carried.
+    /// A range's token names its offsets, not its rows: a replay after the
+    /// log lost records of the range (compaction, retention, an unclean
+    /// election) or after the table's schema changed carries other bytes,
+    /// which D4 allows there (counted in [`World::token_rebodied`]).
+    pub range_rows: BTreeMap<String, (u32, Vec<[u32; 3]>)>,
+    /// Range tokens re-sent with other bytes for one of those reasons.
+    pub token_rebodied: u64,
     /// Accepted commits.
     pub commits: Vec<CommitFact>,
     /// Commits attempted for an epoch the member no longer owned
@@ -230,6 +289,7 @@ impl World {
             rng,
             base: Duration::ZERO,
             origin: tokio::time::Instant::now(),
+            ended: false,
             logs: vec![Vec::new(); cfg.partitions],
             ids: vec![Vec::new(); cfg.partitions],
             records: Vec::new(),
@@ -237,6 +297,7 @@ impl World {
             log_start: vec![0; cfg.partitions],
             fetched_end: vec![0; cfg.partitions],
             excused: vec![Vec::new(); cfg.partitions],
+            resets_back: Vec::new(),
             lost_to_retention: 0,
             lost_to_truncation: 0,
             gaps: 0,
@@ -250,8 +311,12 @@ impl World {
             server_queue: VecDeque::new(),
             partial_inserts: 0,
             plan_version: 0,
+            plan_row_bytes: crate::schema::IDENTITY_BYTES,
+            unrecorded_inserts: Vec::new(),
+            unrecorded: 0,
             schema_refusals: 0,
             committed: vec![None; cfg.partitions],
+            committed_meta: vec![String::new(); cfg.partitions],
             epochs: vec![0; cfg.partitions],
             revoking: BTreeSet::new(),
             epoch_counter: 0,
@@ -262,10 +327,20 @@ impl World {
             shard_rows: vec![0; cfg.shards],
             fetches: Vec::new(),
             dedup: vec![DedupWindow::default(); cfg.shards],
+            applied_tokens: vec![BTreeMap::new(); cfg.shards],
+            replay_drops: 0,
+            zombie_dropped: 0,
+            dedup_misses: 0,
+            dedup_miss_examples: Vec::new(),
+            zombie_queue: Vec::new(),
+            zombie_landed: 0,
+            late_commits_fenced: 0,
             scheduled: cfg.faults.iter().fold(0, |m, f| m | f.kind.bit()),
             durable_prefix: vec![0; cfg.partitions],
             tokens: BTreeMap::new(),
             token_conflicts: Vec::new(),
+            range_rows: BTreeMap::new(),
+            token_rebodied: 0,
             commits: Vec::new(),
             stale_commits: Vec::new(),
             drains: Vec::new(),
@@ -292,8 +367,13 @@ impl World {
         }
     }
 
-    /// Simulated time since the run began.
+    /// Simulated time since the run began (`base` once the run has ended:
+    /// no incarnation's paused clock runs then, and a wall clock must not
+    /// leak into the trace, D7).
     pub fn now(&self) -> Duration {
+        if self.ended {
+            return self.base;
+        }
         self.base + (tokio::time::Instant::now() - self.origin)
     }
 
@@ -315,8 +395,9 @@ impl World {
         active
     }
 
-    /// Whether a fault of `kind` matching `hits` is active now.
-    fn fault_on(&self, kind: FaultKind, hits: impl Fn(usize, usize) -> bool) -> bool {
+    /// Whether a fault of `kind` matching `hits` is active now (without
+    /// recording a hit).
+    pub fn fault_on(&self, kind: FaultKind, hits: impl Fn(usize, usize) -> bool) -> bool {
         if self.scheduled & kind.bit() == 0 {
             // Most runs schedule few kinds: skip the clock read (a mutex in
             // tokio's paused clock) for the rest.
@@ -403,6 +484,7 @@ impl World {
                         | SlowReplica
                         | PartialInsert
                         | QueuedRequests
+                        | ZombieWrite
                 ) && f.start <= to
                     && f.start + f.duration + Duration::from_secs(5) >= from
             })
@@ -459,7 +541,7 @@ impl World {
     }
 
     /// Whether the oracles demand nothing at `partition`'s `offset`.
-    fn not_demanded(&self, partition: usize, offset: Offset) -> bool {
+    pub fn not_demanded(&self, partition: usize, offset: Offset) -> bool {
         offset < self.log_start[partition]
             || self.excused[partition]
                 .iter()
@@ -652,17 +734,45 @@ impl World {
         self.trace(format!("ALTER TABLE {what}: schema {now}"));
     }
 
-    /// Applies the slow coordinator's queued commits that are due.
+    /// Applies the slow coordinator's queued commits that are due. The
+    /// coordinator checks the member's generation when it processes a
+    /// request, not when it takes it: a queued commit whose member has been
+    /// evicted, or whose epoch is no longer the member's (a rebalance or a
+    /// new incarnation came first), is refused then, so a zombie's queued
+    /// commit can neither move the offset nor record ranges.
     pub fn apply_due_commits(&mut self) {
         let now = self.now();
         while self.commit_queue.front().is_some_and(|c| c.due <= now) {
             let c = self.commit_queue.pop_front().expect("front");
-            self.apply_commit(c.partition, c.offset, c.epoch, " late");
+            let owned = self.epochs[c.partition] == c.epoch
+                || self.revoking.contains(&(c.partition, c.epoch));
+            if self.evicted || !owned {
+                self.late_commits_fenced += 1;
+                let why = if self.evicted {
+                    "member evicted"
+                } else {
+                    "stale epoch"
+                };
+                self.trace(format!(
+                    "commit late p{}={} e{} refused ({why})",
+                    c.partition, c.offset, c.epoch
+                ));
+                continue;
+            }
+            self.apply_commit(c.partition, c.offset, c.epoch, &c.metadata, " late");
         }
     }
 
-    /// Stores a commit and records the fact with the durable prefix now (D1).
-    pub fn apply_commit(&mut self, p: usize, offset: Offset, epoch: Epoch, how: &str) {
+    /// Stores a commit (offset and metadata) and records the fact with the
+    /// durable prefix now (D1).
+    pub fn apply_commit(
+        &mut self,
+        p: usize,
+        offset: Offset,
+        epoch: Epoch,
+        metadata: &str,
+        how: &str,
+    ) {
         let at_ms = self.now().as_millis() as u64;
         let durable_prefix = self.durable_prefix[p];
         self.commits.push(CommitFact {
@@ -670,11 +780,35 @@ impl World {
             partition: p,
             offset,
             durable_prefix,
+            metadata: metadata.to_owned(),
         });
         self.committed[p] = Some(offset);
+        if self.committed_meta[p] != metadata {
+            metadata.clone_into(&mut self.committed_meta[p]);
+        }
+        // The line is as it was before commits carried metadata when there
+        // is none (at-least-once runs keep their trace hashes).
+        let meta = if metadata.is_empty() {
+            String::new()
+        } else {
+            format!(" meta={metadata}")
+        };
         self.trace(format!(
-            "commit{how} p{p}={offset} e{epoch} (durable {durable_prefix})"
+            "commit{how} p{p}={offset} e{epoch} (durable {durable_prefix}){meta}"
         ));
+    }
+
+    /// Holds a zombie's insert until `due`, when it runs
+    /// ([`World::run_zombies`]).
+    pub fn hold_zombie(&mut self, insert: QueuedInsert) {
+        self.trace(format!(
+            "s{}r{} zombie insert {} held until {} ms",
+            insert.shard,
+            insert.replica,
+            insert.token,
+            insert.due.as_millis()
+        ));
+        self.zombie_queue.push(insert);
     }
 }
 
@@ -721,6 +855,8 @@ pub struct QueuedCommit {
     pub offset: Offset,
     /// Epoch it was sent under.
     pub epoch: Epoch,
+    /// The metadata string sent with it.
+    pub metadata: String,
 }
 
 /// A part on its way from the replica that took the insert to another

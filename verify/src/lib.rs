@@ -28,16 +28,28 @@
 //!   multiple of [`RECHECK_EVERY`]) run twice and must leave the same full
 //!   trace; a difference names the first diverging line of both runs.
 //!
-//! Duplicates are counted, not failed (at-least-once allows them).
+//! - **exactly-once (D9)**, in `effectively_once` runs whose dedup windows
+//!   covered every replay (no shard applied a block whose token it had
+//!   applied before: [`window_covered`]): every produced record the oracles
+//!   demand landed exactly once, and no record landed twice, under every
+//!   fault kind. A run whose window was too small (or a table with none, or
+//!   a shard restart that lost it) is held to D1 only, and its duplicates
+//!   are reported apart;
+//! - **write-ahead (D9)**, at every `effectively_once` write attempt: the
+//!   batch holds one partition's rows, and their offsets lie below the
+//!   committed offset or inside a range the committed metadata records.
+//!
+//! In `at_least_once` runs duplicates are counted, not failed (at-least-once
+//! allows them).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use spate_core::pipeline::ExitStatus;
 use spate_core::sink::DRAIN_GRACE;
-use spate_sim::config::{FaultKind, SimConfig};
+use spate_sim::config::{Delivery, FaultKind, SimConfig};
 use spate_sim::harness::{CHUNK_BYTES, SimOutcome, run_config};
-use spate_sim::world::TraceLine;
+use spate_sim::world::{GAP, TraceLine, World};
 
 pub mod shrink;
 
@@ -50,7 +62,8 @@ pub const DRAIN_SLACK: Duration = Duration::from_millis(50);
 pub struct Violation {
     /// Which oracle: `D1 commit safety`, `D1 at-least-once`,
     /// `D1 stale commit`, `D4 token`, `D5 drain`, `D6 drain`,
-    /// `D7 determinism`, `D8 budget`, `values`, `liveness`, `replication`.
+    /// `D7 determinism`, `D8 budget`, `D9 exactly-once`, `D9 write-ahead`, `values`,
+    /// `liveness`, `replication`.
     pub oracle: &'static str,
     /// What exactly.
     pub detail: String,
@@ -94,10 +107,97 @@ pub fn determinism(first: &SimOutcome) -> Option<Violation> {
     })
 }
 
+/// Whether the run's dedup windows covered every replay: no shard applied a
+/// block again whose token it had applied before (the window still held
+/// every re-sent token). The premise of D9: outside it (a window too small
+/// for the replay, a plain MergeTree with none, a shard restart that lost
+/// it) only D1 is promised.
+pub fn window_covered(w: &World) -> bool {
+    w.dedup_misses == 0
+}
+
+/// How many rows landed more than once, and the first few records that did.
+fn twice(w: &World) -> (u64, Vec<String>) {
+    let mut rows = 0;
+    let mut named = Vec::new();
+    for (id, r) in w.records.iter().enumerate() {
+        // Read again after the fetch position was reset back (an unclean
+        // election put the committed offset past the log end): new ranges,
+        // new tokens; not demanded once only (the run reports the reset).
+        let reread = w
+            .resets_back
+            .iter()
+            .any(|&(p, to, from)| p == r.partition as usize && (to..from).contains(&r.offset));
+        if r.landed > 1 && !reread {
+            rows += u64::from(r.landed - 1);
+            if named.len() < 8 {
+                named.push(format!(
+                    "record {id} (p{} offset {}) landed {} times",
+                    r.partition, r.offset, r.landed
+                ));
+            }
+        }
+    }
+    (rows, named)
+}
+
+/// D9: in an `effectively_once` run whose windows covered every replay,
+/// every record that is still in its log and demanded (not deleted by
+/// retention before it was read, nor excused by a truncation) landed
+/// exactly once once the run caught up, and no record landed twice.
+fn exactly_once(o: &SimOutcome, v: &mut Vec<Violation>) {
+    let w = &o.world;
+    let (rows, named) = twice(w);
+    if rows > 0 {
+        v.push(Violation {
+            oracle: "D9 exactly-once",
+            detail: format!(
+                "{rows} duplicate rows in an effectively_once run whose dedup window covered every replay: {}",
+                named.join("; ")
+            ),
+        });
+    }
+    if !o.caught_up {
+        return; // liveness says so
+    }
+    let mut missing = Vec::new();
+    for p in 0..w.cfg.partitions {
+        for (offset, &id) in w.ids[p].iter().enumerate() {
+            let offset = offset as i64;
+            if id != GAP && w.records[id as usize].landed == 0 && !w.not_demanded(p, offset) {
+                missing.push(format!("p{p} offset {offset} (record {id})"));
+            }
+        }
+    }
+    if !missing.is_empty() {
+        v.push(Violation {
+            oracle: "D9 exactly-once",
+            detail: format!(
+                "{} records never landed: {}",
+                missing.len(),
+                missing[..missing.len().min(8)].join(", ")
+            ),
+        });
+    }
+}
+
 /// Judges one run.
 pub fn check(o: &SimOutcome) -> Vec<Violation> {
     let w = &o.world;
     let mut v = Vec::new();
+    if w.cfg.delivery == Delivery::EffectivelyOnce && window_covered(w) {
+        exactly_once(o, &mut v);
+    }
+    if w.cfg.delivery == Delivery::EffectivelyOnce && w.unrecorded > 0 {
+        v.push(Violation {
+            oracle: "D9 write-ahead",
+            detail: format!(
+                "{} inserts sent before their range was recorded in the partition's commit metadata: {}",
+                w.unrecorded,
+                w.unrecorded_inserts.join("; ")
+            ),
+        });
+    }
     for c in &w.commits {
         if c.offset > c.durable_prefix {
             v.push(Violation {
@@ -248,13 +348,27 @@ pub fn check(o: &SimOutcome) -> Vec<Violation> {
 }
 
 /// The interesting combinations a campaign counts (and, with a coverage
-/// floor, requires).
-pub const COMBOS: [&str; 4] = [
+/// floor, requires): the first three in either mode, then the fourth in
+/// `at_least_once` and the last two in `effectively_once`
+/// ([`combos_of`]).
+pub const COMBOS: [&str; 6] = [
     "ambiguous write then deduplicated retry",
     "rebalance during drain",
     "eviction with ambiguous writes",
     "crash replay duplicates",
+    "replay after a restart deduplicated",
+    "zombie insert deduplicated",
 ];
+
+/// The [`COMBOS`] a campaign in `delivery` counts and requires: in
+/// `effectively_once` a crash's replay must be deduplicated, not duplicated.
+pub fn combos_of(delivery: Delivery) -> &'static [&'static str] {
+    static EO: [&str; 5] = [COMBOS[0], COMBOS[1], COMBOS[2], COMBOS[4], COMBOS[5]];
+    match delivery {
+        Delivery::AtLeastOnce => &COMBOS[..4],
+        Delivery::EffectivelyOnce => &EO,
+    }
+}
 
 /// The result of one seed.
 #[derive(Debug)]
@@ -275,6 +389,15 @@ pub struct SeedResult {
     pub simulated: Duration,
     /// The fault kinds in the schedule ([`FaultKind::bit`]s).
     pub scheduled: u32,
+    /// The run's delivery mode.
+    pub delivery: Delivery,
+    /// Whether its dedup windows covered every replay ([`window_covered`]).
+    pub covered: bool,
+    /// Blocks a shard applied again after its window had let their token go.
+    pub dedup_misses: u64,
+    /// Of [`SeedResult::duplicates`], rows of records read again after the
+    /// fetch position was reset back (not demanded once only by D9).
+    pub reread_duplicates: u64,
     /// What issue 16's faults did: offset gaps, records lost to retention
     /// and to truncation, partial inserts, inserts refused for a stale
     /// schema.
@@ -305,6 +428,14 @@ pub fn run_and_check_config(cfg: SimConfig) -> (SimOutcome, SeedResult) {
     if w.hit.contains(&FaultKind::Crash) && w.duplicates() > 0 {
         combos.push(COMBOS[3]);
     }
+    if w.replay_drops > 0 {
+        combos.push(COMBOS[4]);
+    }
+    if w.zombie_dropped > 0 {
+        combos.push(COMBOS[5]);
+    }
+    let mode = combos_of(w.cfg.delivery);
+    combos.retain(|c| mode.contains(c));
     let result = SeedResult {
         seed,
         violations,
@@ -314,6 +445,10 @@ pub fn run_and_check_config(cfg: SimConfig) -> (SimOutcome, SeedResult) {
         duplicates: w.duplicates(),
         simulated: w.base,
         scheduled: w.scheduled,
+        delivery: w.cfg.delivery,
+        covered: window_covered(w),
+        dedup_misses: w.dedup_misses,
+        reread_duplicates: w.duplicates() - twice(w).0,
         effects: [
             w.gaps,
             w.lost_to_retention,
@@ -338,6 +473,17 @@ pub struct Campaign {
     pub combos: BTreeMap<&'static str, u64>,
     /// Rows landed more than once, over all runs.
     pub duplicates: u64,
+    /// The campaign's delivery mode (every seed runs in it).
+    pub delivery: Delivery,
+    /// Runs whose dedup window did not cover every replay
+    /// ([`window_covered`]): held to D1 only in `effectively_once`.
+    pub uncovered: u64,
+    /// Of [`Campaign::duplicates`], those in runs whose window covered
+    /// every replay, but for rows read again after an offset reset (0 in
+    /// `effectively_once`: D9).
+    pub duplicates_covered: u64,
+    /// Of [`Campaign::duplicates`], rows read again after an offset reset.
+    pub duplicates_reread: u64,
     /// Simulated time over all runs.
     pub simulated: Duration,
     /// Seeds run twice for the determinism check (D7).
@@ -350,11 +496,21 @@ pub struct Campaign {
 }
 
 impl Campaign {
-    /// Runs seeds `first..first + count`.
+    /// Runs seeds `first..first + count` in `at_least_once`.
     pub fn run(first: u64, count: u64) -> Self {
-        let mut c = Campaign::default();
+        Self::run_mode(first, count, Delivery::AtLeastOnce)
+    }
+
+    /// Runs seeds `first..first + count` with `delivery` (each seed's run
+    /// is otherwise the one [`SimConfig::from_seed`] describes).
+    pub fn run_mode(first: u64, count: u64, delivery: Delivery) -> Self {
+        let mut c = Campaign {
+            delivery,
+            ..Campaign::default()
+        };
         for seed in first..first + count {
-            let (o, mut r) = run_and_check(seed);
+            let cfg = SimConfig::from_seed(seed).with_delivery(delivery);
+            let (o, mut r) = run_and_check_config(cfg);
             if rechecked(seed) {
                 c.rechecked += 1;
                 r.violations.extend(determinism(&o));
@@ -376,6 +532,12 @@ impl Campaign {
             *self.combos.entry(k).or_default() += 1;
         }
         self.duplicates += r.duplicates;
+        self.duplicates_reread += r.reread_duplicates;
+        if r.covered {
+            self.duplicates_covered += r.duplicates - r.reread_duplicates;
+        } else {
+            self.uncovered += 1;
+        }
         self.simulated += r.simulated;
         for (t, e) in self.effects.iter_mut().zip(r.effects) {
             *t += e;
@@ -385,14 +547,14 @@ impl Campaign {
         }
     }
 
-    /// The fault kinds and [`COMBOS`] hit by fewer than `min_pct` percent of
+    /// The fault kinds and the mode's [`combos_of`] hit by fewer than `min_pct` percent of
     /// the runs, each with its share: a campaign that does not exercise a
     /// fault proves nothing about it.
     pub fn coverage_gaps(&self, min_pct: f64) -> Vec<String> {
         let kinds = FaultKind::ALL
             .iter()
             .map(|k| (format!("{k:?}"), self.hits.get(k).copied().unwrap_or(0)));
-        let combos = COMBOS
+        let combos = combos_of(self.delivery)
             .iter()
             .map(|c| (c.to_string(), self.combos.get(c).copied().unwrap_or(0)));
         kinds
@@ -418,6 +580,22 @@ impl Campaign {
             self.duplicates,
             self.simulated.as_secs_f64()
         );
+        if self.delivery == Delivery::EffectivelyOnce {
+            s = format!("delivery effectively_once: {s}");
+        }
+        // Duplicates apart by whether the window covered the replay; the
+        // line is only printed in effectively_once campaigns, so the
+        // at-least-once summary reads as it did.
+        if self.delivery == Delivery::EffectivelyOnce {
+            s += &format!(
+                "  duplicates (D9): {} rows in the {} runs whose dedup window covered every replay, {} rows in the {} runs whose window did not (held to D1), {} rows read again after an offset reset back (reported by the run, not demanded)\n",
+                self.duplicates_covered,
+                self.runs - self.uncovered,
+                self.duplicates - self.duplicates_covered - self.duplicates_reread,
+                self.uncovered,
+                self.duplicates_reread
+            );
+        }
         s += &format!(
             "  determinism (D7): {} seeds re-run, each compared line by line with its first run\n",
             self.rechecked
@@ -437,7 +615,7 @@ impl Campaign {
             s += &format!(
                 "FAILED seed {}: replay with `{}`\n",
                 f.seed,
-                replay_line(f.seed)
+                replay_line_mode(f.seed, f.delivery)
             );
             for v in &f.violations {
                 s += &format!("    {}: {}\n", v.oracle, v.detail);
@@ -455,7 +633,17 @@ fn pct(n: u64, of: u64) -> f64 {
     }
 }
 
-/// The one line that replays `seed` exactly.
+/// The one line that replays `seed` exactly (in `at_least_once`).
 pub fn replay_line(seed: u64) -> String {
     format!("cargo run -p spate-verify --release -- replay {seed}")
+}
+
+/// The one line that replays `seed` exactly with `delivery`.
+pub fn replay_line_mode(seed: u64, delivery: Delivery) -> String {
+    match delivery {
+        Delivery::AtLeastOnce => replay_line(seed),
+        Delivery::EffectivelyOnce => {
+            format!("{} --delivery effectively_once", replay_line(seed))
+        }
+    }
 }

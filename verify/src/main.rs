@@ -2,9 +2,12 @@
 //!
 //! ```text
 //! spate-verify campaign --seeds 2000 [--first 0] [--min-coverage 1]
+//!                       [--delivery at_least_once|effectively_once|both]
 //!                                      # exit 1 if any seed fails
-//! spate-verify replay 1234 [--faults SPEC]   # trace + verdict of one run
-//! spate-verify shrink 1234             # minimal fault schedule of a failing seed
+//! spate-verify replay 1234 [--faults SPEC] [--delivery MODE]
+//!                                      # trace + verdict of one run
+//! spate-verify shrink 1234 [--delivery MODE]
+//!                                      # minimal fault schedule of a failing seed
 //! spate-verify search --cases 200      # proptest schedules, shrink the first failure
 //! ```
 //!
@@ -15,10 +18,42 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use clap::{Parser, Subcommand};
-use spate_sim::config::{SimConfig, parse_schedule, schedule_spec};
+use clap::{Parser, Subcommand, ValueEnum};
+use spate_sim::config::{Delivery, SimConfig, parse_schedule, schedule_spec};
 use spate_verify::shrink::{Shrunk, minimize, search_and_shrink};
-use spate_verify::{Campaign, replay_line, run_and_check_config};
+use spate_verify::{Campaign, replay_line_mode, run_and_check_config};
+
+/// A pipeline `delivery` for a run (the YAML key's values).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "snake_case")]
+enum Mode {
+    /// `delivery: at_least_once`.
+    AtLeastOnce,
+    /// `delivery: effectively_once` (D9 judged where the window covers the replay).
+    EffectivelyOnce,
+    /// Both, one campaign after the other over the same seeds (campaign only).
+    Both,
+}
+
+impl Mode {
+    /// The modes this choice runs, in order.
+    fn deliveries(self) -> &'static [Delivery] {
+        match self {
+            Mode::AtLeastOnce => &[Delivery::AtLeastOnce],
+            Mode::EffectivelyOnce => &[Delivery::EffectivelyOnce],
+            Mode::Both => &[Delivery::AtLeastOnce, Delivery::EffectivelyOnce],
+        }
+    }
+
+    /// The one mode of a single run.
+    fn single(self) -> Result<Delivery, &'static str> {
+        match self {
+            Mode::AtLeastOnce => Ok(Delivery::AtLeastOnce),
+            Mode::EffectivelyOnce => Ok(Delivery::EffectivelyOnce),
+            Mode::Both => Err("--delivery both: only `campaign` runs both modes"),
+        }
+    }
+}
 
 #[derive(Parser)]
 #[command(about = "Fault campaigns and replays for spate's deterministic simulator")]
@@ -50,9 +85,17 @@ enum Command {
         #[arg(long)]
         min_coverage: Option<f64>,
         /// Write one line per seed (`seed trace-hash violations kinds`) to this
-        /// file, to compare two builds' campaigns seed by seed.
+        /// file, to compare two builds' campaigns seed by seed (with
+        /// `--delivery both`, the effectively_once lines end in ` eo`).
         #[arg(long)]
         hashes: Option<std::path::PathBuf>,
+        /// The pipelines' delivery mode; `both` runs the seeds in each.
+        #[arg(long, value_enum, default_value_t = Mode::AtLeastOnce)]
+        delivery: Mode,
+        /// How many seeds the effectively_once campaign of `--delivery
+        /// both` runs (default: `--seeds`), from `--first` too.
+        #[arg(long)]
+        eo_seeds: Option<u64>,
     },
     /// Runs one seed and prints its trace and verdict.
     Replay {
@@ -63,12 +106,18 @@ enum Command {
         /// ms).
         #[arg(long)]
         faults: Option<String>,
+        /// The pipeline's delivery mode.
+        #[arg(long, value_enum, default_value_t = Mode::AtLeastOnce)]
+        delivery: Mode,
     },
     /// Shrinks a failing seed to a minimal fault schedule (removing any one
     /// fault makes it pass) and prints its replay line.
     Shrink {
         /// The failing seed.
         seed: u64,
+        /// The pipeline's delivery mode.
+        #[arg(long, value_enum, default_value_t = Mode::AtLeastOnce)]
+        delivery: Mode,
     },
     /// Generates fault schedules with proptest's state machine, and shrinks
     /// the first one that breaks an oracle.
@@ -142,57 +191,73 @@ fn main() -> ExitCode {
             first,
             min_coverage,
             hashes,
+            delivery,
+            eo_seeds,
         } => {
-            #[allow(clippy::disallowed_methods)] // wall time of the campaign itself, not of a run
-            let started = Instant::now();
-            let c = Campaign::run(first, seeds);
-            let wall = started.elapsed().as_secs_f64();
-            if let Some(path) = hashes {
-                let lines: String = c
-                    .per_seed
-                    .iter()
-                    .map(|(s, h, n, k)| format!("{s} {h:016x} {n} {k:x}\n"))
-                    .collect();
-                if let Err(e) = std::fs::write(&path, lines) {
-                    eprintln!("--hashes {}: {e}", path.display());
-                    return ExitCode::from(2);
+            let mut lines = String::new();
+            let mut ok = true;
+            for &mode in delivery.deliveries() {
+                let count = match mode {
+                    Delivery::EffectivelyOnce => eo_seeds.unwrap_or(seeds),
+                    Delivery::AtLeastOnce => seeds,
+                };
+                #[allow(clippy::disallowed_methods)]
+                // wall time of the campaign itself, not of a run
+                let started = Instant::now();
+                let c = Campaign::run_mode(first, count, mode);
+                let wall = started.elapsed().as_secs_f64();
+                let cpu_total = cpu_seconds();
+                let tag = match mode {
+                    Delivery::AtLeastOnce => "",
+                    Delivery::EffectivelyOnce => " eo",
+                };
+                for (s, h, n, k) in &c.per_seed {
+                    lines += &format!("{s} {h:016x} {n} {k:x}{tag}\n");
                 }
-            }
-            print!("{}", c.summary());
-            println!(
-                "{:.0} seeds/s, {:.0} simulated s per wall s",
-                c.runs as f64 / wall,
-                c.simulated.as_secs_f64() / wall
-            );
-            if let Some(cpu) = cpu_seconds() {
-                // On a shared machine wall time includes other processes;
-                // CPU time is this campaign's own (one thread).
+                print!("{}", c.summary());
                 println!(
-                    "{:.0} seeds/s, {:.0} simulated s per CPU s (CPU {cpu:.2} s)",
-                    c.runs as f64 / cpu,
-                    c.simulated.as_secs_f64() / cpu
+                    "{:.0} seeds/s, {:.0} simulated s per wall s",
+                    c.runs as f64 / wall,
+                    c.simulated.as_secs_f64() / wall
                 );
+                if let Some(cpu) = cpu_total {
+                    // On a shared machine wall time includes other processes;
+                    // CPU time is this process's own (one thread; with both
+                    // modes, the total so far).
+                    println!(
+                        "{:.0} seeds/s, {:.0} simulated s per CPU s (CPU {cpu:.2} s)",
+                        c.runs as f64 / cpu,
+                        c.simulated.as_secs_f64() / cpu
+                    );
+                }
+                let gaps = min_coverage.map(|m| c.coverage_gaps(m)).unwrap_or_default();
+                for g in &gaps {
+                    println!("COVERAGE below {:.1}%: {g}", min_coverage.unwrap_or(0.0));
+                }
+                ok &= c.failures.is_empty() && gaps.is_empty();
             }
-            let gaps = min_coverage.map(|m| c.coverage_gaps(m)).unwrap_or_default();
-            for g in &gaps {
-                println!("COVERAGE below {:.1}%: {g}", min_coverage.unwrap_or(0.0));
+            if let Some(path) = hashes
+                && let Err(e) = std::fs::write(&path, lines)
+            {
+                eprintln!("--hashes {}: {e}", path.display());
+                return ExitCode::from(2);
             }
-            if c.failures.is_empty() && gaps.is_empty() {
+            if ok {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::FAILURE
             }
         }
-        Command::Shrink { seed } => match minimize(SimConfig::from_seed(seed)) {
-            None => {
-                println!("seed {seed}: every oracle holds; nothing to shrink");
-                ExitCode::SUCCESS
-            }
-            Some(s) => {
-                print_shrunk(&s);
-                ExitCode::FAILURE
-            }
-        },
+        Command::Shrink { seed, delivery } => {
+            let delivery = match delivery.single() {
+                Ok(d) => d,
+                Err(e) => {
+                    eprintln!("{e}");
+                    return ExitCode::from(2);
+                }
+            };
+            shrink(SimConfig::from_seed(seed).with_delivery(delivery))
+        }
         Command::Search { cases, max_faults } => match search_and_shrink(cases, max_faults) {
             None => {
                 println!("{cases} generated schedules: every oracle holds");
@@ -203,7 +268,18 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Replay { seed, faults } => {
+        Command::Replay {
+            seed,
+            faults,
+            delivery,
+        } => {
+            let delivery = match delivery.single() {
+                Ok(d) => d,
+                Err(e) => {
+                    eprintln!("{e}");
+                    return ExitCode::from(2);
+                }
+            };
             let cfg = match faults.as_deref().map(parse_schedule) {
                 None => SimConfig::from_seed(seed),
                 Some(Ok(f)) => SimConfig::with_faults(seed, f),
@@ -211,7 +287,8 @@ fn main() -> ExitCode {
                     eprintln!("--faults: {e}");
                     return ExitCode::from(2);
                 }
-            };
+            }
+            .with_delivery(delivery);
             let (o, r) = run_and_check_config(cfg);
             for l in &o.world.trace {
                 println!("{:>7} ms  {}", l.at_ms, l.what);
@@ -221,8 +298,14 @@ fn main() -> ExitCode {
                 println!("run: {s}");
             }
             println!(
-                "trace hash {:016x}, duplicates {}",
-                r.trace_hash, r.duplicates
+                "trace hash {:016x}, duplicates {}, dedup window {} every replay",
+                r.trace_hash,
+                r.duplicates,
+                if r.covered {
+                    "covered"
+                } else {
+                    "did not cover"
+                }
             );
             if r.violations.is_empty() {
                 println!("seed {seed}: every oracle holds");
@@ -232,13 +315,29 @@ fn main() -> ExitCode {
                     println!("VIOLATION {}: {}", v.oracle, v.detail);
                 }
                 match faults {
-                    None => println!("replay: {}", replay_line(seed)),
+                    None => println!("replay: {}", replay_line_mode(seed, delivery)),
                     Some(f) => println!(
-                        "replay: cargo run -p spate-verify --release -- replay {seed} --faults '{f}'"
+                        "replay: {} --faults '{f}'",
+                        replay_line_mode(seed, delivery)
                     ),
                 }
                 ExitCode::FAILURE
             }
+        }
+    }
+}
+
+/// Shrinks `cfg`'s run if it fails and prints the minimal schedule.
+fn shrink(cfg: SimConfig) -> ExitCode {
+    let seed = cfg.seed;
+    match minimize(cfg) {
+        None => {
+            println!("seed {seed}: every oracle holds; nothing to shrink");
+            ExitCode::SUCCESS
+        }
+        Some(s) => {
+            print_shrunk(&s);
+            ExitCode::FAILURE
         }
     }
 }

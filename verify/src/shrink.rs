@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestError, TestRng, TestRunner};
 use proptest_state_machine::{ReferenceStateMachine, StateMachineTest};
-use spate_sim::config::{Fault, FaultKind, SimConfig, schedule_spec};
+use spate_sim::config::{Delivery, Fault, FaultKind, SimConfig, schedule_spec};
 
 use crate::{Violation, run_and_check_config};
 
@@ -36,6 +36,8 @@ use crate::{Violation, run_and_check_config};
 pub struct Shrunk {
     /// The base seed (workload and random choices).
     pub seed: u64,
+    /// The run's delivery mode (kept while shrinking).
+    pub delivery: Delivery,
     /// The minimal fault schedule.
     pub faults: Vec<Fault>,
     /// The violations the minimal run shows (the original oracle among them).
@@ -51,8 +53,8 @@ impl Shrunk {
     /// The one line that replays the minimal run exactly.
     pub fn replay_line(&self) -> String {
         format!(
-            "cargo run -p spate-verify --release -- replay {} --faults '{}'",
-            self.seed,
+            "{} --faults '{}'",
+            crate::replay_line_mode(self.seed, self.delivery),
             schedule_spec(&self.faults)
         )
     }
@@ -73,14 +75,15 @@ fn breaks(cfg: SimConfig, oracle: Option<&str>) -> Option<Vec<Violation>> {
 /// oracle. Returns `None` when `cfg`'s run holds every oracle.
 pub fn minimize(cfg: SimConfig) -> Option<Shrunk> {
     let started = Instant::now();
-    let seed = cfg.seed;
+    let (seed, delivery) = (cfg.seed, cfg.delivery);
     let mut faults = cfg.faults.clone();
     let mut violations = breaks(cfg, None)?;
     let oracle = violations[0].oracle;
     let mut runs = 1;
     let mut attempt = |faults: &[Fault]| {
         runs += 1;
-        breaks(SimConfig::with_faults(seed, faults.to_vec()), Some(oracle))
+        let cfg = SimConfig::with_faults(seed, faults.to_vec()).with_delivery(delivery);
+        breaks(cfg, Some(oracle))
     };
     loop {
         let mut changed = false;
@@ -122,6 +125,7 @@ pub fn minimize(cfg: SimConfig) -> Option<Shrunk> {
     }
     Some(Shrunk {
         seed,
+        delivery,
         faults,
         violations,
         runs,

@@ -14,6 +14,8 @@
 //! - [`replan`]: the live INSERT plan the writer re-plans when the table's
 //!   columns change and the pipeline threads follow per poll batch.
 //! - [`writer`]: the HTTP insert writer implementing `spate_core::sink::Writer`.
+//! - [`dedup`]: a table's insert-deduplication window (what a replay must
+//!   fall within for `delivery: effectively_once`) and the insert rate.
 //! - [`router`]: the shard router (`XXH64(key) mod shards`, as ClickHouse's
 //!   `xxHash64`), implementing the chain's `Router<Payload>` seam.
 //!
@@ -25,6 +27,7 @@
 //! transcode, a pure function of them).
 #![forbid(unsafe_code)]
 
+pub mod dedup;
 pub mod mapping;
 pub mod native;
 pub mod num;

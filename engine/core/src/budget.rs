@@ -156,6 +156,19 @@ impl BudgetPermit {
         self.rows
     }
 
+    /// Splits off a permit for up to `bytes` and `rows` of this one's share
+    /// (as much as it holds), from the same budget.
+    pub fn split(&mut self, bytes: u64, rows: u64) -> BudgetPermit {
+        let (bytes, rows) = (bytes.min(self.bytes), rows.min(self.rows));
+        self.bytes -= bytes;
+        self.rows -= rows;
+        BudgetPermit {
+            budget: self.budget.clone(),
+            bytes,
+            rows,
+        }
+    }
+
     /// Takes over `other`'s share. Both must come from the same budget (or
     /// either be unbounded).
     pub fn merge(&mut self, mut other: BudgetPermit) {
@@ -192,6 +205,19 @@ impl Drop for BudgetPermit {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_split_permit_returns_its_share_when_dropped() {
+        let b = Budget::new(100, 10);
+        let mut p = b.try_acquire(60, 6).unwrap();
+        let q = p.split(40, 10);
+        assert_eq!((q.bytes(), q.rows()), (40, 6));
+        assert_eq!((p.bytes(), p.rows()), (20, 0));
+        drop(q);
+        assert_eq!(b.bytes_in_use(), 20);
+        drop(p);
+        assert_eq!(b.bytes_in_use(), 0);
+    }
 
     #[test]
     fn acquire_within_limits_and_release_on_drop() {

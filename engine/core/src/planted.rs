@@ -29,11 +29,26 @@ pub enum Bug {
     TimeoutIsSuccess = 6,
     /// The in-flight budget admits everything (breaks D8).
     BudgetIgnored = 7,
+    /// `effectively_once`: a range's parts are written before the commit
+    /// recording the range has succeeded (breaks D9's write-ahead rule: a
+    /// crash in between replays the rows under other boundaries).
+    InsertBeforeRecord = 8,
+    /// `effectively_once`: on assignment the lane ignores the ranges the
+    /// committed metadata records and forms new ones from the committed
+    /// offset (breaks D9: a replay gets other tokens and lands twice).
+    ReplayIgnoresRanges = 9,
+    /// `effectively_once`: the range token leaves out the partition, so two
+    /// partitions' parts of the same offsets share one (breaks D4, and the
+    /// server drops one of them: D1).
+    RangeTokenWithoutPartition = 10,
+    /// `effectively_once`: the range token leaves out the shard, so the
+    /// shard parts of one range share one (breaks D4).
+    RangeTokenWithoutShard = 11,
 }
 
 impl Bug {
     /// Every bug, in declaration order.
-    pub const ALL: [Bug; 7] = [
+    pub const ALL: [Bug; 11] = [
         Bug::CommitBeforeAck,
         Bug::TokenReusedAfterRestart,
         Bug::TokenWithoutNonce,
@@ -41,7 +56,23 @@ impl Bug {
         Bug::CommitReleasedEpoch,
         Bug::TimeoutIsSuccess,
         Bug::BudgetIgnored,
+        Bug::InsertBeforeRecord,
+        Bug::ReplayIgnoresRanges,
+        Bug::RangeTokenWithoutPartition,
+        Bug::RangeTokenWithoutShard,
     ];
+
+    /// Whether the bug sits on the `effectively_once` path (it shows only
+    /// in runs of that mode).
+    pub fn effectively_once(self) -> bool {
+        matches!(
+            self,
+            Bug::InsertBeforeRecord
+                | Bug::ReplayIgnoresRanges
+                | Bug::RangeTokenWithoutPartition
+                | Bug::RangeTokenWithoutShard
+        )
+    }
 }
 
 #[cfg(feature = "planted-bugs")]

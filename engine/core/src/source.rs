@@ -128,6 +128,11 @@ pub enum AssignmentEvent<L> {
         epoch: Epoch,
         /// The lane that reads it.
         lane: L,
+        /// The group's committed offset and commit metadata for the
+        /// partition when it was assigned (`None`: nothing committed).
+        /// `delivery: effectively_once` re-forms the ranges the metadata
+        /// lists before new ones (D9); `at_least_once` ignores it.
+        committed: Option<Committed>,
     },
     /// A partition is being revoked. The caller stops its lane, lets its data
     /// settle (bounded by `rebalance.drain_timeout`), commits what is
@@ -138,6 +143,19 @@ pub enum AssignmentEvent<L> {
         /// The epoch being revoked.
         epoch: Epoch,
     },
+}
+
+/// What the consumer group had committed for a partition: the offset and
+/// the offset-commit metadata string stored with it (Kafka's
+/// `OffsetCommit`/`OffsetFetch` `committed_metadata`,
+/// <https://kafka.apache.org/protocol#The_Messages_OffsetFetch>).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Committed {
+    /// The committed offset (the next offset to read).
+    pub offset: Offset,
+    /// The metadata committed with it; empty when none was given. spate's
+    /// own is [`crate::checkpoint::ranges`]' encoding.
+    pub metadata: String,
 }
 
 /// A committed offset outside its partition's valid range `[low, high]`
@@ -192,6 +210,11 @@ pub struct CommitOffset {
     pub epoch: Epoch,
     /// The offset to commit (Kafka convention: the next offset to consume).
     pub offset: Offset,
+    /// The offset-commit metadata to store with it (`None`: empty). In
+    /// `delivery: effectively_once` every commit carries the partition's
+    /// pending ranges ([`crate::checkpoint::ranges::encode`]), so a commit
+    /// never erases the record of a range being written (D9).
+    pub metadata: Option<String>,
 }
 
 /// The source of lanes: one Kafka consumer per process, or the simulator.

@@ -211,6 +211,7 @@ async fn every_poll_batch_resolves_exactly_once_as_delivered() {
                 partition,
                 epoch,
                 lane,
+                ..
             } => {
                 epochs.push((partition.clone(), epoch));
                 driver.assign(lane, AckIssuer::new(partition, epoch, ack_tx.clone()));

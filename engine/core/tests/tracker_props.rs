@@ -185,6 +185,7 @@ impl Lane {
             partition: self.tp.clone(),
             epoch: self.epoch,
             offset,
+            metadata: None,
         })
     }
 

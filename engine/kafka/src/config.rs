@@ -77,6 +77,13 @@ pub struct KafkaSourceConfig {
     /// Most messages one lane poll returns (> 0); one poll batch gets one ack
     /// handle. Default [`DEFAULT_MAX_BATCH`].
     pub max_batch: usize,
+    /// Whether an assignment whose committed offsets and metadata cannot be
+    /// read from the group coordinator fails (`true`, what
+    /// `delivery: effectively_once` needs: a lane that did not know its
+    /// recorded ranges would form new batches over them, D9) or goes on
+    /// without them (`false`, the default: `at_least_once` only uses them for
+    /// the out-of-range report).
+    pub committed_required: bool,
 }
 
 impl KafkaSourceConfig {
@@ -91,6 +98,7 @@ impl KafkaSourceConfig {
             topics: topics.into_iter().map(Into::into).collect(),
             properties: BTreeMap::new(),
             max_batch: DEFAULT_MAX_BATCH,
+            committed_required: false,
         }
     }
 

@@ -85,12 +85,14 @@ pub(crate) struct Checked {
 }
 
 /// Checks the committed offsets of `partitions` (just assigned) in `group`
-/// against their watermarks; logs and counts every one out of range
+/// against their watermarks (`fetched`: the group's committed offsets if the
+/// caller already read them, else they are read here); logs and counts every one out of range
 /// (`policy` is `auto.offset.reset`, naming where the partition resumes).
 pub(crate) fn check_committed(
     consumer: &BaseConsumer<SpateContext>,
     group: &str,
     partitions: &TopicPartitionList,
+    fetched: Option<TopicPartitionList>,
     policy: &str,
 ) -> Checked {
     let mut checked = Checked::default();
@@ -98,12 +100,15 @@ pub(crate) fn check_committed(
         return checked;
     }
     let deadline = Instant::now() + RANGE_CHECK_TIMEOUT;
-    let committed = match consumer.committed_offsets(partitions.clone(), RANGE_CHECK_TIMEOUT) {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::debug!(group, error = %e, "committed-offset range check skipped");
-            return checked;
-        }
+    let committed = match fetched {
+        Some(c) => c,
+        None => match consumer.committed_offsets(partitions.clone(), RANGE_CHECK_TIMEOUT) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::debug!(group, error = %e, "committed-offset range check skipped");
+                return checked;
+            }
+        },
     };
     for elem in committed.elements() {
         let KafkaOffset::Offset(offset) = elem.offset() else {

@@ -60,7 +60,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::topic_partition_list::{Offset as KafkaOffset, TopicPartitionList};
 use spate_core::record::{Epoch, Offset, TopicPartition};
-use spate_core::source::{AssignmentEvent, CommitOffset, Source, SourceError};
+use spate_core::source::{AssignmentEvent, CommitOffset, Committed, Source, SourceError};
 
 use crate::config::{ConfigError, KafkaSourceConfig};
 use crate::context::{Rebalance, Shared, SpateContext};
@@ -157,6 +157,8 @@ pub struct KafkaSource {
     reset_policy: String,
     /// Out-of-range committed offsets not yet taken by the controller.
     offset_resets: Vec<spate_core::source::OffsetReset>,
+    /// [`crate::KafkaSourceConfig::committed_required`].
+    committed_required: bool,
     closed: bool,
 }
 
@@ -238,6 +240,7 @@ impl KafkaSource {
                 .cloned()
                 .unwrap_or_else(|| "largest".into()),
             offset_resets: Vec::new(),
+            committed_required: config.committed_required,
             closed: false,
         })
     }
@@ -279,6 +282,44 @@ impl KafkaSource {
     ) -> Result<(), SourceError> {
         // The group handed out partitions: whatever failed before is over.
         self.last_error = None;
+        // The group's committed offsets and metadata, before the lanes are
+        // handed out: effectively_once re-forms the ranges the metadata
+        // records (D9). One OffsetFetch, reused by the range check below.
+        let fetched = if partitions.count() == 0 {
+            None
+        } else {
+            match self
+                .consumer
+                .committed_offsets(partitions.clone(), offsets::RANGE_CHECK_TIMEOUT)
+            {
+                Ok(list) => Some(list),
+                Err(e) if self.committed_required => {
+                    return Err(SourceError::Fatal {
+                        context: format!("read committed offsets of group {}", self.group),
+                        message: format!(
+                            "{e}; delivery: effectively_once needs each partition's recorded \
+                             ranges before reading it"
+                        ),
+                    });
+                }
+                Err(e) => {
+                    tracing::debug!(group = %self.group, error = %e, "committed offsets unavailable at assignment");
+                    None
+                }
+            }
+        };
+        let mut committed: BTreeMap<TopicPartition, Committed> = BTreeMap::new();
+        for elem in fetched.iter().flat_map(TopicPartitionList::elements) {
+            if let KafkaOffset::Offset(offset) = elem.offset() {
+                committed.insert(
+                    TopicPartition::new(elem.topic(), elem.partition()),
+                    Committed {
+                        offset,
+                        metadata: elem.metadata().to_owned(),
+                    },
+                );
+            }
+        }
         if partitions.count() > 0 {
             self.assigned_events.increment(1);
         }
@@ -308,6 +349,7 @@ impl KafkaSource {
                 self.max_batch,
             )?;
             self.ready.push_back(AssignmentEvent::Assigned {
+                committed: committed.remove(&tp),
                 partition: tp,
                 epoch,
                 lane,
@@ -326,8 +368,13 @@ impl KafkaSource {
         })?;
         // After the assign, so the rebalance is not held for it; librdkafka's
         // reset of an out-of-range offset needs a fetch round trip first.
-        let checked =
-            offsets::check_committed(&self.consumer, &self.group, partitions, &self.reset_policy);
+        let checked = offsets::check_committed(
+            &self.consumer,
+            &self.group,
+            partitions,
+            fetched,
+            &self.reset_policy,
+        );
         // spate_committed_offset shows the group's offset from the start,
         // not 0 until this run's first commit (issue 19); an out-of-range
         // one too: it is what the group holds, the report says the rest.
@@ -642,12 +689,13 @@ impl Source for KafkaSource {
                 Some(&ceiling) if c.offset > ceiling => ceiling,
                 _ => c.offset,
             };
-            list.add_partition_offset(
-                c.partition.topic(),
-                c.partition.partition(),
-                KafkaOffset::Offset(offset),
-            )
-            .map_err(|e| errors::source_error(format!("commit {}", c.partition), &e))?;
+            let mut elem = list.add_partition(c.partition.topic(), c.partition.partition());
+            elem.set_offset(KafkaOffset::Offset(offset))
+                .map_err(|e| errors::source_error(format!("commit {}", c.partition), &e))?;
+            // effectively_once: the partition's pending ranges (D9).
+            if let Some(metadata) = &c.metadata {
+                elem.set_metadata(metadata.as_str());
+            }
             first.get_or_insert(c);
         }
         if let Some(first) = first {

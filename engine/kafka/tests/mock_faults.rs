@@ -183,6 +183,7 @@ fn evicted_member_commits_nothing_for_the_ended_epoch() {
             partition: partition.clone(),
             epoch,
             offset: last + 1,
+            metadata: None,
         }]
     };
 
@@ -398,4 +399,55 @@ fn committed_offset_beyond_the_log_end_is_reported() {
     };
     assert_eq!(first(&mut lanes[0]), 0);
     assert_eq!(first(&mut lanes[1]), 5);
+}
+
+/// D9: the metadata a commit carries comes back with the committed offset
+/// when the partition is next assigned (`Assigned.committed`, read from the
+/// group coordinator), as `effectively_once` needs to re-form the recorded
+/// ranges; a partition with nothing committed comes with `None`.
+#[test]
+fn commit_metadata_comes_back_with_the_committed_offset_at_assignment() {
+    let (topic, group) = ("eo-meta", "g-eo-meta");
+    let (_mock, bootstrap) = mock(topic, 2);
+    produce(&bootstrap, topic, 2, 0..20);
+    let mut config = source_config(&bootstrap, topic, group, "range");
+    config.committed_required = true;
+    let mut source = KafkaSource::new(config.clone()).unwrap();
+    let lanes = assigned(&mut source, 2);
+    let (partition, epoch) = (lanes[0].partition().clone(), lanes[0].epoch());
+    let metadata = spate_core::checkpoint::ranges::encode(&[(3, 5), (6, 9)]);
+    source
+        .commit(&[CommitOffset {
+            partition: partition.clone(),
+            epoch,
+            offset: 3,
+            metadata: Some(metadata.clone()),
+        }])
+        .expect("commit");
+    drop(lanes);
+    drop(source);
+    let mut source = KafkaSource::new(config).unwrap();
+    let deadline = Instant::now() + DELIVERY;
+    let mut seen = BTreeMap::new();
+    while seen.len() < 2 {
+        assert!(Instant::now() < deadline, "assigned {seen:?}");
+        if let Some(AssignmentEvent::Assigned {
+            partition: p,
+            committed,
+            ..
+        }) = source
+            .poll_event(Duration::from_millis(20))
+            .expect("poll_event")
+        {
+            seen.insert(p.partition(), committed);
+        }
+    }
+    assert_eq!(
+        seen[&partition.partition()],
+        Some(spate_core::source::Committed {
+            offset: 3,
+            metadata
+        })
+    );
+    assert_eq!(seen[&(1 - partition.partition())], None);
 }

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 use spate_clickhouse::router::{KeyHash, KeyType, MissingKey, ShardKey, ShardSpec};
-use spate_core::pipeline::{self, OnError, PipelineConfig};
+use spate_core::pipeline::{self, Delivery, OnError, PipelineConfig};
 use spate_core::sink::{BatchConfig, RetryConfig, SinkConfig};
 use spate_kafka::KafkaSourceConfig;
 
@@ -184,6 +184,9 @@ pub struct PipelineSection {
     /// Pipeline threads polling lanes (default 1).
     #[serde(default = "one")]
     pub threads: usize,
+    /// `pipeline.delivery`: `at_least_once` (default) or `effectively_once`.
+    #[serde(default)]
+    pub delivery: DeliveryName,
     /// I/O runtime threads for the sink pool (default 1).
     #[serde(default = "one")]
     pub io_threads: usize,
@@ -388,6 +391,27 @@ impl EpochUnitName {
             EpochUnitName::Ms => EpochUnit::Millis,
             EpochUnitName::Us => EpochUnit::Micros,
             EpochUnitName::Ns => EpochUnit::Nanos,
+        }
+    }
+}
+
+/// `pipeline.delivery`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryName {
+    /// Nothing lost; a replay after a crash or rebalance may duplicate.
+    #[default]
+    AtLeastOnce,
+    /// Deterministic per-partition batches recorded in the commit metadata
+    /// (D9, docs/adr/0004-effectively-once.md).
+    EffectivelyOnce,
+}
+
+impl From<DeliveryName> for Delivery {
+    fn from(d: DeliveryName) -> Self {
+        match d {
+            DeliveryName::AtLeastOnce => Delivery::AtLeastOnce,
+            DeliveryName::EffectivelyOnce => Delivery::EffectivelyOnce,
         }
     }
 }
@@ -914,7 +938,29 @@ impl Config {
     /// # Errors
     /// [`ConfigError::Invalid`] naming the first bad key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.sink.clickhouse.shard_spec()?;
+        let spec = self.sink.clickhouse.shard_spec()?;
+        // D9: a replay must route every row to the shard it went to before,
+        // so the router must be a function of the record. Round robin (no
+        // shard_key, or `missing: round_robin`) is not.
+        if self.pipeline.delivery == DeliveryName::EffectivelyOnce
+            && self.sink.clickhouse.shards.len() > 1
+        {
+            if spec.key == spate_clickhouse::router::ShardKey::None {
+                return Err(invalid(
+                    "sink.clickhouse.shard_key",
+                    "pipeline.delivery: effectively_once with more than one shard needs a \
+                     shard_key: round robin sends a replayed row to another shard than the \
+                     first attempt, where no dedup token matches",
+                ));
+            }
+            if spec.missing == spate_clickhouse::router::MissingKey::RoundRobin {
+                return Err(invalid(
+                    "sink.clickhouse.shard_key.missing",
+                    "`round_robin` is not a function of the record; pipeline.delivery: \
+                     effectively_once needs `error` (the default)",
+                ));
+            }
+        }
         if self.pipeline.name.trim().is_empty() {
             return Err(invalid("pipeline.name", "must not be empty"));
         }
@@ -1044,6 +1090,7 @@ impl Config {
         if let Some(m) = k.max_batch {
             c.max_batch = m;
         }
+        c.committed_required = self.pipeline.delivery == DeliveryName::EffectivelyOnce;
         c
     }
 
@@ -1071,6 +1118,8 @@ impl Config {
         }
         let mut p = PipelineConfig::new(sink);
         p.threads = self.pipeline.threads;
+        p.delivery = self.pipeline.delivery.into();
+        p.table = format!("{}.{}", ch.database, ch.table);
         if let Some(d) = self.pipeline.idle_poll {
             p.idle_poll = d.0;
             // Raising idle_poll alone raises the cap with it.

@@ -2,8 +2,9 @@
 //! with flight rows (the repository fixture repeated with distinct ids), the
 //! demo table is created if missing, the real pipeline (the same assembly as
 //! `spate run`) moves the rows into ClickHouse, and a summary says what
-//! landed: rows produced, rows in ClickHouse, distinct ids, duplicates,
-//! committed offsets, a sample query, and the measured rates.
+//! landed: the delivery mode (`--delivery`), rows produced, rows in
+//! ClickHouse, distinct ids, duplicates (with the mode again), committed
+//! offsets, a sample query, and the measured rates.
 //!
 //! The broker is pre-filled before the pipeline starts, so the rate measures
 //! spate, not the producer. The mock broker keeps at most 5 MiB per
@@ -52,6 +53,12 @@ pub(crate) struct DemoArgs {
     /// Admin server address (`off` disables it).
     #[arg(long, default_value = "off")]
     admin: String,
+    /// `pipeline.delivery`: `at_least_once` or `effectively_once` (then
+    /// a table the demo creates gets `non_replicated_deduplication_window
+    /// = 1000` where the server has that setting; on ClickHouse 18.16 the
+    /// plain MergeTree is refused, with the fix, as `spate run` would).
+    #[arg(long, default_value = "at_least_once", value_parser = ["at_least_once", "effectively_once"])]
+    delivery: String,
 }
 
 /// CPU seconds (user + system) this process has used so far.
@@ -138,7 +145,7 @@ fn run(args: &DemoArgs) -> Result<ExitCode, DemoError> {
     let table = &args.table;
     let ch = HttpWriter::new(HttpWriterConfig::new("default", table, Vec::new()));
     let url = args.clickhouse_url.as_str();
-    let base = prepare_table(&rt, &ch, url, table)?;
+    let base = prepare_table(&rt, &ch, url, table, args.delivery == "effectively_once")?;
     let topic = "flights";
     let flights = produce_flights(args, base, topic)?;
     let group = format!("spate-demo-{base}");
@@ -207,10 +214,15 @@ fn run(args: &DemoArgs) -> Result<ExitCode, DemoError> {
         .map(|(p, o)| format!("{p}={}", o.map_or("-".to_owned(), |o| o.to_string())))
         .collect();
     let produced = flights.produced;
+    println!("delivery mode:        {}", args.delivery);
     println!("rows produced:        {produced}");
     println!("rows in ClickHouse:   {in_ch}");
     println!("distinct ids:         {distinct}");
-    println!("duplicates:           {}", in_ch.saturating_sub(distinct));
+    println!(
+        "duplicates:           {} (delivery: {})",
+        in_ch.saturating_sub(distinct),
+        args.delivery
+    );
     println!("committed offsets:    {}", committed_text.join(" "));
     println!("ready before the end: {was_ready}");
     println!("sample query (top origins):\n{sample}");
@@ -245,14 +257,32 @@ fn prepare_table(
     ch: &HttpWriter,
     url: &str,
     table: &str,
+    effectively_once: bool,
 ) -> Result<u64, DemoError> {
     rt.block_on(ch.query(url, "SELECT 1"))
         .map_err(|e| format!("ClickHouse at {url} does not answer ({e}); `bash ci/demo.sh` starts one and runs the demo against it; or start one with `bash ci/clickhouse.sh start 1` and pass the URL it prints as --clickhouse-url"))?;
+    // effectively_once needs a table that drops replays: a plain MergeTree
+    // does so only with non_replicated_deduplication_window (servers that
+    // have it; 18.16 does not, and the probe then refuses with the fix).
+    let window = if effectively_once
+        && rt
+            .block_on(ch.query(
+                url,
+                "SELECT count() FROM system.merge_tree_settings \
+                 WHERE name = 'non_replicated_deduplication_window'",
+            ))?
+            .trim()
+            == "1"
+    {
+        " SETTINGS non_replicated_deduplication_window = 1000"
+    } else {
+        ""
+    };
     rt.block_on(ch.query(
         url,
         &format!(
             "CREATE TABLE IF NOT EXISTS default.{table} (id UInt64, date DateTime, delay Int32, \
-             distance UInt32, origin String, destination String) ENGINE = MergeTree ORDER BY id"
+             distance UInt32, origin String, destination String) ENGINE = MergeTree ORDER BY id{window}"
         ),
     ))?;
     let base: u64 = rt
@@ -329,7 +359,7 @@ fn demo_yaml(
     let table = &args.table;
     format!(
         r#"
-pipeline: {{ name: "demo-{base}", threads: {threads}, io_threads: 2 }}
+pipeline: {{ name: "demo-{base}", threads: {threads}, io_threads: 2{delivery} }}
 checkpoint: {{ interval: 200ms }}
 source:
   kafka:
@@ -350,6 +380,11 @@ admin: {{ listen: "{admin}" }}
 "#,
         threads = args.threads,
         admin = args.admin,
+        delivery = if args.delivery == "effectively_once" {
+            ", delivery: effectively_once"
+        } else {
+            ""
+        },
     )
 }
 

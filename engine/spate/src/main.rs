@@ -229,6 +229,7 @@ pub(crate) fn run_config(config: &Config) -> Result<ExitCode, Box<dyn std::error
     tracing::info!(
         pipeline = %config.pipeline.name,
         table = %format!("{}.{}", config.sink.clickhouse.database, config.sink.clickhouse.table),
+        delivery = config.pipeline_config().delivery.as_str(),
         "starting"
     );
     spawn_second_signal_exit()?;
@@ -264,7 +265,7 @@ fn check(path: &std::path::Path, sample: Option<usize>) -> ExitCode {
         Err(code) => return code,
     };
     println!("config {}: ok", path.display());
-    let mut problems = check_topics(&config);
+    let (mut problems, partitions) = check_topics(&config);
 
     // Replicas: plan from the first that answers, then probe every one.
     let rt = current_thread();
@@ -285,7 +286,7 @@ fn check(path: &std::path::Path, sample: Option<usize>) -> ExitCode {
             return ExitCode::from(EXIT_FAILED);
         }
     };
-    problems += probe_replicas(&rt, &config, &writer);
+    problems += probe_replicas(&rt, &config, &writer, partitions);
     if let Some(n) = sample {
         println!();
         problems += check_sample(&config, &plan, n);
@@ -302,8 +303,9 @@ fn check(path: &std::path::Path, sample: Option<usize>) -> ExitCode {
 /// `check`'s Kafka part: each plain topic's partitions (one metadata fetch
 /// each) and the dead-letter topic's; prints a line per topic and returns
 /// the number of problems.
-fn check_topics(config: &Config) -> usize {
+fn check_topics(config: &Config) -> (usize, usize) {
     let mut problems = 0usize;
+    let mut partitions = 0usize;
     // Brokers: one metadata fetch, then each plain topic's partitions.
     let brokers = config.source.kafka.brokers.joined();
     for topic in &config.source.kafka.topics {
@@ -314,7 +316,10 @@ fn check_topics(config: &Config) -> usize {
             continue;
         }
         match kafka_tools::partition_count(&brokers, topic, KAFKA_RPC) {
-            Ok(n) => println!("kafka {brokers}: topic {topic}: {n} partitions"),
+            Ok(n) => {
+                partitions += n as usize;
+                println!("kafka {brokers}: topic {topic}: {n} partitions");
+            }
             Err(e) => {
                 problems += 1;
                 println!("kafka {brokers}: PROBLEM: {}", chain(&e));
@@ -339,7 +344,7 @@ fn check_topics(config: &Config) -> usize {
             }
         }
     }
-    problems
+    (problems, partitions)
 }
 
 /// `check`'s mapping report: each column's type, source field and rule,
@@ -388,7 +393,12 @@ fn print_mapping(config: &Config, plan: &service::Plan) {
 /// `check`'s replica part: probes every replica of every shard and reads
 /// its capabilities and the table's engine; prints a line per replica and
 /// returns the number of problems.
-fn probe_replicas(rt: &tokio::runtime::Runtime, config: &Config, writer: &HttpWriter) -> usize {
+fn probe_replicas(
+    rt: &tokio::runtime::Runtime,
+    config: &Config,
+    writer: &HttpWriter,
+    partitions: usize,
+) -> usize {
     let ch = &config.sink.clickhouse;
     let mut problems = 0usize;
     for (s, shard) in ch.shards.iter().enumerate() {
@@ -411,12 +421,22 @@ fn probe_replicas(rt: &tokio::runtime::Runtime, config: &Config, writer: &HttpWr
                         ),
                     )
                     .await?;
-                Ok::<_, spate_core::sink::WriteError>((caps, engine.trim().to_owned()))
+                let dedup = writer.dedup(&endpoint).await?;
+                Ok::<_, spate_core::sink::WriteError>((caps, engine.trim().to_owned(), dedup))
             });
             match result {
-                Ok((caps, engine)) => {
+                Ok((caps, engine, dedup)) => {
                     let lacks = lacks(caps.dedup_token, &engine);
                     println!("{endpoint}: ok, engine {engine}; lacks: {lacks}");
+                    println!(
+                        "{endpoint}: {}",
+                        dedup_line(
+                            &dedup,
+                            partitions,
+                            config.pipeline_config().sink.batch.linger,
+                            service::effectively_once(config)
+                        )
+                    );
                 }
                 Err(e) => {
                     problems += 1;
@@ -445,6 +465,43 @@ fn lacks(dedup_token: bool, engine: &str) -> String {
         "nothing".to_owned()
     } else {
         lacks.join("; ")
+    }
+}
+
+/// `check`'s line on a replica's dedup window: what it holds, and how long
+/// that lasts when each of `partitions` partitions seals a batch into this
+/// shard every `linger` (the most effectively_once makes: one partition's
+/// range per batch and shard).
+fn dedup_line(
+    dedup: &spate_clickhouse::dedup::Dedup,
+    partitions: usize,
+    linger: Duration,
+    effectively_once: bool,
+) -> String {
+    use spate_clickhouse::dedup::Dedup;
+    let mode = if effectively_once {
+        "effectively_once"
+    } else {
+        "at_least_once"
+    };
+    match dedup {
+        Dedup::Window(w) => {
+            let mut line = format!("dedup window: {w}");
+            if partitions > 0 && !linger.is_zero() {
+                let per_sec = partitions as f64 / linger.as_secs_f64();
+                if let Some(secs) = w.covers_secs(per_sec) {
+                    line.push_str(&format!(
+                        "; at up to {per_sec:.0} inserts/s ({partitions} partitions sealing every \
+                         {linger:?}) that is {secs:.1} s of inserts (delivery: {mode})"
+                    ));
+                }
+            }
+            line
+        }
+        Dedup::Cannot { reason, fix } => format!(
+            "dedup window: none: {reason}; delivery: effectively_once refuses this table \
+             (fix: {fix}); delivery: {mode}"
+        ),
     }
 }
 

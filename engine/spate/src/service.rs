@@ -205,7 +205,13 @@ pub fn writer_config(
             .push((JSON_AS_STRING.to_owned(), "1".to_owned()));
     }
     w.query_timeout = config.pipeline_config().sink.write_timeout;
+    w.effectively_once = effectively_once(config);
     Ok(w)
+}
+
+/// Whether `config` asks for `pipeline.delivery: effectively_once`.
+pub fn effectively_once(config: &Config) -> bool {
+    config.pipeline_config().delivery == spate_core::pipeline::Delivery::EffectivelyOnce
 }
 
 /// The mapper's options from `mapping` and `format.json`.
@@ -522,7 +528,12 @@ pub fn build(
     // The writer re-plans the INSERT when the table changes; every pipeline
     // thread's encoder follows it at a poll-batch boundary.
     let live = plan.live();
-    wc.live = Some(Arc::clone(&live));
+    // Not with effectively_once: its range formers keep rows across poll
+    // batches and do not carry a layout yet, so a change stops the run there
+    // (exit 3) and the restart re-plans (ADR 0005).
+    if !effectively_once(config) {
+        wc.live = Some(Arc::clone(&live));
+    }
     let writer = HttpWriter::new(wc);
     let source = KafkaSource::new(config.kafka_config())?;
     let shard_spec = config.sink.clickhouse.shard_spec()?;

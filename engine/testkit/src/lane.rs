@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use spate_core::record::{Epoch, Offset, TopicPartition};
-use spate_core::source::{AssignmentEvent, BufferedBatch, Lane, SourceError};
+use spate_core::source::{AssignmentEvent, BufferedBatch, Committed, Lane, SourceError};
 
 /// A lane's read state (see the module docs).
 #[derive(Debug)]
@@ -105,12 +105,13 @@ impl<F: LaneFeed> MemLane<F> {
 }
 
 /// The assignment of `partition` under `epoch` to a new lane reading from
-/// `position`, fed by `feed`: what an in-memory source's
+/// `position` (the group had `committed`), fed by `feed`: what an in-memory source's
 /// [`spate_core::source::Source::poll_event`] returns for an assignment.
 pub fn assigned<F: LaneFeed>(
     partition: TopicPartition,
     epoch: Epoch,
     position: Offset,
+    committed: Option<Committed>,
     feed: F,
 ) -> AssignmentEvent<MemLane<F>>
 where
@@ -119,6 +120,7 @@ where
     AssignmentEvent::Assigned {
         partition: partition.clone(),
         epoch,
+        committed,
         lane: MemLane::new(partition, epoch, position, feed),
     }
 }

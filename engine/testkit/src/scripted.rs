@@ -18,7 +18,7 @@ use spate_core::pipeline::Shutdown;
 use spate_core::pipeline::chain::{Encoder, RecordCx, RecordError};
 use spate_core::record::{Epoch, Offset, Payload, TopicPartition};
 use spate_core::sink::{Endpoint, SealedBatch, WriteError, Writer};
-use spate_core::source::{AssignmentEvent, CommitOffset, Source, SourceError};
+use spate_core::source::{AssignmentEvent, CommitOffset, Committed, Source, SourceError};
 
 use crate::lane::{self, LaneFeed, LaneState, MemLane};
 
@@ -26,6 +26,8 @@ use crate::lane::{self, LaneFeed, LaneState, MemLane};
 struct Log {
     values: Vec<Bytes>,
     committed: Option<Offset>,
+    /// The metadata of the last commit (empty: none).
+    metadata: String,
     epoch: Epoch,
 }
 
@@ -42,6 +44,7 @@ struct ScriptState {
     commits: Vec<CommitOffset>,
     released: Vec<(TopicPartition, Epoch)>,
     fail_commits: u32,
+    reject_commits: bool,
     consumer_error: bool,
     rows_read: u64,
     bytes_read: u64,
@@ -98,6 +101,15 @@ impl ScriptHandle {
             .map_or(0, |l| l.values.len() as Offset)
     }
 
+    /// The metadata of `partition`'s last accepted commit (empty: none).
+    pub fn committed_metadata(&self, partition: &TopicPartition) -> String {
+        self.lock()
+            .logs
+            .get(partition)
+            .map(|l| l.metadata.clone())
+            .unwrap_or_default()
+    }
+
     /// Every commit accepted, in order.
     pub fn commits(&self) -> Vec<CommitOffset> {
         self.lock().commits.clone()
@@ -111,6 +123,13 @@ impl ScriptHandle {
     /// Makes the next `n` commits fail with a transient error.
     pub fn fail_commits(&self, n: u32) {
         self.lock().fail_commits = n;
+    }
+
+    /// Makes every commit be rejected (`true`) as the group rejects a
+    /// fenced or evicted member's ([`SourceError::CommitRejected`], naming
+    /// the first partition), or accepted again (`false`).
+    pub fn reject_commits(&self, reject: bool) {
+        self.lock().reject_commits = reject;
     }
 
     /// Makes [`Source::consumer_ready`] report an error standing (`true`)
@@ -183,11 +202,15 @@ impl Source for ScriptedSource {
                 log.epoch += 1;
                 let epoch = log.epoch;
                 let position = log.committed.unwrap_or(0);
+                let committed = log.committed.map(|offset| Committed {
+                    offset,
+                    metadata: log.metadata.clone(),
+                });
                 drop(s);
                 let feed = ScriptFeed {
                     handle: self.handle.clone(),
                 };
-                lane::assigned(partition, epoch, position, feed)
+                lane::assigned(partition, epoch, position, committed, feed)
             }
             Scripted::Revoke(partition) => {
                 let log = s.logs.entry(partition.clone()).or_default();
@@ -210,6 +233,15 @@ impl Source for ScriptedSource {
 
     fn commit(&mut self, offsets: &[CommitOffset]) -> Result<(), SourceError> {
         let mut s = self.handle.lock();
+        if s.reject_commits {
+            if let Some(c) = offsets.first() {
+                return Err(SourceError::CommitRejected {
+                    partition: c.partition.clone(),
+                    epoch: c.epoch,
+                    message: "scripted: this member was fenced".into(),
+                });
+            }
+        }
         if s.fail_commits > 0 {
             s.fail_commits -= 1;
             return Err(SourceError::Transient {
@@ -225,9 +257,30 @@ impl Source for ScriptedSource {
                 c.partition
             );
             log.committed = Some(c.offset);
+            log.metadata = c.metadata.clone().unwrap_or_default();
             s.commits.push(c.clone());
         }
         Ok(())
+    }
+}
+
+impl ScriptedSource {
+    /// A new source over `handle`'s logs, commits and commit metadata, as a
+    /// process restarted after a crash sees them; its lanes return at most
+    /// `max_batch` records per poll (poll batches may differ between runs).
+    pub fn restarted(handle: &ScriptHandle, max_batch: usize) -> (Self, ScriptHandle) {
+        assert!(max_batch > 0, "max_batch must be positive");
+        let handle = ScriptHandle {
+            state: Arc::clone(&handle.state),
+            polls: Arc::default(),
+            max_batch,
+        };
+        (
+            Self {
+                handle: handle.clone(),
+            },
+            handle,
+        )
     }
 }
 

@@ -76,6 +76,7 @@ pub use classify::{RETRYABLE_CODES, SCHEMA_CHANGE_CODES, classify, exception_cod
 pub use compress::Compression;
 pub use tls::{TlsError, TlsOptions};
 
+use crate::dedup::{Dedup, InsertRate};
 use crate::native::BlockPlan;
 use crate::native::carry::Carry;
 use crate::replan::{LivePlan, MappingPlan, typed_columns};
@@ -236,6 +237,20 @@ pub struct HttpWriterConfig {
     /// column fails the batch and a restart re-plans. Its plan at start
     /// must be the one [`Self::columns`] describes.
     pub live: Option<Arc<LivePlan>>,
+    /// `delivery: effectively_once` (docs/DESIGN.md D9): the probe and the
+    /// first insert into each replica refuse a table that cannot
+    /// deduplicate inserts ([`crate::dedup::Dedup::Cannot`], with the fix
+    /// in the error), and `async_insert` or `insert_deduplicate = 0` in
+    /// [`insert_settings`](Self::insert_settings); every insert carries
+    /// `insert_deduplicate=1` (and `async_insert=0` where the server knows
+    /// it), so a user profile cannot turn deduplication off; the writer
+    /// warns while a shard's insert rate outruns its window
+    /// ([`dedup_horizon`](Self::dedup_horizon)). Default false.
+    pub effectively_once: bool,
+    /// How long of a shard's inserts its dedup window should hold before the
+    /// writer warns that the insert rate outruns it (effectively_once only;
+    /// default [`crate::dedup::DEFAULT_DEDUP_HORIZON`]).
+    pub dedup_horizon: Duration,
 }
 
 impl HttpWriterConfig {
@@ -261,6 +276,8 @@ impl HttpWriterConfig {
             schema_refresh: Some(DEFAULT_SCHEMA_REFRESH),
             row_format: crate::schema::RowFormat::RowBinary,
             live: None,
+            effectively_once: false,
+            dedup_horizon: crate::dedup::DEFAULT_DEDUP_HORIZON,
         }
     }
 }
@@ -280,6 +297,9 @@ pub struct ServerCaps {
     /// SIGSEGV in `ColumnNullable::checkConsistency`). Against such a server
     /// the writer re-reads the table's columns before every insert.
     pub native_type_check: bool,
+    /// Whether the server knows `async_insert` (current releases; 18.16
+    /// does not): in effectively_once spate sends it as 0.
+    pub async_insert: bool,
 }
 
 /// The setting that makes a current server refuse, not convert, a Native
@@ -317,6 +337,10 @@ pub struct HttpWriter {
     /// When each replica's columns were last read (schema refresh).
     schema_read: Mutex<HashMap<Arc<str>, tokio::time::Instant>>,
     watch: SchemaWatch,
+    /// Each replica's dedup window, asked once ([`HttpWriter::dedup`]).
+    dedup: Mutex<HashMap<Arc<str>, Arc<Dedup>>>,
+    /// Each shard's insert rate (per batch, not per record).
+    rates: Mutex<HashMap<usize, InsertRate>>,
 }
 
 /// How the rows of one [`Layout`] are inserted.
@@ -495,6 +519,8 @@ impl HttpWriter {
             replanning: Mutex::new(()),
             schema_read: Mutex::new(HashMap::new()),
             watch: SchemaWatch::default(),
+            dedup: Mutex::new(HashMap::new()),
+            rates: Mutex::new(HashMap::new()),
         }
     }
 
@@ -623,7 +649,7 @@ impl HttpWriter {
                 &endpoint.url,
                 &format!(
                     "SELECT name FROM system.settings WHERE name IN \
-                     ('insert_deduplication_token', '{NATIVE_TYPES_CONVERSION}')"
+                     ('insert_deduplication_token', '{NATIVE_TYPES_CONVERSION}', 'async_insert')"
                 ),
             )
             .await?;
@@ -631,6 +657,7 @@ impl HttpWriter {
         let caps = ServerCaps {
             dedup_token: known.contains(&"insert_deduplication_token"),
             native_type_check: known.contains(&NATIVE_TYPES_CONVERSION),
+            async_insert: known.contains(&"async_insert"),
         };
         if self.config.format == InsertFormat::Native
             && !caps.native_type_check
@@ -815,7 +842,7 @@ impl HttpWriter {
             // The re-read may have re-planned: re-seal before sending.
             self.writes_current(layout)?;
         }
-        let uri = self.insert_uri(endpoint, caps, &plan, token)?;
+        let uri = self.insert_uri(endpoint, caps, &plan, token).await?;
         let compression = self.config.compression;
         let segments = encode_body(endpoint, &plan, segments, compression).await?;
         let req = self.request(
@@ -824,7 +851,10 @@ impl HttpWriter {
             compression.content_encoding(),
         )?;
         match self.send(&endpoint.to_string(), req).await {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                self.count_insert(endpoint);
+                Ok(())
+            }
             Err(f) if f.code.is_some_and(|c| SCHEMA_CHANGE_CODES.contains(&c)) => {
                 // The server could not take our bytes as its columns: did
                 // the table change? A stale plan's error names the types; a
@@ -849,7 +879,7 @@ impl HttpWriter {
 
     /// The insert's URI for `plan` on `endpoint`: settings, the token as
     /// query id (and dedup token where known), Native's type check.
-    fn insert_uri(
+    async fn insert_uri(
         &self,
         endpoint: &Endpoint,
         caps: ServerCaps,
@@ -866,6 +896,14 @@ impl HttpWriter {
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
         extra.push(("query_id", token));
+        if self.config.effectively_once {
+            self.check_delivery(endpoint).await?;
+            // A user profile may turn these off; this insert's own settings win.
+            extra.push(("insert_deduplicate", "1"));
+            if caps.async_insert {
+                extra.push(("async_insert", "0"));
+            }
+        }
         if caps.dedup_token {
             extra.push(("insert_deduplication_token", token));
         }
@@ -911,6 +949,178 @@ impl HttpWriter {
              {target}, the plan is now {now}",
             self.config.database, self.config.table
         )))
+    }
+
+    /// What the table's deduplication covers at `endpoint`
+    /// ([`crate::dedup::assess`] over `system.tables` and
+    /// `system.merge_tree_settings`), asked once per replica URL and cached;
+    /// logged at INFO the first time.
+    ///
+    /// # Errors
+    /// [`WriteError`] when the server cannot be asked; fatal when the table
+    /// is not in `system.tables` or the answer is not JSONEachRow.
+    pub async fn dedup(&self, endpoint: &Endpoint) -> Result<Arc<Dedup>, WriteError> {
+        if let Some(d) = self
+            .dedup
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&endpoint.url)
+        {
+            return Ok(Arc::clone(d));
+        }
+        let caps = self.caps(endpoint).await?;
+        let table = format!("{}.{}", self.config.database, self.config.table);
+        let answer = self
+            .query(
+                &endpoint.url,
+                &format!(
+                    "SELECT engine, engine_full FROM system.tables WHERE database = {} AND name = {} \
+                     FORMAT JSONEachRow",
+                    crate::schema::quote_literal(&self.config.database),
+                    crate::schema::quote_literal(&self.config.table)
+                ),
+            )
+            .await?;
+        let bad =
+            |what: &str| WriteError::fatal(format!("{endpoint}: dedup probe of {table}: {what}"));
+        let row: serde_json::Value = match answer.lines().find(|l| !l.trim().is_empty()) {
+            Some(l) => serde_json::from_str(l)
+                .map_err(|e| bad(&format!("system.tables answered {l:?}: {e}")))?,
+            None => return Err(bad("the table is not in system.tables")),
+        };
+        let field = |k: &str| {
+            row.get(k)
+                .and_then(|v| v.as_str())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let (engine, engine_full) = (field("engine"), field("engine_full"));
+        let answer = self
+            .query(&endpoint.url, &crate::dedup::merge_tree_settings_query())
+            .await?;
+        let mut defaults = Vec::new();
+        for l in answer.lines().filter(|l| !l.trim().is_empty()) {
+            let v: serde_json::Value = serde_json::from_str(l)
+                .map_err(|e| bad(&format!("system.merge_tree_settings answered {l:?}: {e}")))?;
+            let s = |k: &str| {
+                v.get(k)
+                    .and_then(|x| x.as_str())
+                    .unwrap_or_default()
+                    .to_owned()
+            };
+            defaults.push((s("name"), s("value")));
+        }
+        let d = Arc::new(crate::dedup::assess(
+            &table,
+            &engine,
+            &engine_full,
+            &defaults,
+            caps.dedup_token,
+        ));
+        tracing::info!(endpoint = %endpoint, "dedup window of {table}: {d}");
+        self.dedup
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(endpoint.url.clone(), Arc::clone(&d));
+        Ok(d)
+    }
+
+    /// effectively_once's refusals ([`HttpWriterConfig::effectively_once`]):
+    /// `async_insert` on or `insert_deduplicate` off in
+    /// [`HttpWriterConfig::insert_settings`], and a table at `endpoint`
+    /// that cannot deduplicate inserts.
+    ///
+    /// # Errors
+    /// A fatal [`WriteError`] naming the setting, or the table with the
+    /// reason and the fix; the dedup probe's own error when it fails.
+    pub async fn check_delivery(&self, endpoint: &Endpoint) -> Result<(), WriteError> {
+        for (k, v) in &self.config.insert_settings {
+            let on = !matches!(v.trim(), "0" | "false" | "False" | "FALSE");
+            if k == "async_insert" && on {
+                return Err(WriteError::fatal(format!(
+                    "sink.clickhouse.settings.async_insert = {v}: delivery: effectively_once refuses \
+                     asynchronous inserts (the server buffers them and forms its own blocks, so a \
+                     replayed batch is not recognised as the original); remove the setting"
+                )));
+            }
+            if k == "insert_deduplicate" && !on {
+                return Err(WriteError::fatal(format!(
+                    "sink.clickhouse.settings.insert_deduplicate = {v}: delivery: effectively_once \
+                     needs the server's insert deduplication; remove the setting"
+                )));
+            }
+        }
+        match &*self.dedup(endpoint).await? {
+            Dedup::Window(_) => Ok(()),
+            Dedup::Cannot { reason, fix } => Err(WriteError::fatal(format!(
+                "{endpoint}: delivery: effectively_once needs a table that deduplicates inserts, \
+                 and {reason}. Fix: {fix} (or set delivery: at_least_once)"
+            ))),
+        }
+    }
+
+    /// Counts a successful insert into `endpoint`'s shard; in
+    /// effectively_once, warns (at most every
+    /// [`crate::dedup::WARN_EVERY`] per shard) while the shard's rate
+    /// outruns the window of `endpoint`'s table.
+    fn count_insert(&self, endpoint: &Endpoint) {
+        let window = self
+            .dedup
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&endpoint.url)
+            .cloned();
+        let Some(window) = window else {
+            return;
+        };
+        let Dedup::Window(w) = &*window else {
+            return;
+        };
+        let now = tokio::time::Instant::now();
+        let reading = self
+            .rates
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(endpoint.shard)
+            .or_insert_with(|| InsertRate::new(now))
+            .record(now, w, self.config.dedup_horizon);
+        let Some(r) = reading else {
+            return;
+        };
+        tracing::debug!(shard = endpoint.shard, per_sec = r.per_sec, "insert rate");
+        if r.warn && self.config.effectively_once {
+            tracing::warn!(
+                shard = endpoint.shard,
+                "{}.{} on shard {}: {:.1} inserts/s; its dedup window ({} = {}) holds only {:.1} s \
+                 of them (under the {:?} replay horizon): a batch replayed later than that may be \
+                 stored twice. Raise {} on the table, or seal fewer, larger batches \
+                 (sink.clickhouse.batch.linger)",
+                self.config.database,
+                self.config.table,
+                endpoint.shard,
+                r.per_sec,
+                w.setting,
+                w.inserts,
+                r.covers_secs,
+                self.config.dedup_horizon,
+                w.setting,
+            );
+        }
+    }
+
+    /// Each shard's insert rate over the last full
+    /// [`crate::dedup::RATE_INTERVAL`] (inserts per second), for shards
+    /// with a known dedup window.
+    pub fn insert_rates(&self) -> Vec<(usize, f64)> {
+        let mut out: Vec<(usize, f64)> = self
+            .rates
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter_map(|(s, r)| r.per_sec().map(|x| (*s, x)))
+            .collect();
+        out.sort_by_key(|(s, _)| *s);
+        out
     }
 
     /// Whether `endpoint`'s columns are due for a re-read before an insert
@@ -1130,6 +1340,13 @@ impl Writer for HttpWriter {
         self.check_insert_settings(endpoint).await?;
         if self.config.columns.is_empty() {
             return Ok(());
+        }
+        // What the window covers, logged once per replica; refused here in
+        // effectively_once when there is none.
+        if self.config.effectively_once {
+            self.check_delivery(endpoint).await?;
+        } else if let Err(e) = self.dedup(endpoint).await {
+            tracing::warn!(endpoint = %endpoint, "cannot read the table's dedup window: {e}");
         }
         // Fatal when a planned column is missing or of another type (and,
         // with a live plan, the change does not carry).

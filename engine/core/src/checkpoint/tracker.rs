@@ -243,6 +243,7 @@ impl Tracker {
                     partition: p.clone(),
                     epoch,
                     offset,
+                    metadata: None,
                 })
             })
             .collect()

@@ -27,6 +27,7 @@ use crate::ack::{AckIssuer, AckSender};
 use crate::checkpoint::{Checkpointer, FailedBatch};
 use crate::metrics::Counter;
 use crate::pipeline::driver::RecordCounters;
+use crate::pipeline::eo::Recorder;
 use crate::pipeline::threads::{LaneEvent, LaneHost};
 use crate::pipeline::{
     ExitStatus, IdleBackoff, PipelineConfig, PipelineError, RunReport, Shutdown,
@@ -51,7 +52,15 @@ pub(crate) struct Controller<S: Source, W: Writer, H> {
     pub(crate) frozen: Vec<FailedBatch>,
     pub(crate) offset_resets: Vec<OffsetReset>,
     pub(crate) error: Option<PipelineError>,
+    /// `delivery: effectively_once`: the pending ranges of every lane, and
+    /// when a failed record commit may be tried again (D9).
+    pub(crate) recorder: Option<Recorder>,
+    pub(crate) record_retry_at: Option<Instant>,
 }
+
+/// How long after a failed (transient) record commit the controller tries
+/// again: the sealed ranges wait unwritten meanwhile.
+const RECORD_RETRY: Duration = Duration::from_millis(100);
 
 impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
     pub(crate) async fn run(mut self, shutdown: Shutdown) -> RunReport {
@@ -75,6 +84,7 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
             let busy = self.host.step(Instant::now());
             self.take_events();
             self.checkpointer.apply_ready();
+            self.record();
             if self.checkpointer.take_failure_flag() {
                 // Stop for a frozen partition, tracked or frozen before its
                 // revoke released it. A failure that arrives after the release
@@ -172,11 +182,23 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
                     partition,
                     epoch,
                     lane,
+                    committed,
                 } => {
                     tracing::info!(%partition, epoch, "partition assigned");
+                    // effectively_once: the recorded ranges to re-form first
+                    // (D9); metadata we cannot read fails the partition.
+                    let plan = match &mut self.recorder {
+                        Some(r) => match r.assign(&partition, epoch, committed.as_ref()) {
+                            Ok(plan) => Some(plan),
+                            Err(error) => {
+                                return Err(PipelineError::RangeMetadata { partition, error });
+                            }
+                        },
+                        None => None,
+                    };
                     self.checkpointer.assign(partition.clone(), epoch);
                     let issuer = AckIssuer::new(partition, epoch, self.ack_tx.clone());
-                    self.host.assign(lane, issuer);
+                    self.host.assign(lane, issuer, plan);
                 }
                 AssignmentEvent::Revoked { partition, epoch } => {
                     tracing::info!(%partition, epoch, "partition revoked");
@@ -203,6 +225,7 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
             let busy = self.host.step(Instant::now());
             self.take_events();
             self.checkpointer.apply_ready();
+            self.record();
             let tracker = self.checkpointer.tracker();
             let settled =
                 partitions
@@ -236,18 +259,30 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
             if !crate::planted::active(crate::planted::Bug::CommitReleasedEpoch) {
                 self.checkpointer.release(&p, e);
             }
+            if let Some(r) = &mut self.recorder {
+                // What this epoch holds unwritten is dropped by its thread.
+                r.release(&p, e);
+            }
             self.revoked.remove(&(p.clone(), e));
             if let Err(err) = self.source.release(&p, e) {
                 tracing::warn!(partition = %p, epoch = e, error = %err, "release after revoke failed");
             }
         }
-        // Spread the remaining lanes evenly over the drivers again.
-        self.host.balance();
+        // Spread the remaining lanes evenly over the drivers again; not in
+        // effectively_once, where a lane's open range lives in its thread's
+        // buffers and must not be cut by a move (D9).
+        if self.recorder.is_none() {
+            self.host.balance();
+        }
     }
 
     /// Commits every committable offset not yet committed. A failed commit is
     /// logged, counted and retried on the next tick.
     fn commit(&mut self) {
+        if self.recorder.is_some() {
+            self.commit_ranges(false);
+            return;
+        }
         let pending = self.checkpointer.pending_commits();
         if pending.is_empty() {
             return;
@@ -274,11 +309,63 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
         }
     }
 
+    /// effectively_once: takes the ranges threads sealed and records them
+    /// (D9): the write-ahead commit, before any of their parts is written.
+    fn record(&mut self) {
+        if let Some(mut c) = self.range_commits() {
+            c.record();
+        }
+    }
+
+    fn commit_ranges(&mut self, dirty_too: bool) {
+        if let Some(mut c) = self.range_commits() {
+            c.commit(dirty_too);
+        }
+    }
+
+    fn range_commits(&mut self) -> Option<RangeCommits<'_, S>> {
+        Some(RangeCommits {
+            recorder: self.recorder.as_mut()?,
+            source: &mut self.source,
+            checkpointer: &mut self.checkpointer,
+            retry_at: &mut self.record_retry_at,
+            committed: &mut self.committed,
+            failures: &self.commit_failures,
+        })
+    }
+
     async fn stop(mut self) -> RunReport {
         let deadline = Instant::now() + self.config.shutdown_drain_timeout;
         tracing::info!(timeout = ?self.config.shutdown_drain_timeout, "stopping: sealing and draining");
         self.ready.store(false, Ordering::Release);
-        self.host.shutdown(deadline).await;
+        {
+            // The ranges shutdown seals are recorded while threads hand them
+            // over (effectively_once, D9); nothing to do otherwise.
+            let Controller {
+                host,
+                recorder,
+                source,
+                checkpointer,
+                record_retry_at,
+                committed,
+                commit_failures,
+                ..
+            } = &mut self;
+            let mut service = || {
+                if let Some(recorder) = recorder.as_mut() {
+                    RangeCommits {
+                        recorder,
+                        source: &mut *source,
+                        checkpointer: &mut *checkpointer,
+                        retry_at: &mut *record_retry_at,
+                        committed: &mut *committed,
+                        failures: &*commit_failures,
+                    }
+                    .record();
+                }
+            };
+            host.shutdown(deadline, &mut service).await;
+        }
         let pool = self.pool.take().expect("stop runs once");
         let sink = pool.drain(deadline).await;
         // Let tasks aborted by the drain drop their ack sets before the final
@@ -319,5 +406,99 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
         };
         tracing::info!("{}", report.summary());
         report
+    }
+}
+
+/// The controller's parts a range commit uses (effectively_once), borrowed
+/// apart from the lane host so shutdown can record while it drains.
+struct RangeCommits<'a, S> {
+    recorder: &'a mut Recorder,
+    source: &'a mut S,
+    checkpointer: &'a mut Checkpointer,
+    retry_at: &'a mut Option<Instant>,
+    committed: &'a mut BTreeMap<TopicPartition, CommitOffset>,
+    failures: &'a Counter,
+}
+
+impl<S: Source> RangeCommits<'_, S> {
+    /// Takes the ranges threads sealed and records them (D9): the
+    /// write-ahead commit, before any of their parts is written.
+    fn record(&mut self) {
+        let fresh = self.recorder.receive();
+        let retry_due = self.retry_at.is_none_or(|t| Instant::now() >= t);
+        if (fresh || self.recorder.has_dirty()) && retry_due {
+            self.commit(true);
+        }
+    }
+
+    /// effectively_once: commits every lane whose watermark moved (and,
+    /// with `dirty_too`, every lane with unrecorded ranges), each carrying
+    /// its pending ranges, so no commit erases the record of a range that
+    /// may be in flight (D9). A rejected lane is left out and the rest
+    /// committed again; a transient failure is retried after
+    /// [`RECORD_RETRY`].
+    fn commit(&mut self, dirty_too: bool) {
+        let pending = self.checkpointer.pending_commits();
+        let watermarks: BTreeMap<(TopicPartition, Epoch), i64> = pending
+            .iter()
+            .map(|c| ((c.partition.clone(), c.epoch), c.offset))
+            .collect();
+        let recorder = &mut *self.recorder;
+        let mut commits = recorder.commits(&watermarks, dirty_too);
+        while !commits.is_empty() {
+            let offsets: Vec<CommitOffset> = commits
+                .iter()
+                .map(|c| CommitOffset {
+                    partition: c.partition.clone(),
+                    epoch: c.epoch,
+                    offset: c.offset,
+                    metadata: Some(c.metadata.clone()),
+                })
+                .collect();
+            match self.source.commit(&offsets) {
+                Ok(()) => {
+                    *self.retry_at = None;
+                    // Only the watermark commits are the tracker's; one at
+                    // the committed offset only records ranges.
+                    let moved: Vec<CommitOffset> = offsets
+                        .iter()
+                        .filter(|c| {
+                            watermarks.get(&(c.partition.clone(), c.epoch)) == Some(&c.offset)
+                        })
+                        .cloned()
+                        .collect();
+                    if !crate::planted::active(crate::planted::Bug::CommitReleasedEpoch) {
+                        self.checkpointer.mark_committed(&moved);
+                    }
+                    // D9: the gates open only now that the group holds them.
+                    recorder.accepted(&commits);
+                    for c in offsets {
+                        tracing::debug!(partition = %c.partition, offset = c.offset, metadata = ?c.metadata, "committed");
+                        self.committed.insert(c.partition.clone(), c);
+                    }
+                    return;
+                }
+                Err(SourceError::CommitRejected {
+                    partition,
+                    epoch,
+                    message,
+                }) => {
+                    self.failures.increment(1);
+                    tracing::warn!(%partition, epoch, %message, "commit rejected; that epoch records no more ranges, its unrecorded ones are never written");
+                    recorder.rejected(&partition, epoch);
+                    let before = commits.len();
+                    commits.retain(|c| !(c.partition == partition && c.epoch == epoch));
+                    if commits.len() == before {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    self.failures.increment(1);
+                    tracing::warn!(error = %e, "commit failed; its ranges stay unwritten until a commit records them");
+                    *self.retry_at = Some(Instant::now() + RECORD_RETRY);
+                    return;
+                }
+            }
+        }
     }
 }

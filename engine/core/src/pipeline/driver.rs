@@ -24,6 +24,7 @@ use tokio::time::Instant;
 use crate::ack::AckIssuer;
 use crate::metrics::Counter;
 use crate::pipeline::chain::{Decoder, RecordCx, RecordError, RecordErrorKind, Stage};
+use crate::pipeline::eo::LanePlan;
 use crate::pipeline::terminal::{ChunkBuffers, Flush, Tail};
 use crate::pipeline::{DeadLetter, OnError, PipelineError};
 use crate::record::{Epoch, Payload, TopicPartition};
@@ -196,8 +197,22 @@ impl<L: Lane, P: Processor> Driver<L, P> {
 
     /// Takes over `lane`, whose batches get handles from `issuer`.
     pub fn assign(&mut self, lane: L, issuer: AckIssuer) {
+        self.assign_with(lane, issuer, None);
+    }
+
+    /// [`Driver::assign`], with the lane's range plan in `delivery:
+    /// effectively_once` (required there, `None` otherwise).
+    pub(crate) fn assign_with(&mut self, lane: L, issuer: AckIssuer, plan: Option<LanePlan>) {
         debug_assert_eq!(lane.partition(), issuer.partition());
         debug_assert_eq!(lane.epoch(), issuer.epoch());
+        let buffers = self.processor.buffers();
+        match plan {
+            Some(plan) => buffers.eo_assign(lane.partition().clone(), lane.epoch(), plan),
+            None => assert!(
+                !buffers.is_effectively_once(),
+                "an effectively_once lane comes with its range plan"
+            ),
+        }
         self.lanes.push(LaneSlot {
             lane,
             issuer,
@@ -217,6 +232,7 @@ impl<L: Lane, P: Processor> Driver<L, P> {
         let issued = slot.issuer.issued();
         drop(slot);
         let buffers = self.processor.buffers();
+        buffers.eo_revoke(partition, epoch);
         buffers.seal_all();
         buffers.flush();
         Some(issued)
@@ -267,7 +283,16 @@ impl<L: Lane, P: Processor> Driver<L, P> {
             return Ok(Step::Idle);
         }
         let blocked = self.processor.buffers().flush() == Flush::Blocked;
+        let eo = self.processor.buffers().is_effectively_once();
         for slot in &mut self.lanes {
+            // effectively_once: a lane whose pending range list is full
+            // pauses too, polled on (D2), until the watermark passes some.
+            let blocked = blocked
+                || (eo
+                    && self
+                        .processor
+                        .buffers()
+                        .eo_full(slot.lane.partition(), slot.lane.epoch()));
             if blocked && !slot.paused {
                 slot.lane.pause()?;
                 slot.paused = true;
@@ -313,12 +338,27 @@ impl<L: Lane, P: Processor> Driver<L, P> {
             // A plan published since the last poll batch applies from here:
             // never inside a poll batch, never per record.
             self.processor.begin_poll_batch();
+            if eo {
+                self.processor
+                    .buffers()
+                    .eo_select(issuer.partition(), issuer.epoch());
+            }
             for i in 0..n {
                 let cx = RecordCx {
                     payload: batch.payload(i),
                     ack: &ack,
                 };
-                if let Err(error) = self.processor.process(&cx) {
+                // effectively_once: a range holds whole payloads, so its
+                // boundaries fall between them (a poll batch may hold a
+                // boundary: its ack then waits for both ranges).
+                if eo {
+                    self.processor.buffers().eo_before(cx.payload.offset);
+                }
+                let processed = self.processor.process(&cx);
+                if eo {
+                    self.processor.buffers().eo_after(cx.payload.offset);
+                }
+                if let Err(error) = processed {
                     match self.on_error {
                         OnError::Skip => {
                             skipped += 1;

@@ -17,6 +17,7 @@
 pub mod chain;
 mod controller;
 pub mod driver;
+mod eo;
 pub mod lines;
 mod runner;
 pub mod terminal;
@@ -91,6 +92,33 @@ pub enum OnError {
     Fail,
 }
 
+/// The delivery guarantee (`pipeline.delivery`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Delivery {
+    /// `at_least_once` (the default): nothing is lost (D1); a crash or a
+    /// rebalance re-reads rows into new batches with new tokens, so they may
+    /// land twice.
+    #[default]
+    AtLeastOnce,
+    /// `effectively_once`: every batch is one partition's contiguous offset
+    /// range for one shard, recorded in the partition's commit metadata
+    /// before it is written and re-formed identically on replay, with a
+    /// nonce-free token ([`crate::sink::range_token`]), so the server's
+    /// dedup window drops a replay (D9). Holds while the replay falls inside
+    /// the table's dedup window; see docs/adr/0004-effectively-once.md.
+    EffectivelyOnce,
+}
+
+impl Delivery {
+    /// The YAML spelling: `at_least_once` or `effectively_once`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Delivery::AtLeastOnce => "at_least_once",
+            Delivery::EffectivelyOnce => "effectively_once",
+        }
+    }
+}
+
 /// Receives skipped records (original bytes, partition, offset and the reason),
 /// for example to produce them to a dead-letter topic. Called on the pipeline
 /// thread: must not block (D2); queue and return.
@@ -142,6 +170,12 @@ pub struct PipelineConfig {
     pub probe_timeout: Duration,
     /// The sink pool's settings.
     pub sink: SinkConfig,
+    /// The delivery guarantee (`pipeline.delivery`, default
+    /// [`Delivery::AtLeastOnce`]).
+    pub delivery: Delivery,
+    /// The sink table as `database.table`: part of every range token in
+    /// [`Delivery::EffectivelyOnce`] (required there, unused otherwise).
+    pub table: String,
 }
 
 impl PipelineConfig {
@@ -162,6 +196,8 @@ impl PipelineConfig {
             idle_poll_max: Duration::from_millis(10),
             probe_timeout: Duration::from_secs(5),
             sink,
+            delivery: Delivery::AtLeastOnce,
+            table: String::new(),
         }
     }
 
@@ -204,6 +240,14 @@ impl PipelineConfig {
                 ),
             });
         }
+        if self.delivery == Delivery::EffectivelyOnce && self.table.is_empty() {
+            return Err(ConfigError::Invalid {
+                key: "pipeline.delivery".to_owned(),
+                reason: "effectively_once needs the sink table (PipelineConfig.table, \
+                         `database.table`): it is part of every range token"
+                    .into(),
+            });
+        }
         self.sink.validate().map(|_| ())
     }
 }
@@ -224,6 +268,15 @@ pub enum PipelineError {
     /// The source failed fatally.
     #[error(transparent)]
     Source(#[from] SourceError),
+    /// `delivery: effectively_once`: a partition's commit metadata is not a
+    /// range list spate can read, so its recorded batches are unknown (D9).
+    #[error("partition {partition}: {error}")]
+    RangeMetadata {
+        /// The partition whose metadata it is.
+        partition: TopicPartition,
+        /// Why it cannot be read.
+        error: crate::checkpoint::ranges::RangesError,
+    },
     /// The configuration is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),

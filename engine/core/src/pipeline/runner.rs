@@ -13,9 +13,12 @@ use crate::budget::Budget;
 use crate::checkpoint::Checkpointer;
 use crate::pipeline::controller::Controller;
 use crate::pipeline::driver::{Processor, RecordCounters};
+use crate::pipeline::eo::{EoConfig, Recorder};
 use crate::pipeline::terminal::ChunkBuffers;
 use crate::pipeline::threads::{DriverParts, InlineHost, LaneHost, ThreadHost};
-use crate::pipeline::{DeadLetter, ExitStatus, PipelineConfig, PipelineError, RunReport, Shutdown};
+use crate::pipeline::{
+    DeadLetter, Delivery, ExitStatus, PipelineConfig, PipelineError, RunReport, Shutdown,
+};
 use crate::sink::{DrainReport, RunNonce, SinkPool, Writer};
 use crate::source::Source;
 
@@ -167,11 +170,11 @@ where
         let budget = Arc::clone(&self.budget);
         let processors = (0..self.config.threads)
             .map(|_| {
-                (self.factory)(ChunkBuffers::new(
+                (self.factory)(self.buffers(ChunkBuffers::new(
                     pool.handle(),
                     Arc::clone(&budget),
                     self.config.chunk.clone(),
-                ))
+                )))
             })
             .collect();
         let host = InlineHost::new(processors, parts, events_tx);
@@ -227,11 +230,11 @@ where
             let budget = Arc::clone(&self.budget);
             let buffers = (0..self.config.threads)
                 .map(|_| {
-                    ChunkBuffers::new(
+                    self.buffers(ChunkBuffers::new(
                         pool.handle(),
                         Arc::clone(&budget),
                         self.config.chunk.clone(),
-                    )
+                    ))
                 })
                 .collect();
             let host = match ThreadHost::spawn(
@@ -277,6 +280,24 @@ where
         self.run_threaded(shutdown, io_threads)
     }
 
+    /// `buffers` set up for the delivery mode (range formers in
+    /// effectively_once, D9).
+    fn buffers(&self, mut buffers: ChunkBuffers) -> ChunkBuffers {
+        if self.config.delivery == Delivery::EffectivelyOnce {
+            let batch = &self.config.sink.batch;
+            buffers.set_effectively_once(EoConfig {
+                pipeline: self.config.sink.pipeline.clone(),
+                table: self.config.table.clone(),
+                max_rows: batch.max_rows,
+                max_bytes: batch.max_bytes,
+                linger: batch.linger,
+                // Set by the buffers from pipeline.chunk_bytes.
+                pay_every: 0,
+            });
+        }
+        buffers
+    }
+
     fn parts(&self) -> DriverParts {
         DriverParts {
             on_error: self.config.on_error,
@@ -294,6 +315,7 @@ where
         events: tokio::sync::mpsc::UnboundedReceiver<crate::pipeline::threads::LaneEvent<S::Lane>>,
     ) -> Controller<S, W, H> {
         let (ack_tx, ack_rx) = ack_channel();
+        let recorder = (self.config.delivery == Delivery::EffectivelyOnce).then(Recorder::new);
         Controller {
             source: self.source,
             pool: Some(pool),
@@ -310,6 +332,8 @@ where
             frozen: Vec::new(),
             offset_resets: Vec::new(),
             error: None,
+            recorder,
+            record_retry_at: None,
         }
     }
 }

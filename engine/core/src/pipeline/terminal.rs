@@ -11,7 +11,11 @@
 //! Memory bound (D8): in flight <= the budget; per thread, besides that, at
 //! most one open chunk per shard plus the encoded rows of the poll batches
 //! processed since the thread's lanes were paused (a paused lane yields at
-//! most what was already fetched).
+//! most what was already fetched). In `delivery: effectively_once` the open
+//! chunks are per lane range formers instead (`pipeline::eo`): one open
+//! range per lane, which takes budget every `pipeline.chunk_bytes` as it
+//! grows (pausing its lane when refused), so what is unpaid per lane is at
+//! most about one chunk (docs/adr/0004-effectively-once.md).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -22,6 +26,8 @@ use tokio::time::Instant;
 use crate::ack::AckSet;
 use crate::budget::{Budget, BudgetPermit};
 use crate::pipeline::chain::{Encoder, RecordCx, RecordError, Router, Stage};
+use crate::pipeline::eo::{EoConfig, Former, FormerFlush, LanePlan};
+use crate::record::{Epoch, Offset, TopicPartition};
 use crate::sink::{Chunk, Layout, PoolHandle, PushError};
 
 /// Sizes at which the terminal stage seals a chunk.
@@ -70,12 +76,17 @@ struct Pending {
 pub enum Flush {
     /// Nothing is pending.
     Clear,
+    /// `delivery: effectively_once`: sealed ranges wait for the commit that
+    /// records them (D9); not backpressure, lanes keep reading.
+    Waiting,
     /// Chunks are pending: the budget or a shard queue is full. Pause lanes.
     Blocked,
 }
 
 /// Per-thread chunk state: open chunks per shard and the pending FIFO.
 pub struct ChunkBuffers {
+    /// `delivery: effectively_once`: one range former per lane (D9).
+    eo: Option<EoBuffers>,
     open: Vec<OpenChunk>,
     pending: VecDeque<Pending>,
     budget: Arc<Budget>,
@@ -108,6 +119,7 @@ impl ChunkBuffers {
             })
             .collect();
         Self {
+            eo: None,
             open,
             pending: VecDeque::new(),
             budget,
@@ -134,6 +146,74 @@ impl ChunkBuffers {
     /// The layout of the rows appended now.
     pub fn layout(&self) -> Layout {
         self.layout
+    }
+
+    /// Switches these buffers to `delivery: effectively_once`: rows go to
+    /// per-lane range formers instead of the shared per-shard chunks.
+    pub(crate) fn set_effectively_once(&mut self, mut config: EoConfig) {
+        config.pay_every = self.config.max_bytes as u64;
+        self.eo = Some(EoBuffers {
+            config,
+            formers: Vec::new(),
+            current: usize::MAX,
+        });
+    }
+
+    /// Whether these buffers form ranges (`delivery: effectively_once`).
+    pub(crate) fn is_effectively_once(&self) -> bool {
+        self.eo.is_some()
+    }
+
+    /// A new lane's range former.
+    pub(crate) fn eo_assign(&mut self, partition: TopicPartition, epoch: Epoch, plan: LanePlan) {
+        let eo = self.eo.as_mut().expect("effectively_once buffers");
+        eo.formers.push(Former::new(partition, epoch, plan));
+    }
+
+    fn eo_index(&self, partition: &TopicPartition, epoch: Epoch) -> Option<usize> {
+        self.eo
+            .as_ref()?
+            .formers
+            .iter()
+            .position(|f| &f.partition == partition && f.epoch == epoch)
+    }
+
+    /// Picks the former of the lane whose poll batch comes next.
+    pub(crate) fn eo_select(&mut self, partition: &TopicPartition, epoch: Epoch) {
+        let i = self
+            .eo_index(partition, epoch)
+            .expect("every effectively_once lane has a former");
+        self.eo.as_mut().expect("checked").current = i;
+    }
+
+    /// Before the payload at `offset` of the selected lane.
+    #[inline]
+    pub(crate) fn eo_before(&mut self, offset: Offset) {
+        let shards = self.open.len();
+        let eo = self.eo.as_mut().expect("effectively_once buffers");
+        eo.formers[eo.current].before(offset, shards, &eo.config);
+    }
+
+    /// After the payload at `offset` of the selected lane.
+    #[inline]
+    pub(crate) fn eo_after(&mut self, offset: Offset) {
+        let eo = self.eo.as_mut().expect("effectively_once buffers");
+        eo.formers[eo.current].after(offset, &eo.config, &self.budget);
+    }
+
+    /// Whether the lane's pending range list is full (pause it, D2).
+    pub(crate) fn eo_full(&self, partition: &TopicPartition, epoch: Epoch) -> bool {
+        self.eo_index(partition, epoch)
+            .is_some_and(|i| self.eo.as_ref().expect("indexed").formers[i].is_full())
+    }
+
+    /// The lane was revoked: its open free range seals (a replayed range
+    /// left incomplete stays held until the epoch is released).
+    pub(crate) fn eo_revoke(&mut self, partition: &TopicPartition, epoch: Epoch) {
+        if let Some(i) = self.eo_index(partition, epoch) {
+            let eo = self.eo.as_mut().expect("indexed");
+            eo.formers[i].seal_for_revoke(&eo.config);
+        }
     }
 
     /// Number of shards.
@@ -168,6 +248,11 @@ impl ChunkBuffers {
         cx: &RecordCx<'_>,
         encode: impl FnOnce(&mut Vec<u8>) -> Result<(), RecordError>,
     ) -> Result<(), RecordError> {
+        if let Some(eo) = &mut self.eo {
+            eo.formers[eo.current].append(shard, cx.ack, encode)?;
+            self.rows_encoded += 1;
+            return Ok(());
+        }
         let oc = &mut self.open[shard];
         let start = oc.buf.len();
         if let Err(e) = encode(&mut oc.buf) {
@@ -211,6 +296,12 @@ impl ChunkBuffers {
         for shard in 0..self.open.len() {
             self.seal(shard);
         }
+        if let Some(eo) = &mut self.eo {
+            let now = Instant::now();
+            for f in &mut eo.formers {
+                f.seal_free(now, true, &eo.config);
+            }
+        }
     }
 
     /// Seals open chunks whose first row is older than the chunk linger.
@@ -223,6 +314,11 @@ impl ChunkBuffers {
                 self.seal(shard);
             }
         }
+        if let Some(eo) = &mut self.eo {
+            for f in &mut eo.formers {
+                f.seal_free(now, false, &eo.config);
+            }
+        }
     }
 
     /// Whether any open chunk holds rows.
@@ -233,6 +329,21 @@ impl ChunkBuffers {
     /// Hands pending chunks to their shard queues, in order, until one does not
     /// fit (budget or queue full). Never waits (D2).
     pub fn flush(&mut self) -> Flush {
+        if let Some(eo) = &mut self.eo {
+            let mut result = Flush::Clear;
+            for f in &mut eo.formers {
+                match f.flush(&self.pool, &self.budget) {
+                    FormerFlush::Clear => {}
+                    FormerFlush::Waiting => result = Flush::Waiting,
+                    FormerFlush::Blocked => return Flush::Blocked,
+                }
+            }
+            if eo.formers.iter().any(Former::is_closed) {
+                eo.formers.retain(|f| !f.is_closed());
+                eo.current = usize::MAX;
+            }
+            return result;
+        }
         while let Some(mut p) = self.pending.pop_front() {
             if p.permit.is_none() {
                 match Budget::try_acquire(&self.budget, p.data.len() as u64, p.rows) {
@@ -282,6 +393,11 @@ impl Drop for ChunkBuffers {
     /// (D1); count them as abandoned by their shard so the run report shows
     /// them (D6).
     fn drop(&mut self) {
+        if let Some(eo) = &self.eo {
+            for f in &eo.formers {
+                f.note_dropped(&self.pool);
+            }
+        }
         for p in &self.pending {
             self.pool.note_dropped(p.shard, p.rows);
         }
@@ -291,6 +407,14 @@ impl Drop for ChunkBuffers {
             }
         }
     }
+}
+
+/// The range formers of `delivery: effectively_once` (D9).
+struct EoBuffers {
+    config: EoConfig,
+    formers: Vec<Former>,
+    /// The former of the poll batch being processed.
+    current: usize,
 }
 
 /// Lets the lane driver reach the [`ChunkBuffers`] at the end of a chain of

@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 use crate::ack::AckIssuer;
 use crate::pipeline::driver::{Driver, Processor, RecordCounters, Step};
+use crate::pipeline::eo::LanePlan;
 use crate::pipeline::terminal::{ChunkBuffers, Flush};
 use crate::pipeline::{DeadLetter, IdleBackoff, OnError, PipelineError};
 use crate::record::{Epoch, TopicPartition};
@@ -48,8 +49,9 @@ pub(crate) enum LaneEvent<L> {
 
 /// Hosts the drivers; the controller's only way to reach lanes.
 pub(crate) trait LaneHost<L> {
-    /// Hands a new lane to the least-loaded driver.
-    fn assign(&mut self, lane: L, issuer: AckIssuer);
+    /// Hands a new lane to the least-loaded driver, with its range plan in
+    /// `delivery: effectively_once`.
+    fn assign(&mut self, lane: L, issuer: AckIssuer, plan: Option<LanePlan>);
     /// Asks the owning driver to drop the lane; answered by
     /// [`LaneEvent::Revoked`].
     fn revoke(&mut self, partition: &TopicPartition, epoch: Epoch);
@@ -58,8 +60,13 @@ pub(crate) trait LaneHost<L> {
     fn step(&mut self, now: Instant) -> bool;
     /// Stops intake, seals partial chunks and hands pending chunks to the sink
     /// until all are handed over or `deadline`; then drops the lanes (acks of
-    /// anything left fail, D1).
-    fn shutdown(&mut self, deadline: Instant) -> impl Future<Output = ()>;
+    /// anything left fail, D1). `service` runs between rounds: the
+    /// controller records sealed ranges there (effectively_once, D9).
+    fn shutdown(
+        &mut self,
+        deadline: Instant,
+        service: &mut (dyn FnMut() + Send),
+    ) -> impl Future<Output = ()>;
     /// Moves lanes from the most to the least loaded driver until their lane
     /// counts differ by at most one (after a revoke left them uneven).
     fn balance(&mut self);
@@ -117,9 +124,9 @@ fn least_loaded(loads: impl Iterator<Item = usize>) -> usize {
 }
 
 impl<L: Lane, P: Processor> LaneHost<L> for InlineHost<L, P> {
-    fn assign(&mut self, lane: L, issuer: AckIssuer) {
+    fn assign(&mut self, lane: L, issuer: AckIssuer, plan: Option<LanePlan>) {
         let i = least_loaded(self.drivers.iter().map(Driver::lanes));
-        self.drivers[i].assign(lane, issuer);
+        self.drivers[i].assign_with(lane, issuer, plan);
     }
 
     fn revoke(&mut self, partition: &TopicPartition, epoch: Epoch) {
@@ -148,7 +155,7 @@ impl<L: Lane, P: Processor> LaneHost<L> for InlineHost<L, P> {
         busy
     }
 
-    async fn shutdown(&mut self, deadline: Instant) {
+    async fn shutdown(&mut self, deadline: Instant, service: &mut (dyn FnMut() + Send)) {
         loop {
             let mut clear = true;
             for d in &mut self.drivers {
@@ -157,6 +164,7 @@ impl<L: Lane, P: Processor> LaneHost<L> for InlineHost<L, P> {
             if clear || Instant::now() >= deadline {
                 break;
             }
+            service();
             tokio::time::sleep(self.idle).await;
         }
         // Dropping the drivers drops pending chunks: their acks fail (D1).
@@ -180,12 +188,12 @@ impl<L: Lane, P: Processor> LaneHost<L> for InlineHost<L, P> {
     }
 
     fn arrive(&mut self, lane: L, issuer: AckIssuer) {
-        self.assign(lane, issuer);
+        self.assign(lane, issuer, None);
     }
 }
 
 enum Command<L> {
-    Assign(L, AckIssuer),
+    Assign(L, AckIssuer, Option<LanePlan>),
     Revoke(TopicPartition, Epoch),
     Surrender(TopicPartition, Epoch),
     Shutdown(Instant),
@@ -279,9 +287,9 @@ fn thread_main<L: Lane, P: Processor>(
     loop {
         loop {
             match rx.try_recv() {
-                Ok(Command::Assign(lane, issuer)) => {
+                Ok(Command::Assign(lane, issuer, plan)) => {
                     backoff.busy();
-                    driver.assign(lane, issuer);
+                    driver.assign_with(lane, issuer, plan);
                 }
                 Ok(Command::Revoke(partition, epoch)) => {
                     let issued = driver.revoke(&partition, epoch);
@@ -297,7 +305,9 @@ fn thread_main<L: Lane, P: Processor>(
                     }
                 }
                 Ok(Command::Shutdown(deadline)) => {
-                    while driver.flush_all() == Flush::Blocked && Instant::now() < deadline {
+                    // Waiting: sealed ranges wait for their record, which
+                    // the controller makes meanwhile (effectively_once).
+                    while driver.flush_all() != Flush::Clear && Instant::now() < deadline {
                         std::thread::sleep(idle.min(SHUTDOWN_POLL));
                     }
                     return;
@@ -326,13 +336,13 @@ fn thread_main<L: Lane, P: Processor>(
 }
 
 impl<L: Lane + 'static> LaneHost<L> for ThreadHost<L> {
-    fn assign(&mut self, lane: L, issuer: AckIssuer) {
+    fn assign(&mut self, lane: L, issuer: AckIssuer, plan: Option<LanePlan>) {
         let i = least_loaded(self.threads.iter().map(|t| t.owned.len()));
         let key = (lane.partition().clone(), lane.epoch());
         let slot = &mut self.threads[i];
         slot.owned.insert(key);
         // A send error means the thread died; step() reports it.
-        let _ = slot.command(Command::Assign(lane, issuer));
+        let _ = slot.command(Command::Assign(lane, issuer, plan));
     }
 
     fn revoke(&mut self, partition: &TopicPartition, epoch: Epoch) {
@@ -416,10 +426,10 @@ impl<L: Lane + 'static> LaneHost<L> for ThreadHost<L> {
             });
             return;
         }
-        self.assign(lane, issuer);
+        self.assign(lane, issuer, None);
     }
 
-    async fn shutdown(&mut self, deadline: Instant) {
+    async fn shutdown(&mut self, deadline: Instant, service: &mut (dyn FnMut() + Send)) {
         for slot in &self.threads {
             let _ = slot.command(Command::Shutdown(deadline));
         }
@@ -440,6 +450,7 @@ impl<L: Lane + 'static> LaneHost<L> for ThreadHost<L> {
                 );
                 return;
             }
+            service();
             // Not the idle sleep (up to 1 s): a stop should not wait on it.
             tokio::time::sleep(SHUTDOWN_POLL).await;
         }
@@ -574,7 +585,11 @@ mod tests {
         let tp = |p| TopicPartition::new("t", p);
         let (ack_tx, _ack_rx) = ack_channel();
         for p in 0..4 {
-            host.assign(IdleLane(tp(p)), AckIssuer::new(tp(p), 1, ack_tx.clone()));
+            host.assign(
+                IdleLane(tp(p)),
+                AckIssuer::new(tp(p), 1, ack_tx.clone()),
+                None,
+            );
         }
         assert_eq!(loads(&host), [2, 2], "assignment spreads lanes");
         // Partitions 0 and 2 went to driver 0 (least loaded, lowest index).

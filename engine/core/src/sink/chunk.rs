@@ -24,6 +24,9 @@ pub struct Chunk {
     acks: AckSet,
     permit: BudgetPermit,
     layout: Layout,
+    /// `delivery: effectively_once`: the range token; the worker writes
+    /// such a chunk as its own batch with this token, never merged (D9).
+    pub(crate) token: Option<String>,
 }
 
 /// Which row layout a chunk's or batch's bytes follow: an opaque number the
@@ -44,6 +47,7 @@ impl Chunk {
             acks,
             permit,
             layout: 0,
+            token: None,
         }
     }
 
@@ -56,6 +60,23 @@ impl Chunk {
     /// The layout its rows follow.
     pub fn layout(&self) -> Layout {
         self.layout
+    }
+
+    /// The chunk as one shard's part of a range (`delivery:
+    /// effectively_once`): written as it is, as its own batch, with `token`
+    /// ([`crate::sink::range_token`]).
+    pub fn with_token(mut self, token: String) -> Self {
+        self.token = Some(token);
+        self
+    }
+
+    /// The range token, for a range part.
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
+    }
+
+    pub(crate) fn into_range_parts(self) -> (Bytes, u64, AckSet, BudgetPermit, Option<String>) {
+        (self.data, self.rows, self.acks, self.permit, self.token)
     }
 
     /// The encoded bytes.
@@ -84,6 +105,7 @@ impl Chunk {
     }
 
     pub(crate) fn into_parts(self) -> (Bytes, u64, AckSet, BudgetPermit, Layout) {
+        debug_assert!(self.token.is_none(), "a range part is never merged");
         (self.data, self.rows, self.acks, self.permit, self.layout)
     }
 }
@@ -220,7 +242,8 @@ impl SealedBatch {
         self.seq
     }
 
-    /// The dedup token, `{pipeline}-{nonce}-{shard}-{seq}` (D4).
+    /// The dedup token, `{pipeline}-{nonce}-{shard}-{seq}` (D4), or in
+    /// `delivery: effectively_once` the range token (D9).
     pub fn token(&self) -> &str {
         &self.token
     }

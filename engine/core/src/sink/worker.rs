@@ -79,11 +79,15 @@ pub(crate) async fn run<W: Writer>(args: WorkerArgs<W>) {
     let mut sealed: VecDeque<PendingBatch> = VecDeque::new();
     let mut inflight: JoinSet<()> = JoinSet::new();
     let mut next_seq: u64 = 0;
-    let mut seal = |open: &mut Option<OpenBatch>, sealed: &mut VecDeque<PendingBatch>| {
+    // `range`: the token of a range part (effectively_once), written as it
+    // is; else the run's `{prefix}{seq}`.
+    let mut seal = |open: &mut Option<OpenBatch>,
+                    sealed: &mut VecDeque<PendingBatch>,
+                    range: Option<String>| {
         if let Some(b) = open.take() {
             let seq = next_seq;
             next_seq += 1;
-            let token = format!("{token_prefix}{seq}");
+            let token = range.unwrap_or_else(|| format!("{token_prefix}{seq}"));
             let batch = SealedBatch::new(
                 shared.shard,
                 seq,
@@ -150,13 +154,20 @@ pub(crate) async fn run<W: Writer>(args: WorkerArgs<W>) {
                 }
             }
             msg = rx.recv(), if accept => match msg {
+                Some(mut chunk) if chunk.token.is_some() => {
+                    // D9: a range part is one batch, never merged.
+                    seal(&mut open, &mut sealed, None);
+                    let token = chunk.token.take();
+                    add(&mut open, chunk);
+                    seal(&mut open, &mut sealed, token);
+                }
                 Some(chunk) => {
                     if open.as_ref().is_some_and(|b| would_overflow(b, &chunk, &config)) {
-                        seal(&mut open, &mut sealed);
+                        seal(&mut open, &mut sealed, None);
                     }
                     add(&mut open, chunk);
                     if open.as_ref().is_some_and(|b| is_full(b, &config)) {
-                        seal(&mut open, &mut sealed);
+                        seal(&mut open, &mut sealed, None);
                     }
                 }
                 None => {
@@ -164,11 +175,11 @@ pub(crate) async fn run<W: Writer>(args: WorkerArgs<W>) {
                     if planted::active(Bug::DrainDropsPartialBatch) {
                         open = None;
                     }
-                    seal(&mut open, &mut sealed);
+                    seal(&mut open, &mut sealed, None);
                 }
             },
             () = async { sleep_until(linger_at.expect("guarded")).await }, if linger_at.is_some() => {
-                seal(&mut open, &mut sealed);
+                seal(&mut open, &mut sealed, None);
             }
         }
     }

@@ -452,3 +452,30 @@ fn insert_settings_load_as_params_and_bad_names_are_named() {
     let e = err(&MINIMAL.replace("table: t}", "table: t, settings: {\"a b\": 1}}"));
     assert!(e.contains("sink.clickhouse.settings.a b"), "{e}");
 }
+
+#[test]
+fn delivery_defaults_to_at_least_once_and_names_its_key_when_unknown() {
+    let c = Config::from_yaml(MINIMAL, no_env).unwrap();
+    assert_eq!(c.pipeline_config().delivery, Delivery::AtLeastOnce);
+    assert!(!c.kafka_config().committed_required);
+    let e = err(&MINIMAL.replace("{name: p}", "{name: p, delivery: exactly_once}"));
+    assert!(e.contains("pipeline.delivery"), "{e}");
+    assert!(e.contains("effectively_once"), "{e}");
+}
+
+#[test]
+fn effectively_once_loads_and_refuses_round_robin_over_shards() {
+    let eo = MINIMAL.replace("{name: p}", "{name: p, delivery: effectively_once}");
+    let c = Config::from_yaml(&eo, no_env).unwrap();
+    let p = c.pipeline_config();
+    assert_eq!(p.delivery, Delivery::EffectivelyOnce);
+    assert_eq!(p.table, "default.t");
+    assert!(c.kafka_config().committed_required);
+    let two = eo.replace("[[http://c:8123]]", "[[http://c:8123], [http://d:8123]]");
+    let e = err(&two);
+    assert!(e.contains("sink.clickhouse.shard_key"), "{e}");
+    let keyed = two.replace("table: t}", "table: t, shard_key: {field: id}}");
+    Config::from_yaml(&keyed, no_env).unwrap();
+    let e = err(&keyed.replace("{field: id}", "{field: id, missing: round_robin}"));
+    assert!(e.contains("sink.clickhouse.shard_key.missing"), "{e}");
+}

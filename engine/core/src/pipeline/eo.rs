@@ -1,0 +1,817 @@
+//! `delivery: effectively_once` (D9): per-partition ranges, recorded in the
+//! partition's commit metadata before they are written, re-formed on replay.
+//!
+//! - A pipeline thread forms, per lane, one open **range** `[first, last]` of
+//!   the partition's offsets at a time: the rows of every payload in it, in
+//!   one buffer per shard. It seals the range at a payload boundary by size
+//!   or linger (the sink's `batch` limits, applied to each shard part), or,
+//!   while replaying, exactly at a recorded boundary ([`Former`]).
+//! - A sealed range goes to the controller ([`SealedRange`], unbounded
+//!   channel: the thread never waits, D2). The controller ([`Recorder`])
+//!   commits the partition with offset = its committed watermark and
+//!   metadata = every sealed range the watermark has not passed
+//!   ([`crate::checkpoint::ranges`]); only when that commit returned `Ok`
+//!   does it raise the lane's [`RangeGate::recorded`], and only then does
+//!   the thread hand the range's shard parts to the pool, each as its own
+//!   batch with [`crate::sink::range_token`] (D9: recorded before written).
+//! - A rejected commit (fenced, evicted) leaves the gate where it was: those
+//!   ranges are never written by this member; they stay unacknowledged, so
+//!   nothing is committed past them (D1), and they are dropped once the
+//!   revoke has released the epoch ([`RangeGate::closed`]).
+//! - A lane whose pending list holds [`MAX_PENDING_RANGES`] ranges seals no
+//!   new one and is paused, polled on (D2), until the watermark passes some.
+//!
+//! Why the controller makes the write-ahead commit: it owns the
+//! [`crate::source::Source`] (the only commit path, and single-threaded, so
+//! the order of commits of one partition is the order they are made), and it
+//! already knows each partition's watermark from the checkpointer; see
+//! docs/adr/0004-effectively-once.md.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use tokio::time::Instant;
+
+use crate::ack::AckSet;
+use crate::budget::{Budget, BudgetPermit};
+use crate::checkpoint::ranges::{self, MAX_PENDING_RANGES, RangesError};
+use crate::pipeline::chain::RecordError;
+use crate::record::{Epoch, Offset, TopicPartition};
+use crate::sink::{Chunk, PoolHandle, PushError, range_token};
+use crate::source::Committed;
+
+/// What a lane's thread and the controller share about its ranges. Atomics
+/// only: the thread reads them without a lock (D2).
+#[derive(Debug, Default)]
+pub(crate) struct RangeGate {
+    /// Free ranges with a sequence number below this are in a commit the
+    /// group accepted: their parts may be written.
+    recorded: AtomicU64,
+    /// Ranges sealed (or replayed) and not yet passed by the watermark.
+    pending: AtomicUsize,
+    /// The epoch ended (released after a revoke): drop what is not written.
+    closed: AtomicBool,
+}
+
+impl RangeGate {
+    /// Whether free range `seq` was recorded (its parts may be written).
+    pub(crate) fn is_recorded(&self, seq: u64) -> bool {
+        crate::planted::active(crate::planted::Bug::InsertBeforeRecord)
+            || seq < self.recorded.load(Ordering::Acquire)
+    }
+
+    /// Whether the lane holds as many pending ranges as the metadata fits.
+    pub(crate) fn is_full(&self) -> bool {
+        self.pending.load(Ordering::Acquire) >= MAX_PENDING_RANGES
+    }
+
+    /// Whether the epoch ended.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// A free range was sealed.
+    pub(crate) fn sealed(&self) {
+        self.pending.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// A free range a thread sealed, for the controller to record.
+#[derive(Debug)]
+pub(crate) struct SealedRange {
+    pub(crate) partition: TopicPartition,
+    pub(crate) epoch: Epoch,
+    pub(crate) seq: u64,
+    pub(crate) first: Offset,
+    pub(crate) last: Offset,
+}
+
+/// What a lane's thread needs to form its ranges, made by the controller at
+/// assignment.
+#[derive(Debug)]
+pub struct LanePlan {
+    pub(crate) gate: Arc<RangeGate>,
+    pub(crate) tx: UnboundedSender<SealedRange>,
+    /// Recorded ranges to re-form first, in offset order (D9).
+    pub(crate) replay: VecDeque<(Offset, Offset)>,
+}
+
+#[derive(Debug)]
+struct LaneRecord {
+    gate: Arc<RangeGate>,
+    /// Pending ranges by first offset: (last, free seq or None if replayed).
+    ranges: BTreeMap<Offset, (Offset, Option<u64>)>,
+    /// Highest free seq received + 1.
+    received: u64,
+    /// The offset committed last (or found committed at assignment).
+    committed: Option<Offset>,
+    /// Ranges received and not yet in an accepted commit.
+    dirty: bool,
+    /// A commit of this epoch was rejected: it records nothing more.
+    rejected: bool,
+}
+
+/// One commit the recorder wants made, and what it settles.
+#[derive(Debug)]
+pub(crate) struct RecordCommit {
+    pub(crate) partition: TopicPartition,
+    pub(crate) epoch: Epoch,
+    pub(crate) offset: Offset,
+    pub(crate) metadata: String,
+    received: u64,
+}
+
+/// The controller's side: every lane's pending ranges (D9).
+#[derive(Debug)]
+pub(crate) struct Recorder {
+    tx: UnboundedSender<SealedRange>,
+    rx: UnboundedReceiver<SealedRange>,
+    lanes: BTreeMap<(TopicPartition, Epoch), LaneRecord>,
+}
+
+impl Recorder {
+    pub(crate) fn new() -> Self {
+        let (tx, rx) = unbounded_channel();
+        Self {
+            tx,
+            rx,
+            lanes: BTreeMap::new(),
+        }
+    }
+
+    /// A new lane: decodes the group's metadata into the ranges to replay.
+    ///
+    /// # Errors
+    /// The metadata is not ours (or malformed): the caller fails the
+    /// partition naming it (never read as "no ranges", D9).
+    pub(crate) fn assign(
+        &mut self,
+        partition: &TopicPartition,
+        epoch: Epoch,
+        committed: Option<&Committed>,
+    ) -> Result<LanePlan, RangesError> {
+        let mut replay: VecDeque<(Offset, Offset)> = match committed {
+            Some(_) if crate::planted::active(crate::planted::Bug::ReplayIgnoresRanges) => {
+                VecDeque::new()
+            }
+            Some(c) => ranges::decode(&c.metadata)?.into(),
+            None => VecDeque::new(),
+        };
+        let offset = committed.map(|c| c.offset);
+        // Ranges wholly behind the committed offset are done.
+        replay.retain(|&(_, last)| offset.is_none_or(|o| last >= o));
+        let gate = Arc::new(RangeGate::default());
+        gate.pending.store(replay.len(), Ordering::Release);
+        let record = LaneRecord {
+            gate: Arc::clone(&gate),
+            ranges: replay.iter().map(|&(f, l)| (f, (l, None))).collect(),
+            received: 0,
+            committed: offset,
+            dirty: false,
+            rejected: false,
+        };
+        self.lanes.insert((partition.clone(), epoch), record);
+        Ok(LanePlan {
+            gate,
+            tx: self.tx.clone(),
+            replay,
+        })
+    }
+
+    /// The epoch was released: the thread drops what it holds unwritten.
+    pub(crate) fn release(&mut self, partition: &TopicPartition, epoch: Epoch) {
+        if let Some(r) = self.lanes.remove(&(partition.clone(), epoch)) {
+            r.gate.closed.store(true, Ordering::Release);
+        }
+    }
+
+    /// Takes the ranges threads sealed; `true` if a lane now has ranges to
+    /// record.
+    pub(crate) fn receive(&mut self) -> bool {
+        let mut any = false;
+        while let Ok(s) = self.rx.try_recv() {
+            let Some(r) = self.lanes.get_mut(&(s.partition, s.epoch)) else {
+                continue; // released meanwhile: the thread drops it
+            };
+            debug_assert_eq!(s.seq, r.received, "free ranges arrive in order");
+            r.ranges.insert(s.first, (s.last, Some(s.seq)));
+            r.received = s.seq + 1;
+            r.dirty = true;
+            any |= !r.rejected;
+        }
+        any
+    }
+
+    /// Whether some lane has ranges not yet recorded.
+    pub(crate) fn has_dirty(&self) -> bool {
+        self.lanes.values().any(|r| r.dirty && !r.rejected)
+    }
+
+    /// The commits to make: every lane in `watermarks` (its new committable
+    /// offset) and, when `dirty_too`, every lane with unrecorded ranges (at
+    /// its committed offset). Every one carries the lane's pending ranges.
+    pub(crate) fn commits(
+        &self,
+        watermarks: &BTreeMap<(TopicPartition, Epoch), Offset>,
+        dirty_too: bool,
+    ) -> Vec<RecordCommit> {
+        let mut out = Vec::new();
+        for ((p, e), r) in &self.lanes {
+            let moved = watermarks.get(&(p.clone(), *e)).copied();
+            if r.rejected || (moved.is_none() && !(dirty_too && r.dirty)) {
+                continue;
+            }
+            // The watermark, else what is committed, else (nothing ever
+            // committed) the first range's start: nothing before it was read.
+            // Never below what is committed (a watermark over filtered
+            // payloads can trail a first range's start).
+            let Some(offset) = moved
+                .max(r.committed)
+                .or_else(|| r.ranges.keys().next().copied())
+            else {
+                continue;
+            };
+            // Never into a pending range (the watermark passes a range's
+            // offsets as their rows' shard parts are acknowledged): a replay
+            // reads from the committed offset, and must re-form the whole
+            // range, the same rows under the same token (D9; the
+            // simulator's D4 oracle found a replay of a range cut short).
+            let offset = r
+                .ranges
+                .iter()
+                .find(|&(&f, &(l, _))| f < offset && l >= offset)
+                .map_or(offset, |(&f, _)| f);
+            let list: Vec<(Offset, Offset)> = r
+                .ranges
+                .iter()
+                .filter(|(_, (last, _))| *last >= offset)
+                .map(|(&f, &(l, _))| (f, l))
+                .collect();
+            out.push(RecordCommit {
+                partition: p.clone(),
+                epoch: *e,
+                offset,
+                metadata: ranges::encode(&list),
+                received: r.received,
+            });
+        }
+        out
+    }
+
+    /// The group accepted `commits`: their ranges are recorded (the gate
+    /// opens, D9) and those the offset passed are retired.
+    pub(crate) fn accepted(&mut self, commits: &[RecordCommit]) {
+        for c in commits {
+            let Some(r) = self.lanes.get_mut(&(c.partition.clone(), c.epoch)) else {
+                continue;
+            };
+            r.committed = Some(c.offset);
+            let before = r.ranges.len();
+            r.ranges.retain(|_, (last, _)| *last >= c.offset);
+            let retired = before - r.ranges.len();
+            r.gate.pending.fetch_sub(retired, Ordering::AcqRel);
+            // D9: raised only after the commit listing them returned Ok.
+            r.gate.recorded.fetch_max(c.received, Ordering::AcqRel);
+            r.dirty = r.received > c.received;
+        }
+    }
+
+    /// The group rejected a commit of `partition` at `epoch` (fenced,
+    /// evicted): this member records nothing more for it, so its unrecorded
+    /// ranges are never written (they stay unacknowledged, D1).
+    pub(crate) fn rejected(&mut self, partition: &TopicPartition, epoch: Epoch) {
+        if let Some(r) = self.lanes.get_mut(&(partition.clone(), epoch)) {
+            r.rejected = true;
+        }
+    }
+}
+
+/// What a thread needs to seal ranges: the token's names and the size and
+/// linger limits (the sink's `batch`, applied to each shard part, since a
+/// part is written as it is).
+#[derive(Clone, Debug)]
+pub(crate) struct EoConfig {
+    pub(crate) pipeline: String,
+    pub(crate) table: String,
+    pub(crate) max_rows: u64,
+    pub(crate) max_bytes: u64,
+    pub(crate) linger: std::time::Duration,
+    /// An open range takes budget for its rows every this many bytes
+    /// (`pipeline.chunk_bytes`), so open ranges stay under the in-flight
+    /// budget as chunks do (D8).
+    pub(crate) pay_every: u64,
+}
+
+#[derive(Debug, Default)]
+struct Part {
+    buf: Vec<u8>,
+    rows: u64,
+    acks: AckSet,
+}
+
+#[derive(Debug)]
+struct OpenRange {
+    first: Offset,
+    /// The last payload offset taken (free) or the recorded bound (fixed).
+    last: Offset,
+    /// A recorded range being re-formed: its bounds are fixed (D9).
+    fixed: bool,
+    parts: Vec<Part>,
+    opened_at: Instant,
+    /// Encoded bytes and rows over all parts.
+    bytes: u64,
+    rows: u64,
+    /// The budget taken so far for them (D8).
+    permit: Option<BudgetPermit>,
+}
+
+impl OpenRange {
+    fn is_full(&self, cfg: &EoConfig) -> bool {
+        self.parts
+            .iter()
+            .any(|p| p.rows >= cfg.max_rows || p.buf.len() as u64 >= cfg.max_bytes)
+    }
+}
+
+#[derive(Debug)]
+struct ReadyPart {
+    shard: usize,
+    data: Bytes,
+    rows: u64,
+    acks: AckSet,
+    token: String,
+    permit: Option<BudgetPermit>,
+}
+
+#[derive(Debug)]
+struct SealedParts {
+    /// The free range's seq (written once recorded); `None` for a replayed
+    /// range, recorded before this run.
+    seq: Option<u64>,
+    parts: VecDeque<ReadyPart>,
+}
+
+/// What [`Former::flush`] achieved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FormerFlush {
+    Clear,
+    /// A sealed range waits for its record.
+    Waiting,
+    /// Budget or a shard queue is full.
+    Blocked,
+}
+
+/// One lane's ranges on its pipeline thread.
+#[derive(Debug)]
+pub(crate) struct Former {
+    pub(crate) partition: TopicPartition,
+    pub(crate) epoch: Epoch,
+    gate: Arc<RangeGate>,
+    tx: UnboundedSender<SealedRange>,
+    replay: VecDeque<(Offset, Offset)>,
+    next_seq: u64,
+    open: Option<OpenRange>,
+    sealed: VecDeque<SealedParts>,
+    /// The open range could not take budget for its rows: pause (D8).
+    over_budget: bool,
+}
+
+impl Former {
+    pub(crate) fn new(partition: TopicPartition, epoch: Epoch, plan: LanePlan) -> Self {
+        Self {
+            partition,
+            epoch,
+            gate: plan.gate,
+            tx: plan.tx,
+            replay: plan.replay,
+            next_seq: 0,
+            open: None,
+            sealed: VecDeque::new(),
+            over_budget: false,
+        }
+    }
+
+    /// Whether the lane must pause: its pending list is full (D2: paused and
+    /// polled on, never blocked).
+    pub(crate) fn is_full(&self) -> bool {
+        self.gate.is_full() || self.over_budget
+    }
+
+    /// Before the payload at `offset`: seal the open range at its boundary,
+    /// open the next one.
+    #[inline]
+    pub(crate) fn before(&mut self, offset: Offset, shards: usize, cfg: &EoConfig) {
+        if let Some(o) = &self.open {
+            let seal = if o.fixed {
+                offset > o.last
+            } else {
+                // A free range ends before the next recorded one whatever its
+                // size; by size only while the pending list has room.
+                self.replay.front().is_some_and(|r| offset >= r.0)
+                    || (o.is_full(cfg) && !self.gate.is_full())
+            };
+            if seal {
+                self.seal(cfg);
+            }
+        }
+        if self.open.is_none() {
+            while self.replay.front().is_some_and(|r| r.1 < offset) {
+                // Nothing of it came back (its records are gone): nothing to
+                // write; the watermark retires it.
+                self.replay.pop_front();
+            }
+            let (first, last, fixed) = match self.replay.front() {
+                Some(&(f, l)) if f <= offset => {
+                    self.replay.pop_front();
+                    (f, l, true)
+                }
+                _ => (offset, offset, false),
+            };
+            self.open = Some(OpenRange {
+                first,
+                last,
+                fixed,
+                parts: (0..shards).map(|_| Part::default()).collect(),
+                opened_at: Instant::now(),
+                bytes: 0,
+                rows: 0,
+                permit: None,
+            });
+        }
+        let o = self.open.as_mut().expect("opened above");
+        if !o.fixed {
+            o.last = offset;
+        }
+    }
+
+    /// After the payload at `offset`: a replayed range whose last offset
+    /// arrived is complete.
+    #[inline]
+    pub(crate) fn after(&mut self, offset: Offset, cfg: &EoConfig, budget: &Arc<Budget>) {
+        let Some(o) = self.open.as_ref() else { return };
+        // D8: take budget as the range grows, every `pay_every` bytes; a
+        // refusal pauses the lane until the budget frees.
+        let paid = o.permit.as_ref().map_or(0, BudgetPermit::bytes);
+        if o.bytes - paid >= cfg.pay_every {
+            self.pay(budget);
+        }
+        if self
+            .open
+            .as_ref()
+            .is_some_and(|o| o.fixed && offset >= o.last)
+        {
+            self.seal(cfg);
+        }
+    }
+
+    /// Takes budget for the open range's unpaid rows; `over_budget` says
+    /// whether it was refused (the lane then pauses, D8).
+    fn pay(&mut self, budget: &Arc<Budget>) {
+        let Some(o) = self.open.as_mut() else {
+            self.over_budget = false;
+            return;
+        };
+        let (paid_bytes, paid_rows) = o.permit.as_ref().map_or((0, 0), |p| (p.bytes(), p.rows()));
+        match Budget::try_acquire(budget, o.bytes - paid_bytes, o.rows - paid_rows) {
+            Some(p) => {
+                match &mut o.permit {
+                    Some(held) => held.merge(p),
+                    None => o.permit = Some(p),
+                }
+                self.over_budget = false;
+            }
+            None => self.over_budget = true,
+        }
+    }
+
+    /// Appends one row to `shard`'s part of the open range.
+    #[inline]
+    pub(crate) fn append(
+        &mut self,
+        shard: usize,
+        ack: &crate::ack::AckHandle,
+        encode: impl FnOnce(&mut Vec<u8>) -> Result<(), RecordError>,
+    ) -> Result<(), RecordError> {
+        let o = self
+            .open
+            .as_mut()
+            .expect("a range is open for every payload");
+        let part = &mut o.parts[shard];
+        let start = part.buf.len();
+        if let Err(e) = encode(&mut part.buf) {
+            part.buf.truncate(start);
+            return Err(e);
+        }
+        part.rows += 1;
+        part.acks.push(ack);
+        o.bytes += (part.buf.len() - start) as u64;
+        o.rows += 1;
+        Ok(())
+    }
+
+    /// Seals the open range if it is free and may seal now (`idle`: the
+    /// thread found nothing to poll; else only past the linger).
+    pub(crate) fn seal_free(&mut self, now: Instant, idle: bool, cfg: &EoConfig) {
+        let due = self
+            .open
+            .as_ref()
+            .is_some_and(|o| !o.fixed && (idle || now.duration_since(o.opened_at) >= cfg.linger));
+        if due && !self.gate.is_full() {
+            self.seal(cfg);
+        }
+    }
+
+    /// Seals the open free range whatever the pending list holds (a revoke:
+    /// no more data comes; the list may pass its bound by this one range).
+    pub(crate) fn seal_for_revoke(&mut self, cfg: &EoConfig) {
+        if self.open.as_ref().is_some_and(|o| !o.fixed) {
+            self.seal(cfg);
+        }
+    }
+
+    fn seal(&mut self, cfg: &EoConfig) {
+        let Some(mut o) = self.open.take() else {
+            return;
+        };
+        self.over_budget = false;
+        if o.rows == 0 {
+            // Every payload was filtered or skipped: nothing to record or
+            // write; a replay filters them again.
+            return;
+        }
+        let parts = o
+            .parts
+            .into_iter()
+            .enumerate()
+            .filter(|(_, p)| p.rows > 0)
+            .map(|(shard, p)| ReadyPart {
+                shard,
+                token: range_token(
+                    &cfg.pipeline,
+                    &cfg.table,
+                    &self.partition,
+                    o.first,
+                    o.last,
+                    shard,
+                ),
+                // What the range paid for goes with its parts; the rest is
+                // taken when each is handed over.
+                permit: o
+                    .permit
+                    .as_mut()
+                    .map(|held| held.split(p.buf.len() as u64, p.rows)),
+                data: Bytes::from(p.buf),
+                rows: p.rows,
+                acks: p.acks,
+            })
+            .collect();
+        let seq = if o.fixed {
+            None
+        } else {
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            self.gate.sealed();
+            // D2: unbounded, never waits. An error means the controller is
+            // gone: nothing is recorded, so nothing of it is written.
+            let _ = self.tx.send(SealedRange {
+                partition: self.partition.clone(),
+                epoch: self.epoch,
+                seq,
+                first: o.first,
+                last: o.last,
+            });
+            Some(seq)
+        };
+        self.sealed.push_back(SealedParts { seq, parts });
+    }
+
+    /// Rows held (open or sealed, not handed over), per shard, for the
+    /// dropped-rows report.
+    fn held(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
+        let open = self
+            .open
+            .iter()
+            .flat_map(|o| o.parts.iter().enumerate().map(|(s, p)| (s, p.rows)));
+        let sealed = self
+            .sealed
+            .iter()
+            .flat_map(|s| s.parts.iter().map(|p| (p.shard, p.rows)));
+        open.chain(sealed).filter(|&(_, rows)| rows > 0)
+    }
+
+    /// Counts what is held as dropped (its acks fail as it drops, D1).
+    pub(crate) fn note_dropped(&self, pool: &PoolHandle) {
+        for (shard, rows) in self.held() {
+            pool.note_dropped(shard, rows);
+        }
+    }
+
+    /// Whether the epoch ended (the former can go once flushed).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.gate.is_closed()
+    }
+
+    /// Hands the recorded ranges' parts to their shards, oldest first, each
+    /// as its own batch with its range token. Never waits (D2).
+    pub(crate) fn flush(&mut self, pool: &PoolHandle, budget: &Arc<Budget>) -> FormerFlush {
+        if self.gate.is_closed() {
+            // Released: what is left was never written and never will be by
+            // this member; dropping it fails its acks, stale for the
+            // released epoch (D1).
+            self.note_dropped(pool);
+            self.sealed.clear();
+            self.open = None;
+            return FormerFlush::Clear;
+        }
+        if self.over_budget {
+            // The paused lane brings no payload to retry with (D8).
+            self.pay(budget);
+        }
+        while let Some(front) = self.sealed.front_mut() {
+            // D9: a free range's parts reach the writer only after the commit
+            // recording it returned Ok (the controller raised the gate).
+            if front.seq.is_some_and(|s| !self.gate.is_recorded(s)) {
+                return FormerFlush::Waiting;
+            }
+            while let Some(mut p) = front.parts.pop_front() {
+                let (paid_bytes, paid_rows) =
+                    p.permit.as_ref().map_or((0, 0), |h| (h.bytes(), h.rows()));
+                let owed = (p.data.len() as u64 - paid_bytes, p.rows - paid_rows);
+                let permit = if owed == (0, 0) {
+                    p.permit.take().unwrap_or_else(BudgetPermit::unbounded)
+                } else {
+                    match Budget::try_acquire(budget, owed.0, owed.1) {
+                        Some(more) => match p.permit.take() {
+                            Some(mut held) => {
+                                held.merge(more);
+                                held
+                            }
+                            None => more,
+                        },
+                        None => {
+                            front.parts.push_front(p);
+                            return FormerFlush::Blocked;
+                        }
+                    }
+                };
+                let chunk = Chunk::new(p.data, p.rows, p.acks, permit).with_token(p.token);
+                match pool.try_send(p.shard, chunk) {
+                    Ok(()) => {}
+                    Err(PushError::Full(chunk)) => {
+                        let (data, rows, acks, permit, token) = chunk.into_range_parts();
+                        front.parts.push_front(ReadyPart {
+                            shard: p.shard,
+                            data,
+                            rows,
+                            acks,
+                            token: token.expect("a range part has its token"),
+                            permit: Some(permit),
+                        });
+                        return FormerFlush::Blocked;
+                    }
+                    Err(PushError::Closed(chunk)) => {
+                        pool.note_dropped(p.shard, chunk.rows());
+                        tracing::warn!(
+                            shard = p.shard,
+                            rows = chunk.rows(),
+                            "sink pool closed; range part dropped, its acks fail and it will replay"
+                        );
+                    }
+                }
+            }
+            self.sealed.pop_front();
+        }
+        FormerFlush::Clear
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::ack::{Outcome, Resolution};
+    use crate::checkpoint::Tracker;
+
+    /// Cuts `0..n` into consecutive pieces at the sorted, distinct `cuts`.
+    fn pieces(n: Offset, cuts: &[Offset]) -> Vec<(Offset, Offset)> {
+        let mut out = Vec::new();
+        let mut first = 0;
+        for &c in cuts.iter().chain(std::iter::once(&n)) {
+            if c > first && c <= n {
+                out.push((first, c - 1));
+                first = c;
+            }
+        }
+        out
+    }
+
+    proptest! {
+        /// D1 with D9: ranges and poll batches cut the same offsets at
+        /// unrelated boundaries (a poll batch resolves only when every range
+        /// holding its rows is acknowledged). After any set of acknowledged
+        /// ranges, the commit the recorder makes never passes an
+        /// unacknowledged range nor stops inside any range, and its metadata
+        /// decodes to exactly the ranges the offset has not passed: every
+        /// unacknowledged one, and
+        /// the acknowledged ones beyond the watermark (a replay must re-form
+        /// those too, with their old boundaries).
+        #[test]
+        fn any_acknowledged_prefix_commits_below_every_unacknowledged_range(
+            n in 1i64..60,
+            range_cuts in prop::collection::btree_set(1i64..60, 0..20),
+            poll_cuts in prop::collection::btree_set(1i64..60, 0..20),
+            acked in prop::collection::vec(any::<bool>(), 21),
+        ) {
+            let tp = TopicPartition::new("t", 0);
+            let ranges_ = pieces(n, &range_cuts.into_iter().collect::<Vec<_>>());
+            let polls = pieces(n, &poll_cuts.into_iter().collect::<Vec<_>>());
+            let is_acked = |i: usize| acked[i];
+            let mut recorder = Recorder::new();
+            let plan = recorder.assign(&tp, 1, None).unwrap();
+            for (seq, &(first, last)) in ranges_.iter().enumerate() {
+                plan.gate.sealed();
+                plan.tx.send(SealedRange { partition: tp.clone(), epoch: 1, seq: seq as u64, first, last }).unwrap();
+            }
+            recorder.receive();
+            let mut tracker = Tracker::new();
+            tracker.assign(tp.clone(), 1);
+            // The model: the end of the longest prefix of delivered polls
+            // (nothing delivered: the first range's start, 0).
+            let mut model: Offset = 0;
+            let mut prefix = true;
+            for (seq, &(pf, pl)) in polls.iter().enumerate() {
+                let delivered = ranges_
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, r)| r.0 <= pl && r.1 >= pf)
+                    .all(|(i, _)| is_acked(i));
+                prefix &= delivered;
+                if prefix {
+                    model = pl + 1;
+                }
+                if delivered {
+                    tracker.apply(&Resolution {
+                        partition: tp.clone(), epoch: 1, seq: seq as u64,
+                        first: pf, last: pl, outcome: Outcome::Delivered,
+                    });
+                }
+            }
+            let watermarks: BTreeMap<(TopicPartition, Epoch), Offset> = tracker
+                .pending_commits()
+                .into_iter()
+                .map(|c| ((c.partition, c.epoch), c.offset))
+                .collect();
+            let commits = recorder.commits(&watermarks, true);
+            prop_assert_eq!(commits.len(), 1);
+            let c = &commits[0];
+            // Never inside a range: a replay reads from the committed
+            // offset and must re-form the whole range (the same rows under
+            // the same token), so a watermark inside one commits its start.
+            let model = ranges_
+                .iter()
+                .find(|r| r.0 < model && model <= r.1)
+                .map_or(model, |r| r.0);
+            prop_assert_eq!(c.offset, model);
+            for (i, r) in ranges_.iter().enumerate() {
+                if !is_acked(i) {
+                    prop_assert!(c.offset <= r.0, "offset {} passes unacknowledged {:?}", c.offset, r);
+                }
+            }
+            let listed = ranges::decode(&c.metadata).unwrap();
+            let expected: Vec<(Offset, Offset)> =
+                ranges_.iter().copied().filter(|r| r.1 >= c.offset).collect();
+            prop_assert_eq!(&listed, &expected);
+            // Accepting it retires exactly the passed ranges.
+            recorder.accepted(&commits);
+            prop_assert_eq!(plan.gate.pending.load(Ordering::Acquire), expected.len());
+            prop_assert!(plan.gate.is_recorded(ranges_.len() as u64 - 1));
+        }
+    }
+
+    /// D9: metadata that is not ours fails the assignment, naming why.
+    #[test]
+    fn foreign_metadata_fails_the_assignment() {
+        let mut recorder = Recorder::new();
+        let committed = Committed {
+            offset: 5,
+            metadata: "connect-state".into(),
+        };
+        let tp = TopicPartition::new("t", 0);
+        let e = recorder.assign(&tp, 1, Some(&committed)).unwrap_err();
+        assert!(matches!(e, RangesError::Foreign { .. }), "{e}");
+        let ours = Committed {
+            offset: 100,
+            metadata: ranges::encode(&[(10, 20), (90, 120), (121, 130)]),
+        };
+        let plan = recorder.assign(&tp, 2, Some(&ours)).unwrap();
+        assert_eq!(
+            Vec::from(plan.replay),
+            [(90, 120), (121, 130)],
+            "passed ranges are done"
+        );
+    }
+}
