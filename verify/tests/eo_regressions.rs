@@ -40,3 +40,14 @@ fn lanes_holding_part_of_a_small_budget_do_not_wait_on_each_other() {
         .collect();
     assert!(v.is_empty(), "{v:#?}");
 }
+
+/// D6: a shutdown soon after a reassignment found lanes holding part of a
+/// replayed range (fixed bounds: it cannot seal short); the drain called
+/// them clear, returned early (seed 421: 808 ms of a 1 s drain) and dropped
+/// them unwritten. Shutdown now polls such lanes on until the range is
+/// complete or the deadline passes.
+#[test]
+fn a_shutdown_completes_a_replayed_range_before_it_calls_the_drain_clear() {
+    let v: Vec<String> = [421, 4408].into_iter().flat_map(violations).collect();
+    assert!(v.is_empty(), "{v:#?}");
+}

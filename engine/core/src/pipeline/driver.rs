@@ -302,12 +302,36 @@ impl<L: Lane, P: Processor> Driver<L, P> {
                 slot.paused = false;
             }
         }
+        let busy = self.poll_round(eo, false)?;
+        let buffers = self.processor.buffers();
+        if busy {
+            buffers.seal_lingering(now);
+        } else {
+            // Nothing arrived: ship what is open rather than let it wait.
+            buffers.seal_all();
+        }
+        buffers.flush();
+        Ok(if busy { Step::Busy } else { Step::Idle })
+    }
+
+    /// Polls every lane once (`replay_only`: only the lanes holding an
+    /// incomplete replayed range) and runs the chain over what came;
+    /// `Ok(true)` if anything did.
+    fn poll_round(&mut self, eo: bool, replay_only: bool) -> Result<bool, PipelineError> {
         let mut busy = false;
         let mut polls = 0;
         let mut polled = 0u64;
         let mut skipped = 0u64;
         let mut result = Ok(());
         for slot in &mut self.lanes {
+            if replay_only
+                && !self
+                    .processor
+                    .buffers()
+                    .eo_replaying(slot.lane.partition(), slot.lane.epoch())
+            {
+                continue;
+            }
             polls += 1;
             let LaneSlot { lane, issuer, .. } = slot;
             let batch = match lane.poll(Duration::ZERO) {
@@ -400,23 +424,32 @@ impl<L: Lane, P: Processor> Driver<L, P> {
             self.failed = true;
             return Err(e);
         }
-        if busy {
-            buffers.seal_lingering(now);
-        } else {
-            // Nothing arrived: ship what is open rather than let it wait.
-            buffers.seal_all();
-        }
-        buffers.flush();
-        Ok(if busy { Step::Busy } else { Step::Idle })
+        Ok(busy)
     }
 
     /// Seals every open chunk and tries once to hand all pending chunks over;
     /// [`Flush::Clear`] when nothing is left. Used by shutdown, which repeats it
     /// until clear or its deadline.
+    ///
+    /// effectively_once: a lane holding an incomplete replayed range is
+    /// polled on first (that range cannot seal short: its token names its
+    /// bounds, D9), and the result is not `Clear` while one is incomplete,
+    /// so shutdown completes it by its deadline rather than dropping it
+    /// (D6; the simulator's seeds 421 and 4408 returned early with it
+    /// unwritten).
     pub fn flush_all(&mut self) -> Flush {
+        if !self.failed && self.processor.buffers().eo_any_replaying() {
+            if let Err(e) = self.poll_round(true, true) {
+                tracing::warn!(error = %e, "poll during shutdown failed; the replayed range it completes is dropped and replays");
+            }
+        }
         let buffers = self.processor.buffers();
         buffers.seal_all();
-        buffers.flush()
+        let flushed = buffers.flush();
+        if flushed == Flush::Clear && !self.failed && buffers.eo_any_replaying() {
+            return Flush::Waiting;
+        }
+        flushed
     }
 }
 

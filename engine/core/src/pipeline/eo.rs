@@ -711,6 +711,12 @@ impl Former {
         }
     }
 
+    /// Whether the open range is a replayed one holding rows but not yet
+    /// its last offset (it cannot seal short: its token names its bounds).
+    pub(crate) fn replaying(&self) -> bool {
+        self.open.as_ref().is_some_and(|o| o.fixed && o.rows > 0)
+    }
+
     /// Whether the epoch ended (the former can go once flushed).
     pub(crate) fn is_closed(&self) -> bool {
         self.gate.is_closed()
