@@ -228,8 +228,19 @@ impl<L: Lane, P: Processor> Driver<L, P> {
             .lanes
             .iter()
             .position(|l| l.lane.partition() == partition && l.lane.epoch() == epoch)?;
-        let slot = self.lanes.swap_remove(i);
+        let mut slot = self.lanes.swap_remove(i);
         let issued = slot.issuer.issued();
+        if slot.paused {
+            // librdkafka keeps a partition's pause across a rebalance: a
+            // lane paused here (budget full, pending list full) would leave
+            // the partition paused for its next lane on this consumer,
+            // whose slot starts unpaused and so never resumes it; nothing
+            // is then fetched (issue 23's group test: partitions stopped
+            // committing after a SIGSTOP/SIGCONT, nothing logged).
+            if let Err(e) = slot.lane.resume() {
+                tracing::warn!(%partition, epoch, error = %e, "resume of a paused lane at its revoke failed; its next lane may start paused");
+            }
+        }
         drop(slot);
         let buffers = self.processor.buffers();
         buffers.eo_revoke(partition, epoch);
