@@ -11,6 +11,8 @@
 //!   column type changed refuses them.
 //! - [`schema`]: the target table's columns from `system.columns`, and the
 //!   plan of which columns an INSERT names.
+//! - [`replan`]: the live INSERT plan the writer re-plans when the table's
+//!   columns change and the pipeline threads follow per poll batch.
 //! - [`writer`]: the HTTP insert writer implementing `spate_core::sink::Writer`.
 //! - [`dedup`]: a table's insert-deduplication window (what a replay must
 //!   fall within for `delivery: effectively_once`) and the insert rate.
@@ -29,6 +31,7 @@ pub mod dedup;
 pub mod mapping;
 pub mod native;
 pub mod num;
+pub mod replan;
 pub mod router;
 pub mod rowbinary;
 pub mod schema;

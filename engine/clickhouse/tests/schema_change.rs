@@ -34,7 +34,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use serde_json::{Value, json};
-use spate_clickhouse::mapping::JsonRowEncoder;
+use spate_clickhouse::mapping::{JsonRowEncoder, MappingOptions};
+use spate_clickhouse::replan::LivePlan;
+use spate_clickhouse::schema::{InsertOptions, plan_insert};
 use spate_clickhouse::writer::{
     DEFAULT_SCHEMA_REFRESH, HttpWriter, HttpWriterConfig, InsertFormat,
 };
@@ -318,4 +320,447 @@ async fn a_column_added_mid_run_gets_its_default_until_a_restart_replans() {
         .unwrap_err();
     assert!(e.to_string().contains('z'), "{e}");
     db.drop().await;
+}
+
+// ---------------------------------------------------------------------------
+// The live re-plan (ADR 0005): the writer shares a `LivePlan` with the
+// pipeline threads' encoders, as the service wires it.
+// ---------------------------------------------------------------------------
+
+/// The first URL of the chdb endpoint (a current engine), if set.
+fn chdb() -> Option<String> {
+    match std::env::var("SPATE_CHDB_URLS") {
+        Ok(urls) if !urls.is_empty() => urls.split(',').next().map(str::to_owned),
+        _ => {
+            eprintln!("skipped: SPATE_CHDB_URLS not set");
+            None
+        }
+    }
+}
+
+/// What a live repro saw.
+struct Live {
+    /// Ack outcomes: rows 0..9 (before the change), rows 10..14 (encoded
+    /// under the old plan after the change: re-sealed or refused), rows
+    /// 15..19 (encoded after the pipeline thread's poll-batch boundary).
+    outcomes: Vec<Outcome>,
+    /// What the thread's encoder said at that boundary.
+    replanned: Option<u64>,
+    /// The table's rows, in id order, as `cols` selected them.
+    rows: Vec<Value>,
+    /// Every line the writer and pool logged.
+    logs: String,
+}
+
+/// A log sink for one test (the `tracing` output as text).
+#[derive(Clone, Default)]
+struct Logs(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
+    type Writer = Logs;
+    fn make_writer(&'a self) -> Logs {
+        self.clone()
+    }
+}
+
+/// The issue's repro through a live plan: rows 0..9, then `alter`, then
+/// rows 10..14 encoded under the old plan (a batch sealed before the writer
+/// saw the change), then the pipeline thread's poll-batch boundary and
+/// `late` rows (JSON, ids 15..) under whatever plan it has then. `select`
+/// names the columns read back.
+async fn live_repro(
+    url: &str,
+    tag: &str,
+    format: InsertFormat,
+    refresh: Option<Duration>,
+    alter: &str,
+    late: &[String],
+    select: &str,
+) -> Live {
+    let logs = Logs::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(logs.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    // The chdb endpoint is a current engine: no 18.16 settings.
+    let db = if chdb().as_deref() == Some(url) {
+        TestDb::create_current(url, "spate_sc", tag).await
+    } else {
+        TestDb::create(url, "spate_sc", tag).await
+    };
+    db.sql(&format!(
+        "CREATE TABLE {}.m (id UInt64, x UInt32, y UInt32) ENGINE = MergeTree ORDER BY id",
+        db.name
+    ))
+    .await;
+    let probe = HttpWriter::new(HttpWriterConfig::new(&db.name, "m", Vec::new()));
+    let schema = probe.table_schema(&db.url).await.unwrap();
+    let columns = plan_insert(&schema, &InsertOptions::default()).unwrap();
+    let live = LivePlan::new(
+        schema,
+        columns,
+        InsertOptions::default(),
+        MappingOptions::default(),
+    );
+    let mut config = HttpWriterConfig::new(&db.name, "m", live.current().typed_columns());
+    config.format = format;
+    config.schema_refresh = refresh;
+    config.live = Some(Arc::clone(&live));
+    let writer = Arc::new(HttpWriter::new(config));
+    let mut sink = SinkConfig::new("sc", vec![vec![url.to_owned()]]);
+    sink.batch.linger = Duration::from_millis(1);
+    sink.retry.max_attempts = 2;
+    let pool = SinkPool::start(
+        sink,
+        Arc::clone(&writer),
+        RunNonce::from_u64(19),
+        &tokio::runtime::Handle::current(),
+    )
+    .unwrap();
+    for report in pool.probe(Duration::from_secs(10)).await {
+        report.result.unwrap();
+    }
+    // The pipeline thread's encoder.
+    let mut enc = live.encoder().unwrap();
+    let (tx, mut rx) = ack_channel();
+    let mut issuer = AckIssuer::new(TopicPartition::new("m", 0), 1, tx);
+    let mut send = |first: i64, rows: u64, body: Bytes, layout: u64| {
+        let ack = issuer.issue(first, first + rows as i64 - 1);
+        let mut acks = AckSet::new();
+        acks.push(&ack);
+        drop(ack);
+        let chunk = Chunk::new(body, rows, acks, BudgetPermit::unbounded()).with_layout(layout);
+        pool.handle().try_send(0, chunk).unwrap();
+    };
+    send(0, 10, encode(enc.mapper(), 0..10), enc.layout());
+    let mut outcomes = vec![rx.recv().await.unwrap().outcome];
+    db.sql(&format!("ALTER TABLE {}.m {alter}", db.name)).await;
+    // Encoded before the writer saw the change: the old layout.
+    assert_eq!(enc.layout(), 0);
+    send(10, 5, encode(enc.mapper(), 10..15), 0);
+    outcomes.push(rx.recv().await.unwrap().outcome);
+    // The next poll batch of the pipeline thread.
+    let replanned = spate_core::pipeline::chain::Encoder::replan(&mut enc);
+    let mut buf = Vec::new();
+    let mut encoded = 0;
+    for row in late {
+        if enc.mapper().encode_json(row.as_bytes(), &mut buf).is_ok() {
+            encoded += 1;
+        }
+    }
+    if encoded > 0 {
+        send(15, encoded, Bytes::from(buf), enc.layout());
+        outcomes.push(rx.recv().await.unwrap().outcome);
+    }
+    drop(issuer);
+    pool.drain(tokio::time::Instant::now() + Duration::from_secs(10))
+        .await;
+    let rows = db
+        .rows(&format!(
+            "SELECT {select} FROM {}.m ORDER BY id FORMAT JSONEachRow",
+            db.name
+        ))
+        .await;
+    db.drop().await;
+    let logs = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
+    Live {
+        outcomes,
+        replanned,
+        rows,
+        logs,
+    }
+}
+
+/// `{"id":i,"x":x,"y":2000+i}` for `ids`, `x` of each.
+fn late_rows(ids: std::ops::Range<u64>, x: impl Fn(u64) -> String) -> Vec<String> {
+    ids.map(|i| format!(r#"{{"id":{i},"x":{},"y":{}}}"#, x(i), 2000 + i))
+        .collect()
+}
+
+/// `(id, x, y)` rows as the table answers `toString` of each.
+fn want(rows: impl IntoIterator<Item = (u64, String, u64)>) -> Vec<Value> {
+    rows.into_iter()
+        .map(|(i, x, y)| json!({"sid": i.to_string(), "sx": x, "sy": y.to_string()}))
+        .collect()
+}
+
+const SELECT_XY: &str = "toString(id) AS sid, toString(x) AS sx, toString(y) AS sy";
+
+/// The issue's repro, live: `MODIFY COLUMN x UInt64` mid-run. Every row
+/// lands right, nothing is acknowledged wrong, no restart: rows 10..14
+/// (encoded as UInt32) are re-sealed as UInt64, rows from the next poll
+/// batch on are encoded under the new plan (x = 5e9 only fits UInt64).
+async fn widening_is_replanned_live(url: &str, tag: &str, format: InsertFormat) {
+    let r = live_repro(
+        url,
+        tag,
+        format,
+        Some(DEFAULT_SCHEMA_REFRESH),
+        "MODIFY COLUMN x UInt64",
+        &late_rows(15..20, |i| (5_000_000_000 + i).to_string()),
+        SELECT_XY,
+    )
+    .await;
+    assert_eq!(
+        r.outcomes,
+        [Outcome::Delivered, Outcome::Delivered, Outcome::Delivered],
+        "{}",
+        r.logs
+    );
+    assert_eq!(r.replanned, Some(1), "the thread follows the new plan");
+    let mut expected: Vec<(u64, String, u64)> = (0..15)
+        .map(|i| (i, (1000 + i).to_string(), 2000 + i))
+        .collect();
+    expected.extend((15..20).map(|i| (i, (5_000_000_000 + i).to_string(), 2000 + i)));
+    assert_eq!(r.rows, want(expected), "{}", r.logs);
+    assert!(
+        r.logs.contains("re-planned the INSERT live: before [id UInt64, x UInt32, y UInt32], now [id UInt64, x UInt64, y UInt32]"),
+        "old and new column lists at INFO:\n{}",
+        r.logs
+    );
+    assert!(r.logs.contains("batch re-sealed"), "{}", r.logs);
+}
+
+#[tokio::test]
+async fn native_widening_mid_run_is_replanned_live() {
+    let Some(url) = server() else { return };
+    widening_is_replanned_live(&url, "lw64", InsertFormat::Native).await;
+}
+
+#[tokio::test]
+async fn rowbinary_widening_mid_run_is_replanned_live() {
+    let Some(url) = server() else { return };
+    widening_is_replanned_live(&url, "lr64", InsertFormat::RowBinary).await;
+}
+
+/// A current engine checks a Native block's types itself, so the writer
+/// re-reads the columns only every `schema_refresh` (here never before the
+/// insert): the change is found by the server's refusal of the old block,
+/// which the re-read then re-plans; the refused batch is re-sealed.
+#[tokio::test]
+async fn chdb_widening_found_by_the_servers_refusal_is_replanned_live() {
+    let Some(url) = chdb() else { return };
+    let r = live_repro(
+        &url,
+        "cw64",
+        InsertFormat::Native,
+        Some(Duration::from_secs(3600)),
+        "MODIFY COLUMN x UInt64",
+        &late_rows(15..20, |i| (5_000_000_000 + i).to_string()),
+        SELECT_XY,
+    )
+    .await;
+    assert_eq!(
+        r.outcomes,
+        [Outcome::Delivered, Outcome::Delivered, Outcome::Delivered],
+        "{}",
+        r.logs
+    );
+    assert_eq!(r.replanned, Some(1));
+    let mut expected: Vec<(u64, String, u64)> = (0..15)
+        .map(|i| (i, (1000 + i).to_string(), 2000 + i))
+        .collect();
+    expected.extend((15..20).map(|i| (i, (5_000_000_000 + i).to_string(), 2000 + i)));
+    assert_eq!(r.rows, want(expected), "{}", r.logs);
+    assert!(
+        r.logs.contains("the server said"),
+        "found by the refusal:\n{}",
+        r.logs
+    );
+}
+
+/// `MODIFY COLUMN x Nullable(UInt32)` mid-run on 18.16, which crashed on a
+/// Native block of the wrong Nullable-ness: the per-insert re-read finds the
+/// change before anything is sent, the old batch is re-sealed with every x
+/// not NULL, and from the next poll batch on a JSON null lands as NULL.
+#[tokio::test]
+async fn a_column_made_nullable_mid_run_is_replanned_live() {
+    let Some(url) = server() else { return };
+    for (tag, format) in [
+        ("ln", InsertFormat::Native),
+        ("lrn", InsertFormat::RowBinary),
+    ] {
+        let r = live_repro(
+            &url,
+            tag,
+            format,
+            Some(DEFAULT_SCHEMA_REFRESH),
+            "MODIFY COLUMN x Nullable(UInt32)",
+            &late_rows(15..20, |i| {
+                if i % 2 == 0 {
+                    "null".into()
+                } else {
+                    (1000 + i).to_string()
+                }
+            }),
+            "toString(id) AS sid, ifNull(toString(x), 'NULL') AS sx, toString(y) AS sy",
+        )
+        .await;
+        assert_eq!(
+            r.outcomes,
+            [Outcome::Delivered, Outcome::Delivered, Outcome::Delivered],
+            "{format:?}: {}",
+            r.logs
+        );
+        assert_eq!(r.replanned, Some(1));
+        let expected = (0..20).map(|i| {
+            let x = if i >= 15 && i % 2 == 0 {
+                "NULL".to_owned()
+            } else {
+                (1000 + i).to_string()
+            };
+            (i, x, 2000 + i)
+        });
+        assert_eq!(r.rows, want(expected), "{format:?}: {}", r.logs);
+    }
+}
+
+/// `ADD COLUMN z UInt32 DEFAULT 7` mid-run: the old batch is written without
+/// z (the server gives it 7, as it did the rows already in the table); from
+/// the next poll batch on z is filled from the record, and a record without
+/// it gets the DEFAULT, exactly as a plan made at start would.
+#[tokio::test]
+async fn a_column_added_mid_run_is_filled_from_then_on() {
+    let Some(url) = server() else { return };
+    let mut late: Vec<String> = (15..19)
+        .map(|i| {
+            format!(
+                r#"{{"id":{i},"x":{},"y":{},"z":{}}}"#,
+                1000 + i,
+                2000 + i,
+                100 + i
+            )
+        })
+        .collect();
+    late.push(r#"{"id":19,"x":1019,"y":2019}"#.into());
+    let r = live_repro(
+        &url,
+        "ladd",
+        InsertFormat::Native,
+        Some(DEFAULT_SCHEMA_REFRESH),
+        "ADD COLUMN z UInt32 DEFAULT 7",
+        &late,
+        "toString(id) AS sid, toString(x) AS sx, toString(z) AS sz",
+    )
+    .await;
+    assert_eq!(
+        r.outcomes,
+        [Outcome::Delivered, Outcome::Delivered, Outcome::Delivered],
+        "{}",
+        r.logs
+    );
+    assert_eq!(r.replanned, Some(1));
+    let z = |i: u64| match i {
+        15..=18 => 100 + i,
+        _ => 7,
+    };
+    let expected: Vec<Value> = (0..20u64)
+        .map(
+            |i| json!({"sid": i.to_string(), "sx": (1000 + i).to_string(), "sz": z(i).to_string()}),
+        )
+        .collect();
+    assert_eq!(r.rows, expected, "{}", r.logs);
+}
+
+/// A dropped column: the old batch's values of it are not written (logged,
+/// naming the column: the table's choice); later rows no longer carry it.
+#[tokio::test]
+async fn a_column_dropped_mid_run_is_replanned_live_and_logged() {
+    let Some(url) = server() else { return };
+    let r = live_repro(
+        &url,
+        "ldrop",
+        InsertFormat::Native,
+        Some(DEFAULT_SCHEMA_REFRESH),
+        "DROP COLUMN y",
+        &late_rows(15..20, |i| (1000 + i).to_string()),
+        "toString(id) AS sid, toString(x) AS sx",
+    )
+    .await;
+    assert_eq!(
+        r.outcomes,
+        [Outcome::Delivered, Outcome::Delivered, Outcome::Delivered],
+        "{}",
+        r.logs
+    );
+    let expected: Vec<Value> = (0..20u64)
+        .map(|i| json!({"sid": i.to_string(), "sx": (1000 + i).to_string()}))
+        .collect();
+    assert_eq!(r.rows, expected, "{}", r.logs);
+    assert!(
+        r.logs.contains("column `y` (UInt32) was dropped from")
+            && r.logs.contains("its values in the batch's 5 row(s)")
+            && r.logs.contains("the table's choice"),
+        "{}",
+        r.logs
+    );
+}
+
+/// What a live plan does not carry stops as before: a narrowing (values
+/// that would fit, UInt32 -> UInt16: the type decides, not the values), or a
+/// column added without a DEFAULT (a row encoded before the change cannot
+/// say whether its record had the field). The old batch fails, naming the
+/// table, the column and both types; nothing of it lands; its ack fails
+/// (D1, the watermark freezes); the plan is not changed.
+#[tokio::test]
+async fn a_change_that_does_not_carry_still_stops() {
+    let Some(url) = server() else { return };
+    for (tag, alter, names) in [
+        (
+            "lnarrow",
+            "MODIFY COLUMN x UInt16",
+            "column `x` was UInt32 when the INSERT was planned, is now UInt16",
+        ),
+        (
+            "lsign",
+            "MODIFY COLUMN x Int32",
+            "column `x` was UInt32 when the INSERT was planned, is now Int32",
+        ),
+        (
+            "lstr",
+            "MODIFY COLUMN x String",
+            "column `x` was UInt32 when the INSERT was planned, is now String",
+        ),
+        (
+            "lnodef",
+            "ADD COLUMN z UInt32",
+            "column `z` (UInt32) was added (without a DEFAULT",
+        ),
+    ] {
+        let r = live_repro(
+            &url,
+            tag,
+            InsertFormat::Native,
+            Some(DEFAULT_SCHEMA_REFRESH),
+            alter,
+            &[],
+            "toString(id) AS sid, toString(x) AS sx, toString(y) AS sy",
+        )
+        .await;
+        assert_eq!(
+            r.outcomes,
+            [Outcome::Delivered, Outcome::Failed],
+            "{alter}: {}",
+            r.logs
+        );
+        assert_eq!(r.replanned, None, "{alter}: no new plan");
+        assert_eq!(r.rows, first_ten(), "{alter}: nothing of rows 10..14 lands");
+        assert!(
+            r.logs.contains(".m changed while spate runs") && r.logs.contains(names),
+            "{alter}: the error names the table, column and types:\n{}",
+            r.logs
+        );
+    }
 }

@@ -51,6 +51,8 @@ struct Attempt {
     at: Instant,
     /// Earlier attempts with the same token (0 for the first).
     retry: usize,
+    /// The batch's layout.
+    layout: u64,
 }
 
 /// How the writer answers one attempt.
@@ -74,6 +76,9 @@ type Script = dyn Fn(&Attempt) -> Step + Send + Sync;
 struct FakeWriter {
     attempts: Mutex<Vec<Attempt>>,
     script: Box<Script>,
+    /// `Some(l)`: [`Writer::reseal`] re-seals into layout `l` with the bytes
+    /// upper-cased; `None`: the trait's default (refused).
+    reseal_to: Option<u64>,
     gate: tokio::sync::watch::Sender<bool>,
     thread_gate: Arc<(Mutex<bool>, Condvar)>,
 }
@@ -83,6 +88,7 @@ impl FakeWriter {
         Arc::new(Self {
             attempts: Mutex::new(Vec::new()),
             script: Box::new(script),
+            reseal_to: None,
             gate: tokio::sync::watch::channel(false).0,
             thread_gate: Arc::new((Mutex::new(false), Condvar::new())),
         })
@@ -127,6 +133,7 @@ impl Writer for FakeWriter {
                 segments: batch.segments().len(),
                 at: Instant::now(),
                 retry: log.iter().filter(|a| a.token == batch.token()).count(),
+                layout: batch.layout(),
             };
             assert_eq!(attempt.bytes.len() as u64, batch.bytes());
             assert_eq!(batch.to_contiguous().as_ref(), attempt.bytes.as_slice());
@@ -165,6 +172,18 @@ impl Writer for FakeWriter {
 
     fn probe(&self, _endpoint: &Endpoint) -> impl Future<Output = Result<(), WriteError>> + Send {
         std::future::ready(Ok(()))
+    }
+
+    fn reseal(&self, batch: &SealedBatch) -> Result<SealedBatch, WriteError> {
+        let Some(layout) = self.reseal_to else {
+            return Err(WriteError::fatal("cannot re-seal"));
+        };
+        let upper: Vec<u8> = batch
+            .segments()
+            .iter()
+            .flat_map(|s| s.to_ascii_uppercase())
+            .collect();
+        Ok(batch.resealed(layout, vec![Bytes::from(upper)]))
     }
 }
 
@@ -942,4 +961,79 @@ async fn metrics_count_retries_flushes_and_abandons() {
     assert_eq!(m(names::BYTES_WRITTEN), 4);
     assert_eq!(m(names::BATCHES_ABANDONED), 1);
     assert_eq!(report.shards[0].retries, m(names::RETRIES));
+}
+
+// ---------------------------------------------------------------------------
+// Layouts and re-seals (ADR 0005).
+
+/// A batch holds one layout: a chunk of another layout seals the open batch
+/// first, even below `max_rows`.
+#[tokio::test(start_paused = true)]
+async fn a_chunk_of_another_layout_seals_the_open_batch() {
+    let writer = FakeWriter::ok();
+    let mut c = config(1, 1);
+    c.batch.max_rows = 10;
+    c.batch.linger = Duration::from_millis(50);
+    let pool = start(c, &writer);
+    let mut feed = Feed::new(0);
+    send(&pool, 0, feed.chunk(b"a", 1));
+    send(&pool, 0, feed.chunk(b"b", 1));
+    send(&pool, 0, feed.chunk(b"c", 1).with_layout(3));
+    until("two batches", || writer.count() == 2).await;
+    let a = writer.attempts();
+    assert_eq!((a[0].layout, a[0].bytes.as_slice()), (0, b"ab".as_slice()));
+    assert_eq!((a[1].layout, a[1].bytes.as_slice()), (3, b"c".as_slice()));
+    pool.drain(Instant::now() + Duration::from_secs(1)).await;
+}
+
+/// A batch answered `replanned` is re-sealed once and the re-sealed batch
+/// written from then on: same token, its own bytes, identical on its retry
+/// (D4); the `replanned` answer is neither a retry nor a failure; the acks
+/// are delivered once (D1).
+#[tokio::test(start_paused = true)]
+async fn a_replanned_batch_is_resealed_and_the_resealed_bytes_retried() {
+    let mut writer = FakeWriter::new(|a| match (a.layout, a.retry) {
+        (0, _) => Step::Fail(WriteError::replanned("table changed")),
+        (_, 1) => Step::Fail(WriteError::retryable("connection reset")),
+        _ => Step::Ok,
+    });
+    Arc::get_mut(&mut writer).unwrap().reseal_to = Some(9);
+    let pool = start(config(1, 2), &writer);
+    let mut feed = Feed::new(0);
+    send(&pool, 0, feed.chunk(b"abc", 1));
+    until("three attempts", || writer.count() == 3).await;
+    let report = pool.drain(Instant::now() + Duration::from_secs(5)).await;
+    let a = writer.attempts();
+    assert_eq!(a.len(), 3, "{a:?}");
+    assert_eq!((a[0].layout, a[0].bytes.as_slice()), (0, b"abc".as_slice()));
+    assert_eq!((a[1].layout, a[1].bytes.as_slice()), (9, b"ABC".as_slice()));
+    assert_eq!(a[2].bytes, a[1].bytes, "D4: the re-sealed batch's retry");
+    assert!(a.iter().all(|x| x.token == a[0].token), "one token: {a:?}");
+    assert_eq!(report.batches_flushed(), 1);
+    assert_eq!(report.shards[0].retries, 1, "only the reset is a retry");
+    assert_eq!(
+        outcomes(&feed.resolutions())
+            .into_values()
+            .collect::<Vec<_>>(),
+        [Outcome::Delivered]
+    );
+}
+
+/// A re-seal the writer refuses abandons the batch at once: its acks fail
+/// (D1).
+#[tokio::test(start_paused = true)]
+async fn a_refused_reseal_abandons_the_batch() {
+    let writer = FakeWriter::new(|_| Step::Fail(WriteError::replanned("table changed")));
+    let pool = start(config(1, 1), &writer);
+    let mut feed = Feed::new(0);
+    send(&pool, 0, feed.chunk(b"abc", 1));
+    let report = pool.drain(Instant::now() + Duration::from_secs(5)).await;
+    assert_eq!(writer.count(), 1);
+    assert_eq!(report.batches_abandoned(), 1);
+    assert_eq!(
+        outcomes(&feed.resolutions())
+            .into_values()
+            .collect::<Vec<_>>(),
+        [Outcome::Failed]
+    );
 }

@@ -16,6 +16,7 @@ use rdkafka::{ClientConfig, ClientContext};
 use spate_clickhouse::mapping::{
     ColumnOptions, ColumnSpec, JsonRowEncoder, MappingOptions, MissingValue, TimeRules,
 };
+use spate_clickhouse::replan::{LiveEncoder, LivePlan};
 use spate_clickhouse::router::ShardRouter;
 use spate_clickhouse::schema::{
     InsertOptions, RowFormat, TableSchema, per_row_defaults_refused, plan_insert, row_format,
@@ -94,24 +95,26 @@ pub struct Plan {
     /// The rows' wire format (RowBinaryWithDefaults when a per-row DEFAULT
     /// is left to the server); the writer names it in the INSERT.
     pub row_format: RowFormat,
+    /// How the columns were planned, kept to re-plan them live when the
+    /// table changes ([`LivePlan`]).
+    pub insert: InsertOptions,
 }
 
 impl Plan {
     /// `(name, type text)` of each INSERT column, for the writer's probe.
     pub fn typed_columns(&self) -> Vec<(String, String)> {
-        self.columns
-            .iter()
-            .map(|c| {
-                let ty = self
-                    .schema
-                    .columns
-                    .iter()
-                    .find(|t| t.name == c.name)
-                    .map(|t| t.type_text.clone())
-                    .unwrap_or_default();
-                (c.name.clone(), ty)
-            })
-            .collect()
+        spate_clickhouse::replan::typed_columns(&self.schema, &self.columns)
+    }
+
+    /// The live plan the writer and the pipeline threads share, starting
+    /// from this one.
+    pub fn live(&self) -> Arc<LivePlan> {
+        LivePlan::new(
+            self.schema.clone(),
+            self.columns.clone(),
+            self.insert.clone(),
+            self.options.clone(),
+        )
     }
 
     /// What a row missing column `c`'s field gets, in words.
@@ -312,6 +315,7 @@ pub async fn plan(config: &Config) -> Result<Plan, ServiceError> {
         schema,
         columns,
         options,
+        insert,
     };
     if config.mapping.include_default_columns {
         tracing::warn!(
@@ -503,7 +507,7 @@ impl Decoder for MessageDecoder {
 
 /// The chain of one pipeline thread: JSON payloads mapped to RowBinary rows,
 /// routed by `sink.clickhouse.shard_key` (round robin without one).
-pub type Chain = ChainProcessor<MessageDecoder, Terminal<JsonRowEncoder, ShardRouter>>;
+pub type Chain = ChainProcessor<MessageDecoder, Terminal<LiveEncoder, ShardRouter>>;
 
 /// A pipeline assembled from a config, ready to run.
 pub type SpatePipeline =
@@ -521,10 +525,17 @@ pub fn build(
 ) -> Result<(SpatePipeline, Option<Arc<KafkaDeadLetter>>), ServiceError> {
     let mut wc = writer_config(config, plan.typed_columns())?;
     wc.row_format = plan.row_format;
+    // The writer re-plans the INSERT when the table changes; every pipeline
+    // thread's encoder follows it at a poll-batch boundary.
+    let live = plan.live();
+    // Not with effectively_once: its range formers keep rows across poll
+    // batches and do not carry a layout yet, so a change stops the run there
+    // (exit 3) and the restart re-plans (ADR 0005).
+    if !effectively_once(config) {
+        wc.live = Some(Arc::clone(&live));
+    }
     let writer = HttpWriter::new(wc);
     let source = KafkaSource::new(config.kafka_config())?;
-    let columns = plan.columns.clone();
-    let options = plan.options.clone();
     let shard_spec = config.sink.clickhouse.shard_spec()?;
     let decoder = match config.format.json.mode {
         JsonMode::Object => MessageDecoder::Object,
@@ -532,9 +543,9 @@ pub fn build(
     };
     let factory: Box<dyn Fn(ChunkBuffers) -> Chain + Send + Sync> =
         Box::new(move |buffers: ChunkBuffers| {
-            // plan() built the same encoder once, so this cannot fail.
-            let encoder = JsonRowEncoder::new(columns.clone(), options.clone())
-                .expect("the encoder was checked by plan()");
+            // plan() built the same encoder once (and a re-plan checks its
+            // own before publishing it), so this cannot fail.
+            let encoder = live.encoder().expect("the encoder was checked by plan()");
             ChainProcessor::new(
                 decoder,
                 Terminal::new(encoder, ShardRouter::with_spec(shard_spec.clone()), buffers),

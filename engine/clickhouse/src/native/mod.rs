@@ -30,6 +30,7 @@
 //! What this module does not do: decide which columns the INSERT names
 //! (`schema::plan_insert`) or check values (the mapper did).
 
+pub mod carry;
 mod column;
 
 use column::{Builder, ColumnError, put_count};

@@ -36,11 +36,17 @@
 //! schema probe the start-up uses to plan the INSERT.
 //!
 //! Schema changes ([`watch`]): the writer re-reads the table's columns
-//! every [`HttpWriterConfig::schema_refresh`] before an insert and at once
-//! after an insert error in [`SCHEMA_CHANGE_CODES`]; a planned column whose
-//! type changed or that is gone fails the batch fatally with an error
-//! naming the table and both types, so nothing is written under the old
-//! plan once the change is known.
+//! every [`HttpWriterConfig::schema_refresh`] before an insert (before
+//! every insert where the server does not check the body's types) and at
+//! once after an insert error in [`SCHEMA_CHANGE_CODES`]. With a live plan
+//! ([`HttpWriterConfig::live`], ADR 0005) a change that every old value
+//! carries over exactly ([`crate::native::carry`]) is re-planned: the new
+//! plan is published to the pipeline threads, and a batch of an older
+//! layout answers `replanned` so the shard worker re-seals it
+//! ([`Writer::reseal`]). Any other change to a planned column (and every
+//! change without a live plan) fails the batch fatally with an error naming
+//! the table, the column and both types, so nothing is written under the
+//! old plan once the change is known.
 //!
 //! `https://` URLs go over rustls ([`tls`]); `http://` URLs over plain TCP,
 //! through the same client.
@@ -52,6 +58,7 @@ pub mod tls;
 pub mod watch;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -62,7 +69,7 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use spate_core::sink::{Endpoint, SealedBatch, WriteError, Writer};
+use spate_core::sink::{Endpoint, Layout, SealedBatch, WriteError, Writer};
 
 pub use body::SegmentsBody;
 pub use classify::{RETRYABLE_CODES, SCHEMA_CHANGE_CODES, classify, exception_code};
@@ -71,7 +78,9 @@ pub use tls::{TlsError, TlsOptions};
 
 use crate::dedup::{Dedup, InsertRate};
 use crate::native::BlockPlan;
-use crate::schema::{TableSchema, columns_query};
+use crate::native::carry::Carry;
+use crate::replan::{LivePlan, MappingPlan, typed_columns};
+use crate::schema::{RowFormat, TableSchema, columns_query};
 use watch::{SchemaVerdict, SchemaWatch, compare, stale_message};
 
 /// The insert body's format (`sink.clickhouse.format`).
@@ -221,6 +230,13 @@ pub struct HttpWriterConfig {
     /// The rows' format, as the plan decided it
     /// ([`crate::schema::row_format`]; default RowBinary).
     pub row_format: crate::schema::RowFormat,
+    /// The live INSERT plan shared with the pipeline threads' encoders
+    /// ([`crate::replan`]): with it, a change of the table's columns that
+    /// every old value carries over exactly is re-planned while running
+    /// (ADR 0005); without it (`None`, the default) any change to a planned
+    /// column fails the batch and a restart re-plans. Its plan at start
+    /// must be the one [`Self::columns`] describes.
+    pub live: Option<Arc<LivePlan>>,
     /// `delivery: effectively_once` (docs/DESIGN.md D9): the probe and the
     /// first insert into each replica refuse a table that cannot
     /// deduplicate inserts ([`crate::dedup::Dedup::Cannot`], with the fix
@@ -259,6 +275,7 @@ impl HttpWriterConfig {
             format: InsertFormat::Native,
             schema_refresh: Some(DEFAULT_SCHEMA_REFRESH),
             row_format: crate::schema::RowFormat::RowBinary,
+            live: None,
             effectively_once: false,
             dedup_horizon: crate::dedup::DEFAULT_DEDUP_HORIZON,
         }
@@ -303,11 +320,20 @@ const POOL_IDLE: Duration = Duration::from_secs(2);
 pub struct HttpWriter {
     client: Client<HttpsConnector<HttpConnector>, SegmentsBody>,
     config: HttpWriterConfig,
-    insert_query: String,
+    /// The format asked for (`config.format` may have fallen back for the
+    /// start-up layout): what a new layout is planned with.
+    requested: InsertFormat,
     caps: Mutex<HashMap<Arc<str>, ServerCaps>>,
-    /// The Native block plan; `None` when the rows go as they were encoded
-    /// (RowBinary or RowBinaryWithDefaults, see [`native_plan`]).
-    native: Option<Arc<BlockPlan>>,
+    /// Every layout a batch may be in: the start-up plan (0), each plan
+    /// re-planned live, each re-seal's ([`WriterLayout`]). One entry per
+    /// schema change seen (and per pair of layouts re-sealed), kept for the
+    /// run: a handful.
+    layouts: Mutex<HashMap<Layout, Arc<WriterLayout>>>,
+    /// Re-seal layouts by (from, to), so each pair gets one number.
+    carried: Mutex<HashMap<(Layout, Layout), Layout>>,
+    next_layout: AtomicU64,
+    /// Held while a re-plan is decided and published (no await inside).
+    replanning: Mutex<()>,
     /// When each replica's columns were last read (schema refresh).
     schema_read: Mutex<HashMap<Arc<str>, tokio::time::Instant>>,
     watch: SchemaWatch,
@@ -315,6 +341,62 @@ pub struct HttpWriter {
     dedup: Mutex<HashMap<Arc<str>, Arc<Dedup>>>,
     /// Each shard's insert rate (per batch, not per record).
     rates: Mutex<HashMap<usize, InsertRate>>,
+}
+
+/// How the rows of one [`Layout`] are inserted.
+#[derive(Debug)]
+struct WriterLayout {
+    /// The plan's layout it writes into: itself for a plan, the plan it was
+    /// carried into for a re-seal's.
+    target: Layout,
+    /// The INSERT's `(name, server type text)` columns, in row order.
+    columns: Vec<(String, String)>,
+    /// The rows' format.
+    row_format: RowFormat,
+    /// The Native block plan; `None` when the rows go as they were encoded
+    /// (RowBinary or RowBinaryWithDefaults, see [`native_plan`]).
+    native: Option<Arc<BlockPlan>>,
+    /// `INSERT INTO db.t (cols) FORMAT f`, percent-encoded.
+    insert_query: String,
+}
+
+impl WriterLayout {
+    /// The layout of `columns` in `row_format`, inserted as `format` asks
+    /// where it can ([`native_plan`]).
+    fn new(
+        config: &HttpWriterConfig,
+        format: InsertFormat,
+        target: Layout,
+        columns: Vec<(String, String)>,
+        row_format: RowFormat,
+    ) -> WriterLayout {
+        let mut c = HttpWriterConfig::new(&config.database, &config.table, columns);
+        c.format = format;
+        c.row_format = row_format;
+        let native = native_plan(&mut c);
+        let cols: Vec<String> = c
+            .columns
+            .iter()
+            .map(|(n, _)| crate::schema::quote_ident(n))
+            .collect();
+        let insert = format!(
+            "INSERT INTO {}.{} ({}) FORMAT {}",
+            crate::schema::quote_ident(&c.database),
+            crate::schema::quote_ident(&c.table),
+            cols.join(", "),
+            match c.format {
+                InsertFormat::Native => InsertFormat::Native.name(),
+                InsertFormat::RowBinary => c.row_format.name(),
+            }
+        );
+        WriterLayout {
+            target,
+            columns: c.columns,
+            row_format,
+            native,
+            insert_query: percent_encode(&insert),
+        }
+    }
 }
 
 /// A failed request: the classified error and the ClickHouse code, if any.
@@ -369,7 +451,20 @@ fn native_plan(config: &mut HttpWriterConfig) -> Option<Arc<BlockPlan>> {
 impl HttpWriter {
     /// A writer for `config`. Needs a tokio runtime when used, not when built.
     pub fn new(mut config: HttpWriterConfig) -> Self {
-        let native = native_plan(&mut config);
+        let requested = config.format;
+        let start = WriterLayout::new(
+            &config,
+            requested,
+            0,
+            config.columns.clone(),
+            config.row_format,
+        );
+        // What the start-up layout fell back to, for the probe's warnings.
+        config.format = if start.native.is_some() {
+            InsertFormat::Native
+        } else {
+            InsertFormat::RowBinary
+        };
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(config.connect_timeout));
         connector.set_nodelay(true);
@@ -401,27 +496,27 @@ impl HttpWriter {
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(POOL_IDLE)
             .build(connector);
-        let cols: Vec<String> = config
-            .columns
-            .iter()
-            .map(|(n, _)| crate::schema::quote_ident(n))
-            .collect();
-        let insert = format!(
-            "INSERT INTO {}.{} ({}) FORMAT {}",
-            crate::schema::quote_ident(&config.database),
-            crate::schema::quote_ident(&config.table),
-            cols.join(", "),
-            match config.format {
-                InsertFormat::Native => InsertFormat::Native.name(),
-                InsertFormat::RowBinary => config.row_format.name(),
-            }
-        );
+        if let Some(live) = &config.live {
+            debug_assert_eq!(
+                live.generation(),
+                0,
+                "a writer starts at the plan made at start"
+            );
+            debug_assert_eq!(
+                live.current().typed_columns(),
+                config.columns,
+                "the live plan at start is the writer's columns"
+            );
+        }
         Self {
             client,
-            insert_query: percent_encode(&insert),
             config,
+            requested,
             caps: Mutex::new(HashMap::new()),
-            native,
+            layouts: Mutex::new(HashMap::from([(0, Arc::new(start))])),
+            carried: Mutex::new(HashMap::new()),
+            next_layout: AtomicU64::new(1),
+            replanning: Mutex::new(()),
             schema_read: Mutex::new(HashMap::new()),
             watch: SchemaWatch::default(),
             dedup: Mutex::new(HashMap::new()),
@@ -699,31 +794,98 @@ impl HttpWriter {
         }
     }
 
-    /// Inserts `segments` (whole RowBinary rows for the configured columns,
-    /// in order) into `endpoint`, with `token` as
-    /// `insert_deduplication_token` where the endpoint knows it. What
-    /// [`Writer::write`] does with a sealed batch.
-    ///
-    /// Before sending, re-reads the table's columns when the last read of
-    /// this replica is older than [`HttpWriterConfig::schema_refresh`]; for
-    /// Native, transcodes the rows into Native blocks. After a failure whose
-    /// code is in [`SCHEMA_CHANGE_CODES`], re-reads the columns at once.
+    /// Inserts `segments` (whole RowBinary rows of the current INSERT plan's
+    /// columns, in order) into `endpoint`, with `token` as
+    /// `insert_deduplication_token` where the endpoint knows it (see
+    /// [`HttpWriter::insert_layout`]).
     ///
     /// # Errors
-    /// [`WriteError`], classified (see the module docs); fatal, naming the
-    /// table and the old and new types, when the table changed under the
-    /// plan.
+    /// As [`HttpWriter::insert_layout`].
     pub async fn insert(
         &self,
         endpoint: &Endpoint,
         segments: Vec<Bytes>,
         token: &str,
     ) -> Result<(), WriteError> {
+        let layout = self.config.live.as_ref().map_or(0, |l| l.generation());
+        self.insert_layout(endpoint, layout, segments, token).await
+    }
+
+    /// Inserts `segments`, whole RowBinary rows of `layout`, into
+    /// `endpoint`: what [`Writer::write`] does with a sealed batch.
+    ///
+    /// Before sending, re-reads the table's columns when the last read of
+    /// this replica is older than [`HttpWriterConfig::schema_refresh`]
+    /// (always where the server does not check the body's types); for
+    /// Native, transcodes the rows into Native blocks. After a failure whose
+    /// code is in [`SCHEMA_CHANGE_CODES`], re-reads the columns at once.
+    ///
+    /// # Errors
+    /// [`WriteError`], classified (see the module docs); fatal, naming the
+    /// table and the old and new types, when the table changed under the
+    /// plan in a way that is not re-planned live; `replanned` (nothing
+    /// sent, or refused by the server) when the table changed and the plan
+    /// was re-planned: the batch is then re-sealed ([`Writer::reseal`]).
+    pub async fn insert_layout(
+        &self,
+        endpoint: &Endpoint,
+        layout: Layout,
+        segments: Vec<Bytes>,
+        token: &str,
+    ) -> Result<(), WriteError> {
         debug_assert!(!segments.is_empty(), "an insert has rows");
+        self.writes_current(layout)?;
+        let plan = self.layout(layout)?;
         let caps = self.caps(endpoint).await?;
-        if self.schema_read_due(endpoint, caps) {
+        if self.schema_read_due(endpoint, caps, &plan) {
             self.check_schema(endpoint).await?;
+            // The re-read may have re-planned: re-seal before sending.
+            self.writes_current(layout)?;
         }
+        let uri = self.insert_uri(endpoint, caps, &plan, token).await?;
+        let compression = self.config.compression;
+        let segments = encode_body(endpoint, &plan, segments, compression).await?;
+        let req = self.request(
+            uri,
+            SegmentsBody::new(segments),
+            compression.content_encoding(),
+        )?;
+        match self.send(&endpoint.to_string(), req).await {
+            Ok(_) => {
+                self.count_insert(endpoint);
+                Ok(())
+            }
+            Err(f) if f.code.is_some_and(|c| SCHEMA_CHANGE_CODES.contains(&c)) => {
+                // The server could not take our bytes as its columns: did
+                // the table change? A stale plan's error names the types; a
+                // re-planned one re-seals the batch (nothing was stored).
+                match self.check_schema(endpoint).await {
+                    Err(stale) if stale.is_fatal() => Err(WriteError::fatal(format!(
+                        "{}; the server said: {}",
+                        stale.message, f.error.message
+                    ))),
+                    _ => match self.writes_current(layout) {
+                        Err(replanned) => Err(WriteError::replanned(format!(
+                            "{}; the server said: {}",
+                            replanned.message, f.error.message
+                        ))),
+                        Ok(()) => Err(f.error),
+                    },
+                }
+            }
+            Err(f) => Err(f.error),
+        }
+    }
+
+    /// The insert's URI for `plan` on `endpoint`: settings, the token as
+    /// query id (and dedup token where known), Native's type check.
+    async fn insert_uri(
+        &self,
+        endpoint: &Endpoint,
+        caps: ServerCaps,
+        plan: &WriterLayout,
+        token: &str,
+    ) -> Result<Uri, WriteError> {
         // The token is also the query id: a server still running an earlier
         // attempt of this batch refuses this one (code 216) instead of
         // storing it a second time. Another replica cannot know it.
@@ -745,53 +907,48 @@ impl HttpWriter {
         if caps.dedup_token {
             extra.push(("insert_deduplication_token", token));
         }
-        if self.native.is_some() && caps.native_type_check {
+        if plan.native.is_some() && caps.native_type_check {
             extra.push((NATIVE_TYPES_CONVERSION, "0"));
         }
-        let uri = self.uri(&endpoint.url, &self.insert_query, &extra)?;
-        let compression = self.config.compression;
-        let segments = match (&self.native, compression) {
-            (None, Compression::None) => segments,
-            (Some(plan), _) => {
-                // CPU-bound (milliseconds per MiB): off the I/O threads, so
-                // other shards' inserts and probes keep moving.
-                let plan = Arc::clone(plan);
-                tokio::task::spawn_blocking(move || {
-                    let mut body = Vec::with_capacity(segments.iter().map(|s| s.len()).sum());
-                    plan.transcode(segments.iter().map(|s| &s[..]), &mut body)
-                        .map(|_| compression.apply(vec![Bytes::from(body)]))
-                })
-                .await
-                .map_err(|e| WriteError::fatal(format!("{endpoint}: transcoding: {e}")))?
-                .map_err(|e| WriteError::fatal(format!("{endpoint}: {e}")))?
-            }
-            (None, c) => tokio::task::spawn_blocking(move || c.apply(segments))
-                .await
-                .map_err(|e| WriteError::fatal(format!("{endpoint}: compressing: {e}")))?,
+        self.uri(&endpoint.url, &plan.insert_query, &extra)
+    }
+
+    /// The layout numbered `layout`.
+    ///
+    /// # Errors
+    /// Fatal when this writer never planned it (a bug).
+    fn layout(&self, layout: Layout) -> Result<Arc<WriterLayout>, WriteError> {
+        self.layouts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&layout)
+            .cloned()
+            .ok_or_else(|| {
+                WriteError::fatal(format!(
+                    "{}.{}: a batch of layout {layout}, which this writer never planned",
+                    self.config.database, self.config.table
+                ))
+            })
+    }
+
+    /// Whether rows of `layout` are what the table takes now.
+    ///
+    /// # Errors
+    /// `replanned` when the INSERT was re-planned since `layout` was made.
+    fn writes_current(&self, layout: Layout) -> Result<(), WriteError> {
+        let Some(live) = &self.config.live else {
+            return Ok(());
         };
-        let req = self.request(
-            uri,
-            SegmentsBody::new(segments),
-            compression.content_encoding(),
-        )?;
-        match self.send(&endpoint.to_string(), req).await {
-            Ok(_) => {
-                self.count_insert(endpoint);
-                Ok(())
-            }
-            Err(f) if f.code.is_some_and(|c| SCHEMA_CHANGE_CODES.contains(&c)) => {
-                // The server could not take our bytes as its columns: did
-                // the table change? A stale plan's error names the types.
-                match self.check_schema(endpoint).await {
-                    Err(stale) if stale.is_fatal() => Err(WriteError::fatal(format!(
-                        "{}; the server said: {}",
-                        stale.message, f.error.message
-                    ))),
-                    _ => Err(f.error),
-                }
-            }
-            Err(f) => Err(f.error),
+        let now = live.generation();
+        let target = self.layout(layout)?.target;
+        if target == now {
+            return Ok(());
         }
+        Err(WriteError::replanned(format!(
+            "{}.{}: the table's columns changed; the batch was encoded under INSERT plan \
+             {target}, the plan is now {now}",
+            self.config.database, self.config.table
+        )))
     }
 
     /// What the table's deduplication covers at `endpoint`
@@ -966,19 +1123,19 @@ impl HttpWriter {
         out
     }
 
-    /// Whether `endpoint`'s columns are due for a re-read before an insert:
-    /// always where the server does not check the body's types itself
-    /// (RowBinary, or Native without [`ServerCaps::native_type_check`]),
-    /// else when the last read is older than the refresh; never when the
-    /// refresh is `None`.
-    fn schema_read_due(&self, endpoint: &Endpoint, caps: ServerCaps) -> bool {
+    /// Whether `endpoint`'s columns are due for a re-read before an insert
+    /// of `plan`: always where the server does not check the body's types
+    /// itself (RowBinary, or Native without
+    /// [`ServerCaps::native_type_check`]), else when the last read is older
+    /// than the refresh; never when the refresh is `None`.
+    fn schema_read_due(&self, endpoint: &Endpoint, caps: ServerCaps, plan: &WriterLayout) -> bool {
         let Some(refresh) = self.config.schema_refresh else {
             return false;
         };
         if self.config.columns.is_empty() {
             return false;
         }
-        if self.native.is_none() || !caps.native_type_check {
+        if plan.native.is_none() || !caps.native_type_check {
             return true;
         }
         let read = self.schema_read.lock().unwrap_or_else(|p| p.into_inner());
@@ -986,12 +1143,23 @@ impl HttpWriter {
             .is_none_or(|t| t.elapsed() >= refresh)
     }
 
+    /// The `(name, type)` columns the INSERT is planned for now.
+    fn planned_columns(&self) -> Vec<(String, String)> {
+        match &self.config.live {
+            Some(live) => live.current().typed_columns(),
+            None => self.config.columns.clone(),
+        }
+    }
+
     /// Re-reads `endpoint`'s columns and compares them with the plan
-    /// ([`watch`]); logs a change at INFO.
+    /// ([`watch`]); logs a change at INFO. With a [`LivePlan`], a change
+    /// that every old value carries over exactly is re-planned
+    /// ([`HttpWriter::replan`]).
     ///
     /// # Errors
     /// Fatal when the plan is stale (a planned column gone or of another
-    /// type) or the table is gone; the probe query's error when it fails.
+    /// type) and not re-planned, or the table is gone; the probe query's
+    /// error when it fails.
     pub async fn check_schema(&self, endpoint: &Endpoint) -> Result<(), WriteError> {
         let schema = match self.table_schema(&endpoint.url).await {
             Ok(s) => s,
@@ -1004,14 +1172,137 @@ impl HttpWriter {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(endpoint.url.clone(), tokio::time::Instant::now());
-        self.watch.observe(&self.config.columns, &schema);
-        match compare(&self.config.columns, &schema) {
+        let planned = self.planned_columns();
+        self.watch
+            .observe(&planned, &schema, self.config.live.is_some());
+        match compare(&planned, &schema) {
+            SchemaVerdict::Unchanged => Ok(()),
+            _ if self.config.live.is_some() => self.replan(endpoint, &schema),
             SchemaVerdict::Stale(stale) => Err(WriteError::fatal(format!(
                 "{endpoint}: {}",
                 stale_message(&schema, &stale)
             ))),
-            SchemaVerdict::Unchanged | SchemaVerdict::Added(_) => Ok(()),
+            SchemaVerdict::Added(_) => Ok(()),
         }
+    }
+
+    /// The table now has `schema`'s columns, unlike the current plan's:
+    /// plans the INSERT for them as the start-up would and, when every
+    /// column of the current plan carries over exactly ([`Carry`]),
+    /// publishes it to the pipeline threads. Logs the old and new INSERT
+    /// columns at INFO and each dropped column.
+    ///
+    /// # Errors
+    /// Fatal, naming the table and each column that does not carry (old
+    /// and new type), when the change is not re-planned live: the batch
+    /// fails as before the live re-plan existed, and a restart re-plans.
+    fn replan(&self, endpoint: &Endpoint, schema: &TableSchema) -> Result<(), WriteError> {
+        let live = self.config.live.as_ref().expect("checked by the caller");
+        let _one = self.replanning.lock().unwrap_or_else(|p| p.into_inner());
+        let current = live.current();
+        let before = current.typed_columns();
+        if compare(&before, schema) == SchemaVerdict::Unchanged {
+            return Ok(()); // another write re-planned meanwhile
+        }
+        let table = format!("{}.{}", schema.database, schema.table);
+        let stop = |changes: String| {
+            WriteError::fatal(format!(
+                "{endpoint}: table {table} changed while spate runs: {changes}; not re-planned \
+                 live, since a row encoded before the change could not be written exactly: no \
+                 row is written under the old plan: this batch fails, its offsets are not \
+                 committed, and a restart re-plans the INSERT against the new schema and \
+                 replays them"
+            ))
+        };
+        let columns = live
+            .plan_for(schema)
+            .map_err(|why| stop(format!("cannot plan: {why}")))?;
+        let now = typed_columns(schema, &columns);
+        if now == before {
+            return Ok(()); // the INSERT's columns are the same (say, a MATERIALIZED one added)
+        }
+        let from = self.layout(current.layout)?;
+        let mut plan = MappingPlan {
+            layout: 0,
+            schema: schema.clone(),
+            columns,
+        };
+        if from.row_format != RowFormat::RowBinary {
+            return Err(stop(format!(
+                "{}: rows with per-row DEFAULT markers are not re-sealed",
+                watch::column_list(now.iter().map(|(n, t)| (n.as_str(), t.as_str())))
+            )));
+        }
+        let carry = Carry::plan(&before, &now, |n| plan.fills_missing(n)).map_err(|not| {
+            stop(
+                not.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            )
+        })?;
+        let layout = self.next_layout.fetch_add(1, Ordering::Relaxed);
+        let writer_layout = WriterLayout::new(
+            &self.config,
+            self.requested,
+            layout,
+            now.clone(),
+            plan.row_format(),
+        );
+        self.layouts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(layout, Arc::new(writer_layout));
+        plan.layout = layout;
+        live.publish(plan);
+        tracing::info!(
+            table = %table,
+            layout,
+            "re-planned the INSERT live: before [{}], now [{}]; pipeline threads encode \
+             under the new plan from their next poll batch, and batches encoded before are \
+             re-sealed under it",
+            watch::column_list(before.iter().map(|(n, t)| (n.as_str(), t.as_str()))),
+            watch::column_list(now.iter().map(|(n, t)| (n.as_str(), t.as_str())))
+        );
+        for (name, ty) in carry.dropped() {
+            tracing::info!(
+                table = %table,
+                column = %name,
+                "column `{name}` ({ty}) was dropped from {table}: rows are no longer written \
+                 with it, and its values in batches encoded before are not written (the table \
+                 no longer has the column: the table's choice)"
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The insert body for `plan`: the rows as they are, or their Native
+/// transcode, compressed as configured. CPU-bound work (milliseconds per
+/// MiB) runs off the I/O threads, so other shards' inserts keep moving.
+async fn encode_body(
+    endpoint: &Endpoint,
+    plan: &WriterLayout,
+    segments: Vec<Bytes>,
+    compression: Compression,
+) -> Result<Vec<Bytes>, WriteError> {
+    match (&plan.native, compression) {
+        (None, Compression::None) => Ok(segments),
+        (Some(native), _) => {
+            let native = Arc::clone(native);
+            tokio::task::spawn_blocking(move || {
+                let mut body = Vec::with_capacity(segments.iter().map(|s| s.len()).sum());
+                native
+                    .transcode(segments.iter().map(|s| &s[..]), &mut body)
+                    .map(|_| compression.apply(vec![Bytes::from(body)]))
+            })
+            .await
+            .map_err(|e| WriteError::fatal(format!("{endpoint}: transcoding: {e}")))?
+            .map_err(|e| WriteError::fatal(format!("{endpoint}: {e}")))
+        }
+        (None, c) => tokio::task::spawn_blocking(move || c.apply(segments))
+            .await
+            .map_err(|e| WriteError::fatal(format!("{endpoint}: compressing: {e}"))),
     }
 }
 
@@ -1028,8 +1319,13 @@ pub enum SchemaProbeError {
 
 impl Writer for HttpWriter {
     async fn write(&self, endpoint: &Endpoint, batch: &SealedBatch) -> Result<(), WriteError> {
-        self.insert(endpoint, batch.segments().to_vec(), batch.token())
-            .await
+        self.insert_layout(
+            endpoint,
+            batch.layout(),
+            batch.segments().to_vec(),
+            batch.token(),
+        )
+        .await
     }
 
     async fn probe(&self, endpoint: &Endpoint) -> Result<(), WriteError> {
@@ -1052,8 +1348,104 @@ impl Writer for HttpWriter {
         } else if let Err(e) = self.dedup(endpoint).await {
             tracing::warn!(endpoint = %endpoint, "cannot read the table's dedup window: {e}");
         }
-        // Fatal when a planned column is missing or of another type.
+        // Fatal when a planned column is missing or of another type (and,
+        // with a live plan, the change does not carry).
         self.check_schema(endpoint).await
+    }
+
+    /// Re-encodes `batch`'s rows for the current plan ([`Carry`]): values
+    /// of a widened column widened, of a column made Nullable flagged not
+    /// NULL, of a dropped column left out (logged); a column added is left
+    /// to the server's DEFAULT. The re-sealed batch names its own columns
+    /// (a layout of its own unless they are the plan's).
+    fn reseal(&self, batch: &SealedBatch) -> Result<SealedBatch, WriteError> {
+        let table = format!("{}.{}", self.config.database, self.config.table);
+        let Some(live) = &self.config.live else {
+            return Err(WriteError::fatal(format!(
+                "{table}: batch {}: no live plan to re-seal it under",
+                batch.token()
+            )));
+        };
+        let from = self.layout(batch.layout())?;
+        let current = live.current();
+        let to = self.layout(current.layout)?;
+        let refuse = |why: String| {
+            WriteError::fatal(format!(
+                "table {table} changed while spate runs: {why}; batch {} (encoded before the \
+                 change) is not re-sealed: no row is written under the old plan: it fails, its \
+                 offsets are not committed, and a restart re-plans the INSERT against the new \
+                 schema and replays them",
+                batch.token()
+            ))
+        };
+        if from.row_format != RowFormat::RowBinary {
+            return Err(refuse("its rows carry per-row DEFAULT markers".into()));
+        }
+        let carry = Carry::plan(&from.columns, &to.columns, |n| current.fills_missing(n)).map_err(
+            |not| {
+                refuse(
+                    not.iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                )
+            },
+        )?;
+        let layout = self.carried_layout(batch.layout(), current.layout, &carry);
+        let mut body = Vec::with_capacity(batch.bytes() as usize + 8 * batch.rows() as usize);
+        let rows = carry
+            .apply(batch.segments().iter().map(|s| &s[..]), &mut body)
+            .map_err(|e| {
+                WriteError::fatal(format!("{table}: re-sealing {}: {e}", batch.token()))
+            })?;
+        debug_assert_eq!(rows, batch.rows(), "a re-seal keeps every row");
+        for (name, ty) in carry.dropped() {
+            tracing::info!(
+                table = %table,
+                token = batch.token(),
+                column = %name,
+                rows,
+                "batch {}: column `{name}` ({ty}) was dropped from {table}: its values in the \
+                 batch's {rows} row(s), encoded before the change, are not written (the table \
+                 no longer has the column: the table's choice)",
+                batch.token()
+            );
+        }
+        Ok(batch.resealed(layout, vec![Bytes::from(body)]))
+    }
+}
+
+impl HttpWriter {
+    /// The layout of `carry`'s output from `from` into plan `to`: the plan's
+    /// own when the columns are the plan's, else one numbered once per pair.
+    fn carried_layout(&self, from: Layout, to: Layout, carry: &Carry) -> Layout {
+        let mut carried = self.carried.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(&l) = carried.get(&(from, to)) {
+            return l;
+        }
+        let plan_columns = self
+            .layout(to)
+            .map(|l| l.columns.clone())
+            .unwrap_or_default();
+        let layout = if carry.output() == plan_columns.as_slice() {
+            to
+        } else {
+            let l = self.next_layout.fetch_add(1, Ordering::Relaxed);
+            let wl = WriterLayout::new(
+                &self.config,
+                self.requested,
+                to,
+                carry.output().to_vec(),
+                RowFormat::RowBinary,
+            );
+            self.layouts
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(l, Arc::new(wl));
+            l
+        };
+        carried.insert((from, to), layout);
+        layout
     }
 }
 
@@ -1087,7 +1479,7 @@ mod tests {
         let uri = w
             .uri(
                 "http://h:1/",
-                &w.insert_query,
+                &w.layout(0).unwrap().insert_query,
                 &[("insert_deduplication_token", "p-1-0-7")],
             )
             .unwrap();

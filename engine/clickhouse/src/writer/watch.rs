@@ -9,15 +9,17 @@
 //! [`compare`] then decides:
 //!
 //! - a planned column gone, or its type text changed: the plan is stale.
-//!   The batch fails fatally with an error naming the table and the old and
-//!   new types, so no row is written under the old plan once the change is
-//!   known; its acks fail, the watermark freezes (D1) and the process exits
-//!   non-zero; a restart re-plans against the new schema and replays from
-//!   the last commit.
-//! - columns added (or changed) that the INSERT does not name: the plan
-//!   still writes correct rows (the INSERT names its columns), so the run
-//!   goes on; the new column gets its DEFAULT (or its type's default) until
-//!   a restart re-plans and fills it from the record.
+//!   With a live plan the writer re-plans when every old value carries
+//!   (ADR 0005, `HttpWriter::replan`); otherwise the batch fails fatally
+//!   with an error naming the table and the old and new types, so no row is
+//!   written under the old plan once the change is known; its acks fail,
+//!   the watermark freezes (D1) and the process exits non-zero; a restart
+//!   re-plans against the new schema and replays from the last commit.
+//! - columns added that the INSERT does not name: the plan still writes
+//!   correct rows (the INSERT names its columns). With a live plan the
+//!   writer re-plans so that they are filled from the records; without
+//!   one the run goes on and the new column gets its DEFAULT (or its
+//!   type's default) until a restart re-plans.
 //!
 //! Either way the old and new column lists are logged at INFO once per
 //! change ([`SchemaWatch::observe`]).
@@ -90,7 +92,7 @@ pub fn stale_message(schema: &TableSchema, stale: &[(String, String, Option<Stri
 }
 
 /// Renders columns as `name Type, ...` for the INFO log.
-fn column_list<'a>(cols: impl Iterator<Item = (&'a str, &'a str)>) -> String {
+pub(crate) fn column_list<'a>(cols: impl Iterator<Item = (&'a str, &'a str)>) -> String {
     cols.map(|(n, t)| format!("{n} {t}"))
         .collect::<Vec<_>>()
         .join(", ")
@@ -106,7 +108,9 @@ impl SchemaWatch {
     /// Records `schema` as seen; logs the old and new column lists at INFO
     /// when they differ from the last seen (or, the first time, from the
     /// planned columns).
-    pub fn observe(&self, planned: &[(String, String)], schema: &TableSchema) {
+    /// With `live`, the writer re-plans added columns itself (no warning
+    /// that they wait for a restart).
+    pub fn observe(&self, planned: &[(String, String)], schema: &TableSchema, live: bool) {
         let now: Vec<(String, String)> = schema
             .columns
             .iter()
@@ -125,7 +129,7 @@ impl SchemaWatch {
                 column_list(before.iter().map(|(n, t)| (n.as_str(), t.as_str()))),
                 column_list(now.iter().map(|(n, t)| (n.as_str(), t.as_str())))
             );
-            if let SchemaVerdict::Added(added) = compare(planned, schema) {
+            if let (false, SchemaVerdict::Added(added)) = (live, compare(planned, schema)) {
                 tracing::warn!(
                     "table {}.{} has columns this run's INSERT does not name: [{}]; they get \
                      their DEFAULT (or their type's default) until spate restarts and re-plans",

@@ -59,11 +59,30 @@ pub struct TestDb {
 impl TestDb {
     /// Creates database [`unique_name`]`(prefix, tag)` on `url`.
     pub async fn create(url: &str, prefix: &str, tag: &str) -> TestDb {
+        Self::create_with(
+            url,
+            prefix,
+            tag,
+            vec![("allow_experimental_low_cardinality_type".into(), "1".into())],
+        )
+        .await
+    }
+
+    /// As [`TestDb::create`], without 18.16's LowCardinality setting, which a
+    /// current engine (chdb) does not know (code 115).
+    pub async fn create_current(url: &str, prefix: &str, tag: &str) -> TestDb {
+        Self::create_with(url, prefix, tag, Vec::new()).await
+    }
+
+    async fn create_with(
+        url: &str,
+        prefix: &str,
+        tag: &str,
+        settings: Vec<(String, String)>,
+    ) -> TestDb {
         let name = unique_name(prefix, tag);
         let mut config = HttpWriterConfig::new(&name, "", Vec::new());
-        config
-            .settings
-            .push(("allow_experimental_low_cardinality_type".into(), "1".into()));
+        config.settings = settings;
         let admin = HttpWriter::new(config);
         admin
             .query(url, &format!("CREATE DATABASE {name}"))

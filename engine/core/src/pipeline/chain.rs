@@ -116,6 +116,14 @@ pub trait Stage<T> {
     /// # Errors
     /// [`RecordError`] when this or a later stage refuses the record.
     fn push(&mut self, record: T, cx: &RecordCx<'_>) -> Result<(), RecordError>;
+
+    /// Called by the lane driver once before each poll batch's records;
+    /// operator stages pass it on, the terminal asks its encoder whether it
+    /// switched plans ([`Encoder::replan`]) and, if so, seals its open
+    /// chunks before a row of the new layout is appended. Once per poll
+    /// batch, never per record. The default does nothing.
+    #[inline]
+    fn begin_poll_batch(&mut self) {}
 }
 
 /// Turns a payload into zero or more records and pushes them to `next`.
@@ -165,6 +173,18 @@ pub trait Encoder<T>: Send {
         cx: &RecordCx<'_>,
         buf: &mut Vec<u8>,
     ) -> Result<(), RecordError>;
+
+    /// How the encoder follows a table that changes while it runs, asked
+    /// once per poll batch before its records ([`Stage::begin_poll_batch`]):
+    /// `Some(layout)` when it has just switched to another plan, so the rows
+    /// it appends from now on follow `layout` ([`crate::sink::Layout`]) and
+    /// the terminal seals the open chunks first; `None` (the default, and
+    /// the usual answer) when nothing changed. Keep it to an atomic load
+    /// when nothing changed.
+    #[inline]
+    fn replan(&mut self) -> Option<crate::sink::Layout> {
+        None
+    }
 }
 
 /// Picks the shard of a record: an index in `0..shards`.
@@ -220,6 +240,11 @@ impl<T, F: FnMut(&T) -> bool, N: Stage<T>> Stage<T> for Filter<F, N> {
             Ok(())
         }
     }
+
+    #[inline]
+    fn begin_poll_batch(&mut self) {
+        self.next.begin_poll_batch();
+    }
 }
 
 /// Transforms each record with `F`.
@@ -233,6 +258,11 @@ impl<T, U, F: FnMut(T) -> U, N: Stage<U>> Stage<T> for Map<F, N> {
     #[inline]
     fn push(&mut self, record: T, cx: &RecordCx<'_>) -> Result<(), RecordError> {
         self.next.push((self.f)(record), cx)
+    }
+
+    #[inline]
+    fn begin_poll_batch(&mut self) {
+        self.next.begin_poll_batch();
     }
 }
 
@@ -257,6 +287,11 @@ where
         }
         Ok(())
     }
+
+    #[inline]
+    fn begin_poll_batch(&mut self) {
+        self.next.begin_poll_batch();
+    }
 }
 
 /// Fallible transformation: `Err` becomes an operator record error.
@@ -271,6 +306,11 @@ impl<T, U, F: FnMut(T) -> Result<U, RecordError>, N: Stage<U>> Stage<T> for TryM
     fn push(&mut self, record: T, cx: &RecordCx<'_>) -> Result<(), RecordError> {
         let out = (self.f)(record)?;
         self.next.push(out, cx)
+    }
+
+    #[inline]
+    fn begin_poll_batch(&mut self) {
+        self.next.begin_poll_batch();
     }
 }
 

@@ -40,6 +40,10 @@ pub trait Processor {
 
     /// The terminal buffers at the end of the chain.
     fn buffers(&mut self) -> &mut ChunkBuffers;
+
+    /// Called once before each poll batch's records (see
+    /// [`Stage::begin_poll_batch`]); the default does nothing.
+    fn begin_poll_batch(&mut self) {}
 }
 
 /// The usual [`Processor`]: a decoder feeding a chain of stages that ends in a
@@ -70,6 +74,17 @@ where
     fn buffers(&mut self) -> &mut ChunkBuffers {
         self.chain.buffers()
     }
+
+    #[inline]
+    fn begin_poll_batch(&mut self) {
+        begin_poll_batch::<D, S>(&mut self.chain);
+    }
+}
+
+/// [`Stage::begin_poll_batch`] on a chain that takes `D`'s records of any
+/// lifetime (the call does not depend on one).
+fn begin_poll_batch<'a, D: Decoder, S: Stage<D::Record<'a>>>(chain: &mut S) {
+    chain.begin_poll_batch();
 }
 
 /// Record counters shared by all drivers of a pipeline, for the run report.
@@ -320,6 +335,9 @@ impl<L: Lane, P: Processor> Driver<L, P> {
             busy = true;
             polled += n as u64;
             let ack = issuer.issue(batch.payload(0).offset, batch.payload(n - 1).offset);
+            // A plan published since the last poll batch applies from here:
+            // never inside a poll batch, never per record.
+            self.processor.begin_poll_batch();
             if eo {
                 self.processor
                     .buffers()

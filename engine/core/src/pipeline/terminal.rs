@@ -28,7 +28,7 @@ use crate::budget::{Budget, BudgetPermit};
 use crate::pipeline::chain::{Encoder, RecordCx, RecordError, Router, Stage};
 use crate::pipeline::eo::{EoConfig, Former, FormerFlush, LanePlan};
 use crate::record::{Epoch, Offset, TopicPartition};
-use crate::sink::{Chunk, PoolHandle, PushError};
+use crate::sink::{Chunk, Layout, PoolHandle, PushError};
 
 /// Sizes at which the terminal stage seals a chunk.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -68,6 +68,7 @@ struct Pending {
     rows: u64,
     acks: AckSet,
     permit: Option<BudgetPermit>,
+    layout: Layout,
 }
 
 /// What [`ChunkBuffers::flush`] achieved.
@@ -93,6 +94,8 @@ pub struct ChunkBuffers {
     config: ChunkConfig,
     rows_encoded: u64,
     chunks_dropped: u64,
+    /// The layout the open chunks' rows follow ([`ChunkBuffers::set_layout`]).
+    layout: Layout,
 }
 
 impl std::fmt::Debug for ChunkBuffers {
@@ -124,7 +127,25 @@ impl ChunkBuffers {
             config,
             rows_encoded: 0,
             chunks_dropped: 0,
+            layout: 0,
         }
+    }
+
+    /// Rows appended from now on follow `layout`: when it is another than
+    /// the open chunks', they are sealed first, so a chunk never mixes two
+    /// layouts (the shard worker keeps them apart in batches too). Called
+    /// at a poll-batch boundary ([`Stage::begin_poll_batch`]).
+    pub fn set_layout(&mut self, layout: Layout) {
+        if layout != self.layout {
+            self.seal_all();
+            debug_assert!(!self.has_open_rows(), "sealed before the layout changes");
+            self.layout = layout;
+        }
+    }
+
+    /// The layout of the rows appended now.
+    pub fn layout(&self) -> Layout {
+        self.layout
     }
 
     /// Switches these buffers to `delivery: effectively_once`: rows go to
@@ -265,6 +286,7 @@ impl ChunkBuffers {
             rows: std::mem::take(&mut oc.rows),
             acks: std::mem::take(&mut oc.acks),
             permit: None,
+            layout: self.layout,
         });
         oc.opened_at = None;
     }
@@ -333,17 +355,18 @@ impl ChunkBuffers {
                 }
             }
             let permit = p.permit.take().expect("acquired above");
-            let chunk = Chunk::new(p.data, p.rows, p.acks, permit);
+            let chunk = Chunk::new(p.data, p.rows, p.acks, permit).with_layout(p.layout);
             match self.pool.try_send(p.shard, chunk) {
                 Ok(()) => {}
                 Err(PushError::Full(chunk)) => {
-                    let (data, rows, acks, permit) = chunk.into_parts();
+                    let (data, rows, acks, permit, layout) = chunk.into_parts();
                     self.pending.push_front(Pending {
                         shard: p.shard,
                         data,
                         rows,
                         acks,
                         permit: Some(permit),
+                        layout,
                     });
                     return Flush::Blocked;
                 }
@@ -431,6 +454,13 @@ impl<T, E: Encoder<T>, R: Router<T>> Stage<T> for Terminal<E, R> {
         let encoder = &mut self.encoder;
         self.buffers
             .append(shard, cx, |buf| encoder.encode(&record, cx, buf))
+    }
+
+    #[inline]
+    fn begin_poll_batch(&mut self) {
+        if let Some(layout) = self.encoder.replan() {
+            self.buffers.set_layout(layout);
+        }
     }
 }
 

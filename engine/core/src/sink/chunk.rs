@@ -23,22 +23,43 @@ pub struct Chunk {
     rows: u64,
     acks: AckSet,
     permit: BudgetPermit,
+    layout: Layout,
     /// `delivery: effectively_once`: the range token; the worker writes
     /// such a chunk as its own batch with this token, never merged (D9).
     pub(crate) token: Option<String>,
 }
 
+/// Which row layout a chunk's or batch's bytes follow: an opaque number the
+/// encoder reports ([`crate::pipeline::chain::Encoder::replan`]) and the
+/// writer understands (for ClickHouse, the INSERT plan generation). `0` is
+/// the layout planned at start. A shard worker never merges chunks of two
+/// layouts into one batch.
+pub type Layout = u64;
+
 impl Chunk {
     /// `rows` rows encoded in `data` (whole rows in the sink's format), with
     /// the acks of their poll batches and the budget taken for them.
+    /// The chunk is of layout 0 ([`Chunk::with_layout`] sets another).
     pub fn new(data: Bytes, rows: u64, acks: AckSet, permit: BudgetPermit) -> Self {
         Self {
             data,
             rows,
             acks,
             permit,
+            layout: 0,
             token: None,
         }
+    }
+
+    /// The same chunk, its rows of `layout`.
+    pub fn with_layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
+        self
+    }
+
+    /// The layout its rows follow.
+    pub fn layout(&self) -> Layout {
+        self.layout
     }
 
     /// The chunk as one shard's part of a range (`delivery:
@@ -83,9 +104,9 @@ impl Chunk {
         &self.acks
     }
 
-    pub(crate) fn into_parts(self) -> (Bytes, u64, AckSet, BudgetPermit) {
+    pub(crate) fn into_parts(self) -> (Bytes, u64, AckSet, BudgetPermit, Layout) {
         debug_assert!(self.token.is_none(), "a range part is never merged");
-        (self.data, self.rows, self.acks, self.permit)
+        (self.data, self.rows, self.acks, self.permit, self.layout)
     }
 }
 
@@ -128,6 +149,7 @@ pub struct SealedBatch {
     rows: u64,
     bytes: u64,
     ranges: Vec<BatchRange>,
+    layout: Layout,
     /// Hash of token and bytes taken at seal, checked again before every
     /// attempt ([`SealedBatch::debug_assert_unchanged`]): the D4 seam.
     #[cfg(debug_assertions)]
@@ -142,6 +164,7 @@ impl SealedBatch {
         segments: Vec<Bytes>,
         rows: u64,
         acks: &AckSet,
+        layout: Layout,
     ) -> Self {
         debug_assert!(!segments.is_empty(), "a sealed batch is never empty");
         let bytes = segments.iter().map(|s| s.len() as u64).sum();
@@ -155,9 +178,44 @@ impl SealedBatch {
             rows,
             bytes,
             ranges: ranges_of(acks),
+            layout,
             #[cfg(debug_assertions)]
             sealed_fingerprint,
         }
+    }
+
+    /// A new immutable batch holding this batch's rows re-encoded as
+    /// `segments` of `layout` (the writer's re-seal after the table changed,
+    /// [`crate::sink::Writer::reseal`]): same shard, sequence number, token,
+    /// row count and ranges; its own bytes, which every attempt of it sends
+    /// unchanged (D4, checked by [`SealedBatch::debug_assert_unchanged`]).
+    ///
+    /// The token stays: it names the rows, so a server that deduplicates by
+    /// token drops the re-sealed batch if an earlier attempt of the old bytes
+    /// landed; one that deduplicates by block hash (18.16) does not (ADR 0005).
+    pub fn resealed(&self, layout: Layout, segments: Vec<Bytes>) -> SealedBatch {
+        debug_assert!(!segments.is_empty(), "a re-sealed batch is never empty");
+        debug_assert_ne!(layout, self.layout, "a re-seal changes the layout");
+        let bytes = segments.iter().map(|s| s.len() as u64).sum();
+        #[cfg(debug_assertions)]
+        let sealed_fingerprint = fingerprint(&self.token, &segments);
+        SealedBatch {
+            shard: self.shard,
+            seq: self.seq,
+            token: self.token.clone(),
+            segments,
+            rows: self.rows,
+            bytes,
+            ranges: self.ranges.clone(),
+            layout,
+            #[cfg(debug_assertions)]
+            sealed_fingerprint,
+        }
+    }
+
+    /// The layout its rows follow ([`Layout`]).
+    pub fn layout(&self) -> Layout {
+        self.layout
     }
 
     /// In debug builds, panics unless the token and bytes are those the batch

@@ -206,6 +206,21 @@ impl ShardShared {
         );
     }
 
+    /// The table changed under `old`'s layout (`replanned` says how) and
+    /// the writer re-sealed it as `new`, which the write goes on with. Not a
+    /// failure: nothing is counted.
+    pub(crate) fn resealed(&self, old: &SealedBatch, new: &SealedBatch, replanned: &WriteError) {
+        tracing::info!(
+            shard = self.shard,
+            token = old.token(),
+            rows = old.rows(),
+            from_layout = old.layout(),
+            to_layout = new.layout(),
+            reason = %replanned.message,
+            "batch re-sealed under the table's new columns; writing the re-sealed batch"
+        );
+    }
+
     /// `batch` was given up on after `failures` failed attempts, `ambiguous`
     /// of them with an unknown outcome. Its acks fail when the caller drops
     /// them (D1).

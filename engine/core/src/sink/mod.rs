@@ -26,7 +26,7 @@ mod writer;
 
 pub use backoff::backoff_delay;
 pub use breaker::{Pick, ReplicaSet};
-pub use chunk::{BatchRange, Chunk, SealedBatch};
+pub use chunk::{BatchRange, Chunk, Layout, SealedBatch};
 pub use config::{BatchConfig, BreakerConfig, ConfigError, ConfigWarning, RetryConfig, SinkConfig};
 pub use events::ShardReport;
 pub use pool::{DRAIN_GRACE, DrainReport, PoolHandle, ProbeReport, PushError, SinkPool};

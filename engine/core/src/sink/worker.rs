@@ -28,7 +28,8 @@ use crate::budget::BudgetPermit;
 use crate::planted::{self, Bug};
 use crate::sink::events::{Abandon, ShardShared};
 use crate::sink::{
-    Chunk, Pick, SealedBatch, SinkConfig, WriteError, WriteErrorKind, Writer, backoff_delay,
+    Chunk, Endpoint, Pick, SealedBatch, SinkConfig, WriteError, WriteErrorKind, Writer,
+    backoff_delay,
 };
 
 pub(crate) struct WorkerArgs<W> {
@@ -49,6 +50,8 @@ struct OpenBatch {
     acks: AckSet,
     permit: BudgetPermit,
     opened_at: Instant,
+    /// The layout of every chunk in it (one per batch).
+    layout: crate::sink::Layout,
 }
 
 /// A sealed batch with what settles when its write ends.
@@ -85,7 +88,15 @@ pub(crate) async fn run<W: Writer>(args: WorkerArgs<W>) {
             let seq = next_seq;
             next_seq += 1;
             let token = range.unwrap_or_else(|| format!("{token_prefix}{seq}"));
-            let batch = SealedBatch::new(shared.shard, seq, token, b.segments, b.rows, &b.acks);
+            let batch = SealedBatch::new(
+                shared.shard,
+                seq,
+                token,
+                b.segments,
+                b.rows,
+                &b.acks,
+                b.layout,
+            );
             debug_assert_eq!(batch.bytes(), b.bytes);
             let acks = if planted::active(Bug::CommitBeforeAck) {
                 b.acks.deliver();
@@ -175,9 +186,10 @@ pub(crate) async fn run<W: Writer>(args: WorkerArgs<W>) {
 }
 
 fn add(open: &mut Option<OpenBatch>, chunk: Chunk) {
-    let (data, rows, acks, permit) = chunk.into_parts();
+    let (data, rows, acks, permit, layout) = chunk.into_parts();
     match open {
         Some(b) => {
+            debug_assert_eq!(b.layout, layout, "one layout per batch");
             b.bytes += data.len() as u64;
             b.rows += rows;
             b.segments.push(data);
@@ -192,13 +204,19 @@ fn add(open: &mut Option<OpenBatch>, chunk: Chunk) {
                 acks,
                 permit,
                 opened_at: Instant::now(),
+                layout,
             });
         }
     }
 }
 
+/// Whether `chunk` cannot join `b`: it would pass the batch's size, or its
+/// rows follow another layout (a batch is one layout, written under one
+/// INSERT plan).
 fn would_overflow(b: &OpenBatch, chunk: &Chunk, config: &SinkConfig) -> bool {
-    b.rows + chunk.rows() > config.batch.max_rows || b.bytes + chunk.len() > config.batch.max_bytes
+    b.layout != chunk.layout()
+        || b.rows + chunk.rows() > config.batch.max_rows
+        || b.bytes + chunk.len() > config.batch.max_bytes
 }
 
 fn is_full(b: &OpenBatch, config: &SinkConfig) -> bool {
@@ -230,6 +248,11 @@ async fn abandon_at_deadline(
     shared.abandoned_at_deadline(batches);
 }
 
+/// Re-seals a batch at most this many times (each after the table changed
+/// again under the batch's layout): a bound on the write loop, far above
+/// the schema changes a batch can meet while it is written.
+const MAX_RESEALS: u32 = 8;
+
 /// Writes one sealed batch, retrying the same bytes and token on the next
 /// healthy replica with backoff, until it is acknowledged, fails fatally or
 /// runs out of attempts. Owns the batch's acks: delivered only on success.
@@ -237,7 +260,11 @@ async fn abandon_at_deadline(
 /// An answer [`WriteErrorKind::AlreadyRunning`] (the replica still runs an
 /// earlier attempt of this batch under the same query id) is waited out: the
 /// same replica is asked again after a backoff, without counting a failure
-/// or touching its breaker.
+/// or touching its breaker. An answer [`WriteErrorKind::Replanned`] (the
+/// table changed under the batch's layout; nothing was stored) swaps the
+/// batch for the writer's re-seal of it ([`Writer::reseal`]), which every
+/// later attempt sends unchanged (D4); a re-seal the writer refuses is
+/// fatal.
 ///
 /// Every attempt whose outcome is unknown (timeout, connection lost after
 /// sending) may have landed: the batch may be in the table once per such
@@ -251,48 +278,14 @@ async fn write_batch<W: Writer>(
     pending: PendingBatch,
     seed: u64,
 ) {
-    let mut rng = SmallRng::seed_from_u64(seed);
     let _inflight = shared.write_in_flight();
-    let batch = &pending.batch;
-    let mut failures: u32 = 0;
-    // Attempts that timed out or lost the connection after sending: each may
-    // have landed.
-    let mut ambiguous: u64 = 0;
-    // Consecutive "still running" answers, for the wait's backoff; and the
-    // replica that gave them, asked again next.
-    let mut waits: u32 = 0;
-    let mut again: Option<usize> = None;
+    let mut attempts = Attempts::new(seed);
+    let mut batch = Arc::clone(&pending.batch);
     let outcome = loop {
-        let replica = match again.take() {
-            Some(r) => r,
-            None => {
-                let pick = shared
-                    .replicas
-                    .lock()
-                    .expect("replica set lock")
-                    .pick(Instant::now());
-                match pick {
-                    Pick::Replica(r) => r,
-                    Pick::WaitUntil(t) => {
-                        sleep_until(t).await;
-                        continue;
-                    }
-                }
-            }
-        };
+        let replica = attempts.replica(&shared).await;
         let endpoint = &shared.endpoints[replica];
         batch.debug_assert_unchanged();
-        let result =
-            match tokio::time::timeout(config.write_timeout, writer.write(endpoint, batch)).await {
-                Ok(r) => r,
-                Err(_) if planted::active(Bug::TimeoutIsSuccess) => Ok(()),
-                Err(_) => Err(WriteError::ambiguous(format!(
-                    "no answer within sink.write_timeout {:?}; the insert may have landed, \
-                 the retry carries the same token",
-                    config.write_timeout
-                ))),
-            };
-        let err = match result {
+        let err = match attempt(&*writer, endpoint, &batch, &config).await {
             Ok(()) => {
                 shared
                     .replicas
@@ -303,46 +296,192 @@ async fn write_batch<W: Writer>(
             }
             Err(e) => e,
         };
-        if err.kind == WriteErrorKind::AlreadyRunning {
-            // The earlier attempt is alive on this replica: not a failure.
-            waits = waits.saturating_add(1);
-            let delay = backoff_delay(&config.retry, waits, rng.random::<f64>());
-            shared.still_running(endpoint, batch, waits, delay, &err);
-            let _backoff = shared.backing_off(delay);
-            sleep(delay).await;
-            again = Some(replica);
-            continue;
+        match err.kind {
+            WriteErrorKind::AlreadyRunning => {
+                attempts
+                    .wait_running(&shared, &config, &batch, &err, replica)
+                    .await;
+            }
+            WriteErrorKind::Replanned => {
+                match reseal(&*writer, &shared, &batch, &mut attempts, &err) {
+                    Ok(next) => batch = Arc::new(next),
+                    Err(e) => break Err(Abandon::Fatal(e)),
+                }
+            }
+            _ => {
+                if let Some(abandon) = attempts
+                    .failed(&shared, &config, &batch, err, replica)
+                    .await
+                {
+                    break Err(abandon);
+                }
+            }
         }
-        waits = 0;
+    };
+    match outcome {
+        Ok(()) => {
+            shared.flushed(&batch, attempts.ambiguous);
+            // D1: delivered only after a replica acknowledged the insert.
+            pending.acks.deliver();
+        }
+        Err(reason) => {
+            shared.abandoned(&batch, &reason, attempts.failures, attempts.ambiguous);
+            // Dropping `pending` fails the acks (D1).
+        }
+    }
+}
+
+/// One attempt of `batch` on `endpoint`, bounded by `sink.write_timeout`
+/// (no answer in time is ambiguous: it may have landed).
+async fn attempt<W: Writer>(
+    writer: &W,
+    endpoint: &Endpoint,
+    batch: &SealedBatch,
+    config: &SinkConfig,
+) -> Result<(), WriteError> {
+    match tokio::time::timeout(config.write_timeout, writer.write(endpoint, batch)).await {
+        Ok(r) => r,
+        Err(_) if planted::active(Bug::TimeoutIsSuccess) => Ok(()),
+        Err(_) => Err(WriteError::ambiguous(format!(
+            "no answer within sink.write_timeout {:?}; the insert may have landed, \
+             the retry carries the same token",
+            config.write_timeout
+        ))),
+    }
+}
+
+/// The writer's re-seal of `batch` after it answered `replanned`, bounded by
+/// [`MAX_RESEALS`].
+fn reseal<W: Writer>(
+    writer: &W,
+    shared: &ShardShared,
+    batch: &SealedBatch,
+    attempts: &mut Attempts,
+    replanned: &WriteError,
+) -> Result<SealedBatch, WriteError> {
+    attempts.reseals += 1;
+    if attempts.reseals > MAX_RESEALS {
+        return Err(WriteError::fatal(format!(
+            "batch {} re-sealed {MAX_RESEALS} times and the table changed again: {}",
+            batch.token(),
+            replanned.message
+        )));
+    }
+    let next = writer.reseal(batch)?;
+    debug_assert_eq!(next.token(), batch.token(), "a re-seal keeps the token");
+    debug_assert_eq!(next.rows(), batch.rows(), "a re-seal keeps every row");
+    debug_assert_ne!(
+        next.layout(),
+        batch.layout(),
+        "a re-seal changes the layout"
+    );
+    shared.resealed(batch, &next, replanned);
+    Ok(next)
+}
+
+/// The retry state of one batch's write: failures, ambiguous attempts, the
+/// "still running" waits and the replica they pin, re-seals, and the seeded
+/// RNG for backoff jitter (D7).
+struct Attempts {
+    rng: SmallRng,
+    failures: u32,
+    /// Attempts that timed out or lost the connection after sending: each
+    /// may have landed.
+    ambiguous: u64,
+    /// Consecutive "still running" answers, for the wait's backoff.
+    waits: u32,
+    /// The replica that answered "still running", asked again next.
+    again: Option<usize>,
+    reseals: u32,
+}
+
+impl Attempts {
+    fn new(seed: u64) -> Self {
+        Self {
+            rng: SmallRng::seed_from_u64(seed),
+            failures: 0,
+            ambiguous: 0,
+            waits: 0,
+            again: None,
+            reseals: 0,
+        }
+    }
+
+    /// The replica for the next attempt: the one pinned by a "still
+    /// running" answer, else the replica set's pick (waiting while every
+    /// breaker is open).
+    async fn replica(&mut self, shared: &ShardShared) -> usize {
+        if let Some(r) = self.again.take() {
+            return r;
+        }
+        loop {
+            let pick = shared
+                .replicas
+                .lock()
+                .expect("replica set lock")
+                .pick(Instant::now());
+            match pick {
+                Pick::Replica(r) => return r,
+                Pick::WaitUntil(t) => sleep_until(t).await,
+            }
+        }
+    }
+
+    /// The replica still runs an earlier attempt: back off and ask it again
+    /// (not a failure).
+    async fn wait_running(
+        &mut self,
+        shared: &ShardShared,
+        config: &SinkConfig,
+        batch: &SealedBatch,
+        err: &WriteError,
+        replica: usize,
+    ) {
+        self.waits = self.waits.saturating_add(1);
+        let delay = backoff_delay(&config.retry, self.waits, self.rng.random::<f64>());
+        shared.still_running(&shared.endpoints[replica], batch, self.waits, delay, err);
+        let _backoff = shared.backing_off(delay);
+        sleep(delay).await;
+        self.again = Some(replica);
+    }
+
+    /// A failed attempt: counts it against the replica's breaker and
+    /// `retry.max_attempts`; `Some` when the batch is given up on, else
+    /// after the backoff the next attempt may go.
+    async fn failed(
+        &mut self,
+        shared: &ShardShared,
+        config: &SinkConfig,
+        batch: &SealedBatch,
+        err: WriteError,
+        replica: usize,
+    ) -> Option<Abandon> {
+        self.waits = 0;
         shared
             .replicas
             .lock()
             .expect("replica set lock")
             .failure(replica, Instant::now());
-        failures = failures.saturating_add(1);
+        self.failures = self.failures.saturating_add(1);
         if err.kind == WriteErrorKind::Ambiguous {
-            ambiguous += 1;
+            self.ambiguous += 1;
         }
         if err.is_fatal() {
-            break Err(Abandon::Fatal(err));
+            return Some(Abandon::Fatal(err));
         }
-        if config.retry.max_attempts != 0 && failures >= config.retry.max_attempts {
-            break Err(Abandon::Exhausted(err));
+        if config.retry.max_attempts != 0 && self.failures >= config.retry.max_attempts {
+            return Some(Abandon::Exhausted(err));
         }
-        let delay = backoff_delay(&config.retry, failures, rng.random::<f64>());
-        shared.retried(endpoint, batch, failures, delay, &err);
+        let delay = backoff_delay(&config.retry, self.failures, self.rng.random::<f64>());
+        shared.retried(
+            &shared.endpoints[replica],
+            batch,
+            self.failures,
+            delay,
+            &err,
+        );
         let _backoff = shared.backing_off(delay);
         sleep(delay).await;
-    };
-    match outcome {
-        Ok(()) => {
-            shared.flushed(batch, ambiguous);
-            // D1: delivered only after a replica acknowledged the insert.
-            pending.acks.deliver();
-        }
-        Err(reason) => {
-            shared.abandoned(batch, &reason, failures, ambiguous);
-            // Dropping `pending` fails the acks (D1).
-        }
+        None
     }
 }

@@ -46,6 +46,12 @@ pub enum WriteErrorKind {
     /// asks the same replica again; it is neither a failure counted against
     /// `retry.max_attempts` nor one that opens the replica's breaker.
     AlreadyRunning,
+    /// The table changed under the batch's layout and the writer now writes
+    /// another ([`SealedBatch::layout`]): nothing was sent. The worker asks
+    /// [`Writer::reseal`] for the batch under the current layout and writes
+    /// that instead; neither a failure counted against `retry.max_attempts`
+    /// nor one that opens the replica's breaker.
+    Replanned,
     /// The batch itself is refused (schema mismatch, malformed data, no such
     /// table, authorisation): abandon it at once and fail its acks.
     Fatal,
@@ -57,6 +63,7 @@ pub enum WriteErrorKind {
     WriteErrorKind::Retryable => "retryable",
     WriteErrorKind::Ambiguous => "ambiguous",
     WriteErrorKind::AlreadyRunning => "already-running",
+    WriteErrorKind::Replanned => "replanned",
     WriteErrorKind::Fatal => "fatal",
 })]
 pub struct WriteError {
@@ -92,6 +99,15 @@ impl WriteError {
         }
     }
 
+    /// The batch's layout is no longer the table's: re-seal it (see
+    /// [`WriteErrorKind::Replanned`]).
+    pub fn replanned(message: impl Into<String>) -> Self {
+        Self {
+            kind: WriteErrorKind::Replanned,
+            message: message.into(),
+        }
+    }
+
     /// A failure no retry can fix.
     pub fn fatal(message: impl Into<String>) -> Self {
         Self {
@@ -108,6 +124,7 @@ impl WriteError {
             WriteErrorKind::Retryable => "retryable",
             WriteErrorKind::Ambiguous => "ambiguous",
             WriteErrorKind::AlreadyRunning => "already-running",
+            WriteErrorKind::Replanned => "replanned",
             WriteErrorKind::Fatal => "fatal",
         };
         format!("{kind} {what} error: {}", self.message)
@@ -150,4 +167,22 @@ pub trait Writer: Send + Sync + 'static {
     /// # Errors
     /// [`WriteError`] saying why not.
     fn probe(&self, endpoint: &Endpoint) -> impl Future<Output = Result<(), WriteError>> + Send;
+
+    /// After [`Writer::write`] answered [`WriteErrorKind::Replanned`]: the
+    /// batch's rows re-encoded under the layout the writer now writes, as a
+    /// new immutable batch ([`SealedBatch::resealed`]), when every value
+    /// carries over exactly. The worker writes it from then on, every
+    /// attempt identical (D4). Runs on the worker's task: keep it to a pure
+    /// transform of the bytes (no I/O).
+    ///
+    /// # Errors
+    /// A fatal [`WriteError`] when the rows cannot be carried exactly (the
+    /// batch is abandoned, its acks fail, D1). The default: this writer
+    /// cannot re-seal.
+    fn reseal(&self, batch: &SealedBatch) -> Result<SealedBatch, WriteError> {
+        Err(WriteError::fatal(format!(
+            "batch {}: the writer changed its layout but cannot re-seal batches",
+            batch.token()
+        )))
+    }
 }
