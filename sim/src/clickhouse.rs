@@ -343,12 +343,12 @@ impl Refusal {
 /// under the table's: rows of identity columns only stay rows of identity
 /// columns after an `ADD COLUMN`. The model refuses an insert whose named
 /// value columns are not the table's ([`Refusal::Columns`]), as it refuses
-/// a stale type; a real server fills an added column the insert does not
-/// name with its default instead (docs:
-/// <https://clickhouse.com/docs/en/sql-reference/statements/insert-into>),
-/// and the engine's real writer logs that and keeps its plan
-/// (`writer/watch.rs`). Either way no row lands with bytes read as another
-/// column. The checks run in the order the model always ran them (width,
+/// a stale type (stricter than a real server, which fills an added column
+/// the insert does not name with its default, docs:
+/// <https://clickhouse.com/docs/en/sql-reference/statements/insert-into>;
+/// the engine's real writer then re-plans live, ADR 0005, which this model
+/// does not: its incarnations keep the plan they probed). Either way no row
+/// lands with bytes read as another column. The checks run in the order the model always ran them (width,
 /// then declared types), the column list last, so a refusal the earlier
 /// checks gave keeps its message.
 fn admit(w: &World, named: &Plan, body: &[u8]) -> Result<(), Refusal> {
