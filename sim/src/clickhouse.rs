@@ -22,7 +22,7 @@ use spate_core::sink::{Endpoint, SealedBatch, WriteError, Writer};
 
 use crate::config::{Delivery, FaultKind};
 use crate::planted::{SimBug, planted};
-use crate::schema::{FIELDS, Plan, record_values};
+use crate::schema::{FIELDS, Plan, Schema, record_values};
 use crate::world::{FNV_BASIS, QueuedInsert, Shared, WRONG_VALUES_KEPT, World, fnv1a};
 
 /// spate's mapping stand-in: encodes a record as its identity (partition,
@@ -97,12 +97,16 @@ impl<'a> Router<Payload<'a>> for SimRouter {
 #[derive(Clone, Debug)]
 pub struct SimWriter {
     world: Shared,
+    /// The columns every insert names (`INSERT INTO t (cols)`): the schema
+    /// the incarnation probed, the one its [`SimEncoder`] writes.
+    named: Plan,
 }
 
 impl SimWriter {
-    /// The cluster of `world`.
-    pub fn new(world: Shared) -> Self {
-        Self { world }
+    /// The cluster of `world`, written to by an incarnation whose inserts
+    /// name the columns of `named` (the schema it probed).
+    pub fn new(world: Shared, named: Plan) -> Self {
+        Self { world, named }
     }
 }
 
@@ -282,7 +286,7 @@ pub fn run_zombies(w: &mut World, all: bool) {
             q.shard, q.replica, q.token
         ));
         let drops = w.dedup_drops;
-        if apply(w, q.shard, q.replica, &q.token, &q.body, None).is_ok() {
+        if apply(w, q.shard, q.replica, &q.token, &q.named, &q.body, None).is_ok() {
             w.zombie_landed += 1;
             if w.dedup_drops > drops {
                 w.zombie_dropped += 1;
@@ -297,7 +301,7 @@ pub fn run_queued(w: &mut World) {
     let now = w.now();
     while w.server_queue.front().is_some_and(|q| q.due <= now) {
         let q = w.server_queue.pop_front().expect("front");
-        if apply(w, q.shard, q.replica, &q.token, &q.body, None).is_ok() {
+        if apply(w, q.shard, q.replica, &q.token, &q.named, &q.body, None).is_ok() {
             w.ambiguous_writes += 1;
         }
     }
@@ -310,6 +314,9 @@ enum Refusal {
     Types,
     /// The bytes are not whole rows of the table's layout (RowBinary).
     Layout,
+    /// The value columns the insert names are not the table's (one was
+    /// added or dropped since the incarnation probed).
+    Columns,
 }
 
 impl Refusal {
@@ -319,13 +326,32 @@ impl Refusal {
                 "Code: 368: the block's column types differ from the table's (schema changed)"
             }
             Refusal::Layout => "Code: 27: Cannot parse input: rows do not match the table's layout",
+            Refusal::Columns => {
+                "Code: 20: the insert's columns are not the table's (schema changed)"
+            }
         }
     }
 }
 
-/// Checks `body` against the table's current schema, as the server parses
-/// an insert.
-fn admit(w: &World, body: &[u8]) -> Result<(), Refusal> {
+/// Checks an insert naming the columns of `named` and carrying `body`
+/// against the table's current schema, as the server parses an insert.
+///
+/// spate's INSERT names its columns (`INSERT INTO t (cols) FORMAT Native`,
+/// `engine/clickhouse/src/writer/mod.rs`) and a Native block carries each
+/// column's name and type (ADR 0003), so ClickHouse (18.16 and current)
+/// reads the body by the insert's own column list and never re-slices it
+/// under the table's: rows of identity columns only stay rows of identity
+/// columns after an `ADD COLUMN`. The model refuses an insert whose named
+/// value columns are not the table's ([`Refusal::Columns`]), as it refuses
+/// a stale type (stricter than a real server, which fills an added column
+/// the insert does not name with its default, docs:
+/// <https://clickhouse.com/docs/en/sql-reference/statements/insert-into>;
+/// the engine's real writer then re-plans live, ADR 0005, which this model
+/// does not: its incarnations keep the plan they probed). Either way no row
+/// lands with bytes read as another column. The checks run in the order the model always ran them (width,
+/// then declared types), the column list last, so a refusal the earlier
+/// checks gave keeps its message.
+fn admit(w: &World, named: &Plan, body: &[u8]) -> Result<(), Refusal> {
     let width = w.schema.row_bytes();
     if body.len() % width != 0 {
         return Err(Refusal::Layout);
@@ -340,11 +366,16 @@ fn admit(w: &World, body: &[u8]) -> Result<(), Refusal> {
             }
         }
     }
+    let fields = |s: &Schema| s.columns.iter().map(|c| c.field).collect::<Vec<_>>();
+    if fields(named) != fields(&w.schema) {
+        return Err(Refusal::Columns);
+    }
     Ok(())
 }
 
-/// Runs an insert of `body` on replica `replica` of `shard`: refused whole
-/// if it does not fit the table's schema now; else split into blocks of
+/// Runs an insert naming the columns of `named` with `body` on replica
+/// `replica` of `shard`: refused whole if it does not fit the table's
+/// schema now ([`admit`]); else split into blocks of
 /// `block_rows` rows, each applied unless its token (the insert's token,
 /// `#i` for block `i > 0`) is in the dedup window. With `fail_after`, only
 /// that many blocks are written. Returns the refusal, if any.
@@ -353,10 +384,11 @@ fn apply(
     shard: usize,
     replica: usize,
     batch_token: &str,
+    named: &Plan,
     body: &[u8],
     fail_after: Option<usize>,
 ) -> Result<(), Refusal> {
-    if let Err(r) = admit(w, body) {
+    if let Err(r) = admit(w, named, body) {
         w.schema_refusals += 1;
         w.trace(format!(
             "s{shard}r{replica} refuse {batch_token}: {} (table {})",
@@ -510,7 +542,16 @@ impl Writer for SimWriter {
             Attempt::Write => {
                 let mut w = self.world.lock();
                 let fail_after = partial(&mut w, shard, body.len());
-                apply(&mut w, shard, replica, batch.token(), &body, fail_after).map_err(refused)?;
+                apply(
+                    &mut w,
+                    shard,
+                    replica,
+                    batch.token(),
+                    &self.named,
+                    &body,
+                    fail_after,
+                )
+                .map_err(refused)?;
                 if let Some(k) = fail_after {
                     w.partial_inserts += 1;
                     w.trace(format!(
@@ -526,7 +567,16 @@ impl Writer for SimWriter {
             Attempt::WriteThenHang => {
                 {
                     let mut w = self.world.lock();
-                    apply(&mut w, shard, replica, batch.token(), &body, None).map_err(refused)?;
+                    apply(
+                        &mut w,
+                        shard,
+                        replica,
+                        batch.token(),
+                        &self.named,
+                        &body,
+                        None,
+                    )
+                    .map_err(refused)?;
                     w.ambiguous_writes += 1;
                 }
                 std::future::pending().await
@@ -535,10 +585,11 @@ impl Writer for SimWriter {
                 // The server goes on after the client has given up.
                 let world = self.world.clone();
                 let token = batch.token().to_owned();
+                let named = self.named.clone();
                 tokio::spawn(async move {
                     tokio::time::sleep(delay).await;
                     let mut w = world.lock();
-                    if apply(&mut w, shard, replica, &token, &body, None).is_ok() {
+                    if apply(&mut w, shard, replica, &token, &named, &body, None).is_ok() {
                         w.ambiguous_writes += 1;
                     }
                 });
@@ -550,6 +601,7 @@ impl Writer for SimWriter {
                     shard,
                     replica,
                     token: batch.token().to_owned(),
+                    named: self.named.clone(),
                     body,
                 });
                 // The zombie hears nothing before its write timeout.
@@ -569,6 +621,7 @@ impl Writer for SimWriter {
                         shard,
                         replica,
                         token: batch.token().to_owned(),
+                        named: self.named.clone(),
                         body,
                     });
                 }

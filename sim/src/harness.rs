@@ -216,7 +216,7 @@ async fn incarnation(
     let pipeline = Pipeline::builder(
         pipeline_config(&cfg, number),
         SimSource::new(world.clone()),
-        SimWriter::new(world.clone()),
+        SimWriter::new(world.clone(), probed.clone()),
         move |buffers: ChunkBuffers| {
             ChainProcessor::new(
                 PayloadDecoder,

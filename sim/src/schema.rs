@@ -16,6 +16,10 @@
 //! table's current one, as ClickHouse's Native format refuses a block whose
 //! column types differ from the table's (`Code: 368 ... Bad cast`, measured
 //! on 18.16; docs: <https://clickhouse.com/docs/en/interfaces/formats#native>).
+//! The insert also names its columns (`INSERT INTO t (cols)`: the plan's),
+//! and the server refuses one whose value columns are not the table's, so
+//! identity-only rows (which carry no fingerprint) are never re-sliced under
+//! a layout that gained a column (`clickhouse::admit`).
 
 use std::sync::Arc;
 

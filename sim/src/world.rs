@@ -826,6 +826,8 @@ pub struct QueuedInsert {
     pub replica: usize,
     /// The insert's token.
     pub token: String,
+    /// The columns the insert names (the schema its incarnation probed).
+    pub named: crate::schema::Plan,
     /// The insert's body.
     pub body: bytes::Bytes,
 }

@@ -200,13 +200,20 @@ impl StateMachineTest for ScheduleTest {
         faults
     }
 
+    /// Runs the schedule and asserts every oracle; a failure's message ends
+    /// in the one line that replays this exact run (proptest shows the
+    /// message of the minimal case it shrank to).
     fn teardown(faults: Vec<Fault>, state: SimConfig) {
         let cfg = SimConfig::with_faults(state.seed, faults);
-        let spec = schedule_spec(&cfg.faults);
+        let replay = format!(
+            "{} --faults '{}'",
+            crate::replay_line_mode(cfg.seed, cfg.delivery),
+            schedule_spec(&cfg.faults)
+        );
         let (_, r) = run_and_check_config(cfg);
         assert!(
             r.violations.is_empty(),
-            "seed {} with faults `{spec}` broke {:?}",
+            "seed {} broke {:?}\nreplay: {replay}\n",
             state.seed,
             r.violations
         );

@@ -335,13 +335,32 @@ impl Drop for Table {
     }
 }
 
-/// A free local TCP port (for `admin.listen`).
+/// A free local TCP port (for `admin.listen`), below the kernel's ephemeral
+/// range (32768..60999 on Linux).
+///
+/// Why not `bind(":0")`: that hands out an ephemeral port, and between this
+/// call and `spate run` binding it, any outgoing connection on the machine
+/// (a Kafka client, an HTTP insert) may take the same port as its local
+/// end: CI once saw `spate: admin server: cannot listen on 127.0.0.1:40411:
+/// Address already in use`. Ports in 21000..28999 are never chosen for
+/// outgoing connections; each test process walks them from its own offset
+/// (by pid) so tests running side by side do not race for one port, and
+/// skips any port some listener already holds (the ClickHouse and Kafka
+/// test servers use 18123.. and 29092..).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 21_000;
+    const SPAN: u32 = 8_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let offset = (std::process::id() % 800) * 10;
+    for _ in 0..SPAN {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (FIRST + (offset + n) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {FIRST}..{}", FIRST + SPAN);
 }
 
 /// A plain HTTP/1.0 GET (test-side only): (status, body).
