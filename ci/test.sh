@@ -125,12 +125,12 @@ LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}" \
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR="$TARGET/loom" \
   cargo test -p spate-core --locked --profile ci --test loom_models
 
-step "simulator campaign: 20000 fixed seeds (each fault kind and combination >= 1%), then 2000 fresh ones; 1% of each re-run for determinism (D1, D4, D5, D6, D7, D8, values, liveness; about 10 CPU s)"
+step "simulator campaign: 20000 fixed seeds in at_least_once and 10000 in effectively_once (each fault kind and combination >= 1% in each), then 2000 fresh ones in each; 1% of each re-run for determinism (D1, D4, D5, D6, D7, D8, D9, values, liveness; about 25 CPU s)"
 cargo build -p spate-verify --locked --profile ci
-"$TARGET"/ci/spate-verify campaign --first 0 --seeds 20000 --min-coverage 1
+"$TARGET"/ci/spate-verify campaign --delivery both --first 0 --seeds 20000 --eo-seeds 10000 --min-coverage 1
 fresh=$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')
-echo "fresh seeds start at $fresh (replay one with: cargo run -p spate-verify --release -- replay SEED)"
-"$TARGET"/ci/spate-verify campaign --first "$fresh" --seeds 2000
+echo "fresh seeds start at $fresh (replay one with: cargo run -p spate-verify --release -- replay SEED [--delivery effectively_once])"
+"$TARGET"/ci/spate-verify campaign --delivery both --first "$fresh" --seeds 2000
 
 step "benches in test mode (each criterion bench runs once, so none can rot)"
 cargo test -p spate-benches --benches --locked

@@ -56,11 +56,20 @@ pub(crate) struct Controller<S: Source, W: Writer, H> {
     /// when a failed record commit may be tried again (D9).
     pub(crate) recorder: Option<Recorder>,
     pub(crate) record_retry_at: Option<Instant>,
+    /// When the controller first saw the shutdown request: the stop's drain
+    /// deadline counts from here (D5), not from the end of whatever revoke
+    /// drain it interrupted.
+    pub(crate) shutdown_at: Option<Instant>,
 }
 
 /// How long after a failed (transient) record commit the controller tries
 /// again: the sealed ranges wait unwritten meanwhile.
 const RECORD_RETRY: Duration = Duration::from_millis(100);
+
+/// effectively_once: a partition holding pending ranges whose committed
+/// offset has not moved for this long (or ten checkpoint intervals, if
+/// longer) is named in a warning saying what its first range waits on.
+const STALL_REPORT_AFTER: Duration = Duration::from_secs(30);
 
 impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
     pub(crate) async fn run(mut self, shutdown: Shutdown) -> RunReport {
@@ -97,7 +106,7 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
                     break;
                 }
             }
-            if let Err(e) = self.poll_source().await {
+            if let Err(e) = self.poll_source(&shutdown).await {
                 self.error = Some(e);
                 break;
             }
@@ -112,7 +121,7 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
             };
             tokio::select! {
                 biased;
-                () = shutdown.wait() => {}
+                () = shutdown.wait() => self.note_shutdown(),
                 _ = ticker.tick() => self.commit(),
                 () = tokio::task::yield_now(), if busy => {}
                 () = tokio::time::sleep(idle), if !busy => {}
@@ -173,8 +182,14 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
         }
     }
 
+    /// Records when shutdown was first seen (the stop's deadline counts from
+    /// it, D5).
+    fn note_shutdown(&mut self) {
+        self.shutdown_at.get_or_insert_with(Instant::now);
+    }
+
     /// Serves the source's assignment events until it has none.
-    async fn poll_source(&mut self) -> Result<(), PipelineError> {
+    async fn poll_source(&mut self, shutdown: &Shutdown) -> Result<(), PipelineError> {
         let mut revoking = Vec::new();
         while let Some(ev) = self.source.poll_event(std::time::Duration::ZERO)? {
             match ev {
@@ -208,14 +223,17 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
         }
         self.offset_resets.extend(self.source.take_offset_resets());
         if !revoking.is_empty() {
-            self.revoke(revoking).await;
+            self.revoke(revoking, shutdown).await;
         }
         Ok(())
     }
 
     /// Revoke drain: stop the lanes, wait (bounded) for their acks, commit
-    /// what settled, release (D1).
-    async fn revoke(&mut self, partitions: Vec<(TopicPartition, Epoch)>) {
+    /// what settled, release (D1). In effectively_once a shutdown request
+    /// ends the wait at once (D5: the stop's drain deadline counts from the
+    /// request, and the stop drains the pool, these partitions' parts
+    /// included); what settled is committed as on a timeout.
+    async fn revoke(&mut self, partitions: Vec<(TopicPartition, Epoch)>, shutdown: &Shutdown) {
         for (p, e) in &partitions {
             self.checkpointer.revoke(p, *e);
             self.host.revoke(p, *e);
@@ -238,6 +256,17 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
             if settled {
                 break;
             }
+            // effectively_once only, where a revoke can wait out its whole
+            // timeout for a replayed range that cannot be cut short; the
+            // at_least_once drain is left as it was (its campaign unchanged).
+            let eo = self.recorder.is_some();
+            if eo && shutdown.is_triggered() {
+                self.note_shutdown();
+                tracing::warn!(
+                    "shutdown requested during a revoke drain; unsettled data of the revoked partitions is not committed and will be re-read"
+                );
+                break;
+            }
             if Instant::now() >= deadline {
                 tracing::warn!(
                     timeout = ?self.config.rebalance_drain_timeout,
@@ -245,10 +274,16 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
                 );
                 break;
             }
-            if busy {
-                tokio::task::yield_now().await;
+            let pause = if busy {
+                Duration::ZERO
             } else {
-                tokio::time::sleep(self.config.idle_poll).await;
+                self.config.idle_poll
+            };
+            tokio::select! {
+                biased;
+                () = shutdown.wait(), if eo => self.note_shutdown(),
+                () = tokio::task::yield_now(), if busy => {}
+                () = tokio::time::sleep(pause), if !busy => {}
             }
         }
         self.commit();
@@ -281,6 +316,10 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
     fn commit(&mut self) {
         if self.recorder.is_some() {
             self.commit_ranges(false);
+            let after = STALL_REPORT_AFTER.max(self.config.checkpoint_interval * 10);
+            if let Some(r) = &mut self.recorder {
+                r.report_stalls(Instant::now(), after);
+            }
             return;
         }
         let pending = self.checkpointer.pending_commits();
@@ -335,7 +374,10 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
     }
 
     async fn stop(mut self) -> RunReport {
-        let deadline = Instant::now() + self.config.shutdown_drain_timeout;
+        // D5: the drain deadline counts from the shutdown request (a failure
+        // stop has none: from now).
+        let deadline =
+            self.shutdown_at.unwrap_or_else(Instant::now) + self.config.shutdown_drain_timeout;
         tracing::info!(timeout = ?self.config.shutdown_drain_timeout, "stopping: sealing and draining");
         self.ready.store(false, Ordering::Release);
         {

@@ -29,7 +29,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
@@ -54,6 +54,32 @@ pub(crate) struct RangeGate {
     pending: AtomicUsize,
     /// The epoch ended (released after a revoke): drop what is not written.
     closed: AtomicBool,
+    /// What the thread's flush last stopped on ([`Waits`] as a byte), for
+    /// the controller's stall report; written only when it changes.
+    waits: AtomicU8,
+}
+
+/// What a lane's ranges last waited on at its thread, for the stall report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Waits {
+    Nothing = 0,
+    /// The in-flight budget refused the range's rows (D8).
+    Budget = 1,
+    /// A shard's queue to the sink is full.
+    ShardQueue = 2,
+}
+
+impl Waits {
+    fn describe(code: u8) -> &'static str {
+        match code {
+            1 => "the in-flight budget (sink.budget) refused its rows",
+            2 => "a shard queue to the sink is full",
+            _ => {
+                "nothing at its thread (its parts are with the sink, or it waits for its record commit or for rows to poll)"
+            }
+        }
+    }
 }
 
 impl RangeGate {
@@ -71,6 +97,14 @@ impl RangeGate {
     /// Whether the epoch ended.
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
+    }
+
+    /// Notes what the thread's flush stopped on (an atomic store only when
+    /// it changed: no cost on the common path).
+    fn wait_on(&self, w: Waits) {
+        if self.waits.load(Ordering::Relaxed) != w as u8 {
+            self.waits.store(w as u8, Ordering::Relaxed);
+        }
     }
 
     /// A free range was sealed.
@@ -112,6 +146,10 @@ struct LaneRecord {
     dirty: bool,
     /// A commit of this epoch was rejected: it records nothing more.
     rejected: bool,
+    /// When the committed offset last moved (or the lane was assigned),
+    /// and whether the stall report already named it since.
+    moved_at: Instant,
+    reported: bool,
 }
 
 /// One commit the recorder wants made, and what it settles.
@@ -172,6 +210,8 @@ impl Recorder {
             committed: offset,
             dirty: false,
             rejected: false,
+            moved_at: Instant::now(),
+            reported: false,
         };
         self.lanes.insert((partition.clone(), epoch), record);
         Ok(LanePlan {
@@ -268,6 +308,10 @@ impl Recorder {
             let Some(r) = self.lanes.get_mut(&(c.partition.clone(), c.epoch)) else {
                 continue;
             };
+            if r.committed != Some(c.offset) {
+                r.moved_at = Instant::now();
+                r.reported = false;
+            }
             r.committed = Some(c.offset);
             let before = r.ranges.len();
             r.ranges.retain(|_, (last, _)| *last >= c.offset);
@@ -277,6 +321,44 @@ impl Recorder {
             r.gate.recorded.fetch_max(c.received, Ordering::AcqRel);
             r.dirty = r.received > c.received;
         }
+    }
+
+    /// Logs, once per stall, each lane whose committed offset has not moved
+    /// for `after` while it holds pending ranges: the partition, the
+    /// committed offset, the first pending range and what it waits on (a
+    /// record commit, the in-flight budget, a shard queue, or the sink's
+    /// acknowledgement), so a stalled partition is visible (issue 23's
+    /// group test saw lanes stop with nothing logged). Returns how many it
+    /// named this time.
+    pub(crate) fn report_stalls(&mut self, now: Instant, after: std::time::Duration) -> usize {
+        let mut named = 0;
+        for ((p, e), r) in &mut self.lanes {
+            if r.reported || r.ranges.is_empty() || now.duration_since(r.moved_at) < after {
+                continue;
+            }
+            r.reported = true;
+            named += 1;
+            let (first, (last, _)) = r.ranges.iter().next().expect("not empty");
+            let on = if r.rejected {
+                "nothing more: a commit of this epoch was rejected (fenced or evicted); it waits for the revoke"
+            } else if r.dirty {
+                "its record commit (ranges sealed, not yet in an accepted commit)"
+            } else {
+                Waits::describe(r.gate.waits.load(Ordering::Relaxed))
+            };
+            tracing::warn!(
+                partition = %p,
+                epoch = *e,
+                committed = ?r.committed,
+                pending_ranges = r.ranges.len(),
+                first_pending = %format!("{first}..={last}"),
+                stalled_for = ?now.duration_since(r.moved_at),
+                waits_on = on,
+                "effectively_once: partition {p} has not committed for {:?}; its first pending range {first}..={last} waits on {on}",
+                now.duration_since(r.moved_at),
+            );
+        }
+        named
     }
 
     /// The group rejected a commit of `partition` at `epoch` (fenced,
@@ -352,6 +434,14 @@ struct SealedParts {
     /// range, recorded before this run.
     seq: Option<u64>,
     parts: VecDeque<ReadyPart>,
+    /// The range took budget as it grew: its parts go to the pool with
+    /// what it paid, the rest (under `pay_every` bytes plus what a lane
+    /// paused by a refusal had fetched, the bound D8 already allows an
+    /// open range) unpaid. Waiting at hand-over for that rest while
+    /// holding the paid share is what deadlocked lanes: each held part of
+    /// the budget and waited for more (the simulator's liveness oracle,
+    /// seed 6179).
+    paid: bool,
 }
 
 /// What [`Former::flush`] achieved.
@@ -452,10 +542,15 @@ impl Former {
     #[inline]
     pub(crate) fn after(&mut self, offset: Offset, cfg: &EoConfig, budget: &Arc<Budget>) {
         let Some(o) = self.open.as_ref() else { return };
-        // D8: take budget as the range grows, every `pay_every` bytes; a
-        // refusal pauses the lane until the budget frees.
+        // D8: take budget as a free range grows, every `pay_every` bytes; a
+        // refusal pauses the lane until the budget frees. A replayed range
+        // pays only when complete, at hand-over: its bounds are fixed, so a
+        // lane paused inside it could never seal it, and lanes each holding
+        // part of the budget for unfinished replays would wait on each other
+        // for ever (the simulator's liveness oracle, seeds 2071, 3634). Its
+        // rows are bounded by the batch limits it was formed under.
         let paid = o.permit.as_ref().map_or(0, BudgetPermit::bytes);
-        if o.bytes - paid >= cfg.pay_every {
+        if !o.fixed && o.bytes - paid >= cfg.pay_every {
             self.pay(budget);
         }
         if self
@@ -483,7 +578,10 @@ impl Former {
                 }
                 self.over_budget = false;
             }
-            None => self.over_budget = true,
+            None => {
+                self.over_budget = true;
+                self.gate.wait_on(Waits::Budget);
+            }
         }
     }
 
@@ -542,6 +640,10 @@ impl Former {
             // write; a replay filters them again.
             return;
         }
+        let paid = o
+            .permit
+            .as_ref()
+            .is_some_and(|p| p.bytes() > 0 || p.rows() > 0);
         let parts = o
             .parts
             .into_iter()
@@ -585,7 +687,7 @@ impl Former {
             });
             Some(seq)
         };
-        self.sealed.push_back(SealedParts { seq, parts });
+        self.sealed.push_back(SealedParts { seq, parts, paid });
     }
 
     /// Rows held (open or sealed, not handed over), per shard, for the
@@ -607,6 +709,12 @@ impl Former {
         for (shard, rows) in self.held() {
             pool.note_dropped(shard, rows);
         }
+    }
+
+    /// Whether the open range is a replayed one holding rows but not yet
+    /// its last offset (it cannot seal short: its token names its bounds).
+    pub(crate) fn replaying(&self) -> bool {
+        self.open.as_ref().is_some_and(|o| o.fixed && o.rows > 0)
     }
 
     /// Whether the epoch ended (the former can go once flushed).
@@ -640,7 +748,7 @@ impl Former {
                 let (paid_bytes, paid_rows) =
                     p.permit.as_ref().map_or((0, 0), |h| (h.bytes(), h.rows()));
                 let owed = (p.data.len() as u64 - paid_bytes, p.rows - paid_rows);
-                let permit = if owed == (0, 0) {
+                let permit = if owed == (0, 0) || front.paid {
                     p.permit.take().unwrap_or_else(BudgetPermit::unbounded)
                 } else {
                     match Budget::try_acquire(budget, owed.0, owed.1) {
@@ -653,6 +761,7 @@ impl Former {
                         },
                         None => {
                             front.parts.push_front(p);
+                            self.gate.wait_on(Waits::Budget);
                             return FormerFlush::Blocked;
                         }
                     }
@@ -670,6 +779,7 @@ impl Former {
                             token: token.expect("a range part has its token"),
                             permit: Some(permit),
                         });
+                        self.gate.wait_on(Waits::ShardQueue);
                         return FormerFlush::Blocked;
                     }
                     Err(PushError::Closed(chunk)) => {
@@ -684,6 +794,9 @@ impl Former {
             }
             self.sealed.pop_front();
         }
+        if !self.over_budget {
+            self.gate.wait_on(Waits::Nothing);
+        }
         FormerFlush::Clear
     }
 }
@@ -695,6 +808,36 @@ mod tests {
     use super::*;
     use crate::ack::{Outcome, Resolution};
     use crate::checkpoint::Tracker;
+
+    /// A lane stalled with pending ranges is named once, after the stall
+    /// bound, with what it waits on; once its committed offset moves, a
+    /// later stall is named again.
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_lane_is_reported_once_per_stall() {
+        let tp = TopicPartition::new("t", 0);
+        let mut recorder = Recorder::new();
+        let committed = Committed {
+            offset: 10,
+            metadata: ranges::encode(&[(10, 19), (20, 29)]),
+        };
+        let plan = recorder.assign(&tp, 1, Some(&committed)).unwrap();
+        let after = std::time::Duration::from_secs(30);
+        assert_eq!(recorder.report_stalls(Instant::now(), after), 0, "not yet");
+        tokio::time::advance(after).await;
+        plan.gate.wait_on(Waits::Budget);
+        assert_eq!(recorder.report_stalls(Instant::now(), after), 1);
+        assert_eq!(recorder.report_stalls(Instant::now(), after), 0, "once");
+        let mut commits = recorder.commits(&BTreeMap::from([((tp.clone(), 1), 20)]), false);
+        assert_eq!(commits.len(), 1);
+        recorder.accepted(&commits);
+        tokio::time::advance(after).await;
+        assert_eq!(
+            recorder.report_stalls(Instant::now(), after),
+            1,
+            "a new stall"
+        );
+        commits.clear();
+    }
 
     /// Cuts `0..n` into consecutive pieces at the sorted, distinct `cuts`.
     fn pieces(n: Offset, cuts: &[Offset]) -> Vec<(Offset, Offset)> {

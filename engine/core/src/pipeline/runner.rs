@@ -334,6 +334,7 @@ where
             error: None,
             recorder,
             record_retry_at: None,
+            shutdown_at: None,
         }
     }
 }

@@ -207,6 +207,20 @@ impl ChunkBuffers {
             .is_some_and(|i| self.eo.as_ref().expect("indexed").formers[i].is_full())
     }
 
+    /// Whether the lane holds rows of a replayed range not yet complete
+    /// (its bounds are fixed: it cannot be sealed short, D9).
+    pub(crate) fn eo_replaying(&self, partition: &TopicPartition, epoch: Epoch) -> bool {
+        self.eo_index(partition, epoch)
+            .is_some_and(|i| self.eo.as_ref().expect("indexed").formers[i].replaying())
+    }
+
+    /// Whether any lane holds rows of a replayed range not yet complete.
+    pub(crate) fn eo_any_replaying(&self) -> bool {
+        self.eo
+            .as_ref()
+            .is_some_and(|eo| eo.formers.iter().any(|f| !f.is_closed() && f.replaying()))
+    }
+
     /// The lane was revoked: its open free range seals (a replayed range
     /// left incomplete stays held until the epoch is released).
     pub(crate) fn eo_revoke(&mut self, partition: &TopicPartition, epoch: Epoch) {
