@@ -25,6 +25,8 @@ use spate_core::pipeline::{self, Delivery, OnError, PipelineConfig};
 use spate_core::sink::{BatchConfig, RetryConfig, SinkConfig};
 use spate_kafka::KafkaSourceConfig;
 
+pub mod formats;
+
 /// A config that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -281,8 +283,45 @@ impl Brokers {
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FormatSection {
-    /// `format.json`.
-    pub json: JsonFormat,
+    /// `format.json` (the default kind; see [`FormatSection::json`]).
+    #[serde(default, rename = "json")]
+    pub json_section: Option<JsonFormat>,
+    /// `format.avro`: Avro, Confluent-framed through a schema registry or
+    /// plain with a schema file ([`formats::AvroFormat`]).
+    #[serde(default)]
+    pub avro: Option<formats::AvroFormat>,
+}
+
+/// The JSON format's defaults, for a config without `format.json`.
+static JSON_DEFAULT: JsonFormat = JsonFormat {
+    mode: JsonMode::Object,
+    time_formats: Vec::new(),
+};
+
+impl FormatSection {
+    /// `format.json`, or its defaults when not written.
+    pub fn json(&self) -> &JsonFormat {
+        self.json_section.as_ref().unwrap_or(&JSON_DEFAULT)
+    }
+
+    /// `format.avro` when the messages are Avro.
+    pub fn avro(&self) -> Option<&formats::AvroFormat> {
+        self.avro.as_ref()
+    }
+
+    /// Exactly one kind.
+    fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(avro) = &self.avro {
+            if self.json_section.is_some() {
+                return Err(invalid(
+                    "format",
+                    "both `json` and `avro` are set; a pipeline reads one format",
+                ));
+            }
+            avro.validate()?;
+        }
+        Ok(())
+    }
 }
 
 /// `format.json`: JSON objects, one per message or one per line.
@@ -1049,7 +1088,8 @@ impl Config {
             spate_clickhouse::mapping::parse_pointer(ptr)
                 .map_err(|e| invalid(format!("mapping.columns.{col}"), e.to_string()))?;
         }
-        for (i, f) in self.format.json.time_formats.iter().enumerate() {
+        self.format.validate()?;
+        for (i, f) in self.format.json().time_formats.iter().enumerate() {
             spate_clickhouse::time::TimeFormat::compile(f)
                 .map_err(|e| invalid(format!("format.json.time_formats[{i}]"), e.to_string()))?;
         }

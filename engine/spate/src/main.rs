@@ -526,7 +526,7 @@ fn check_sample(config: &Config, plan: &service::Plan, n: usize) -> usize {
         plan,
         &spec,
         config.sink.clickhouse.shards.len(),
-        config.format.json.mode,
+        config.format.json().mode,
         &messages,
     );
     print!("{}", report.render());

@@ -221,7 +221,7 @@ pub fn mapping_options(config: &Config) -> MappingOptions {
         time: TimeRules {
             formats: config
                 .format
-                .json
+                .json()
                 .time_formats
                 .iter()
                 .filter_map(|f| TimeFormat::compile(f).ok())
@@ -537,7 +537,7 @@ pub fn build(
     let writer = HttpWriter::new(wc);
     let source = KafkaSource::new(config.kafka_config())?;
     let shard_spec = config.sink.clickhouse.shard_spec()?;
-    let decoder = match config.format.json.mode {
+    let decoder = match config.format.json().mode {
         JsonMode::Object => MessageDecoder::Object,
         JsonMode::Ndjson => MessageDecoder::Ndjson,
     };
