@@ -36,9 +36,11 @@
 //! (`GET /subjects/{s}/versions/latest`), [`RegistryClient::versions`] and
 //! [`RegistryClient::register`] (`POST /subjects/{s}/versions`).
 //!
-//! Not done: schema references are returned as the registry lists them
-//! ([`RegisteredSchema::references`]) but not fetched; contexts and
-//! `GET /schemas/ids/{id}?subject=` are not used.
+//! **Schema sources.** The client implements `crate::protobuf`'s
+//! `ProtoSchemaSource` (the `.proto` text compiled with the files its
+//! references name, fetched transitively by subject and version).
+//!
+//! Not done: contexts and `GET /schemas/ids/{id}?subject=` are not used.
 //!
 //! [wire format]: https://docs.confluent.io/platform/current/schema-registry/fundamentals/serdes-develop/index.html#wire-format
 //! [API reference]: https://docs.confluent.io/platform/current/schema-registry/develop/api.html
@@ -562,8 +564,8 @@ impl RegistryClient {
         })
     }
 
-    /// `POST /subjects/{subject}/versions`: registers `schema` (or finds
-    /// it registered) and returns its global id. Registering the same
+    /// `POST /subjects/{subject}/versions`: registers `schema` with its
+    /// `references` (or finds it registered) and returns its global id. Registering the same
     /// schema again returns the same id, so a retry is harmless.
     ///
     /// # Errors
@@ -574,6 +576,7 @@ impl RegistryClient {
         subject: &str,
         schema_type: SchemaType,
         schema: &str,
+        references: &[SchemaReference],
     ) -> Result<u32, RegistryError> {
         self.block(async {
             let what = format!("registering a schema under subject `{subject}`");
@@ -584,6 +587,15 @@ impl RegistryClient {
                     "schemaType".into(),
                     Value::String(schema_type.as_str().into()),
                 );
+            }
+            if !references.is_empty() {
+                let refs = references
+                    .iter()
+                    .map(|r| {
+                        serde_json::json!({"name": r.name, "subject": r.subject, "version": r.version})
+                    })
+                    .collect();
+                req.insert("references".into(), Value::Array(refs));
             }
             let body = Bytes::from(Value::Object(req).to_string());
             let path = format!("/subjects/{}/versions", percent_encode(subject));
@@ -788,6 +800,80 @@ impl RegistryClient {
             schema,
             references,
         })
+    }
+}
+
+/// Most schemas one Protobuf schema may pull in through references
+/// (transitively); a longer chain is refused, naming the id.
+pub const MAX_REFERENCES: usize = 64;
+
+impl RegistryClient {
+    /// The `.proto` texts `schema` imports, by import name, fetched through
+    /// its references (`GET /subjects/{s}/versions/{v}`, transitively, each
+    /// name once).
+    fn proto_imports(
+        &self,
+        schema: &RegisteredSchema,
+    ) -> Result<Vec<(String, String)>, RegistryError> {
+        let what = format!("schema id {}", schema.id);
+        let mut out: Vec<(String, String)> = Vec::new();
+        let mut todo: Vec<SchemaReference> = schema.references.clone();
+        while let Some(r) = todo.pop() {
+            if out.iter().any(|(n, _)| *n == r.name) {
+                continue;
+            }
+            if out.len() >= MAX_REFERENCES {
+                return Err(self.bad_answer(
+                    &what,
+                    &format!("more than {MAX_REFERENCES} referenced schemas"),
+                ));
+            }
+            let v = self
+                .version(&r.subject, &r.version.to_string())?
+                .ok_or_else(|| RegistryError::Refused {
+                    url: self.base.clone(),
+                    what: what.clone(),
+                    status: 404,
+                    message: format!(
+                        "its reference `{}` names subject `{}` version {}, which the registry \
+                         does not have",
+                        r.name, r.subject, r.version
+                    ),
+                })?;
+            todo.extend(v.schema.references.iter().cloned());
+            out.push((r.name.clone(), v.schema.schema));
+        }
+        Ok(out)
+    }
+}
+
+/// Protobuf writer schemas by id (`crate::protobuf`): the registry's
+/// `.proto` text compiled with the files its references name. A schema
+/// that is not `PROTOBUF` is refused naming its type; every failure names
+/// the schema id and the registry (`SchemaError::Fetch`), a registry that
+/// is down included (the encoder does not cache that, so the id is asked
+/// again on the next record).
+impl crate::protobuf::ProtoSchemaSource for RegistryClient {
+    fn descriptor(
+        &self,
+        id: u32,
+    ) -> Result<prost_reflect::FileDescriptor, crate::protobuf::SchemaError> {
+        let fetch = |reason: String| crate::protobuf::SchemaError::Fetch { id, reason };
+        let schema = self.get(id).map_err(|e| fetch(e.to_string()))?;
+        if schema.schema_type != SchemaType::Protobuf {
+            return Err(fetch(format!(
+                "the schema registry {} has it as {}, not PROTOBUF",
+                self.base, schema.schema_type
+            )));
+        }
+        let imports = self
+            .proto_imports(&schema)
+            .map_err(|e| fetch(e.to_string()))?;
+        crate::protobuf::source::compile_proto(
+            &format!("schema-{id}.proto"),
+            &schema.schema,
+            &imports,
+        )
     }
 }
 

@@ -8,8 +8,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use spate_clickhouse::protobuf::{ProtoSchemaSource, SchemaError};
 use spate_clickhouse::registry::{
-    RegistryClient, RegistryConfig, RegistryError, RegistryRetry, SchemaType,
+    RegistryClient, RegistryConfig, RegistryError, RegistryRetry, SchemaReference, SchemaType,
 };
 use spate_clickhouse::writer::{Credentials, TlsOptions, tls};
 
@@ -90,17 +91,21 @@ fn schemas_by_id_with_their_type_and_a_cache() {
     let f = Fixture::start(None);
     let c = RegistryClient::new(quick(&f.url)).unwrap();
     assert_eq!(c.check().unwrap(), Vec::<String>::new());
-    let avro = c.register("t-value", SchemaType::Avro, AVRO).unwrap();
+    let avro = c.register("t-value", SchemaType::Avro, AVRO, &[]).unwrap();
     let proto = c
         .register(
             "p-value",
             SchemaType::Protobuf,
             "syntax = \"proto3\"; message M {}",
+            &[],
         )
         .unwrap();
     assert_ne!(avro, proto);
     // Registering again: the same id, no new version.
-    assert_eq!(c.register("t-value", SchemaType::Avro, AVRO).unwrap(), avro);
+    assert_eq!(
+        c.register("t-value", SchemaType::Avro, AVRO, &[]).unwrap(),
+        avro
+    );
     assert_eq!(c.versions("t-value").unwrap(), vec![1]);
     assert_eq!(c.versions("nope").unwrap(), Vec::<i64>::new());
 
@@ -165,7 +170,7 @@ fn basic_auth_is_sent_and_a_refusal_is_named() {
         password: "s3cret".into(),
     });
     let c = RegistryClient::new(config).unwrap();
-    let id = c.register("t-value", SchemaType::Avro, AVRO).unwrap();
+    let id = c.register("t-value", SchemaType::Avro, AVRO, &[]).unwrap();
     assert_eq!(c.get(id).unwrap().schema, AVRO);
 }
 
@@ -176,9 +181,9 @@ fn basic_auth_is_sent_and_a_refusal_is_named() {
 fn transient_failures_are_retried_up_to_the_bound() {
     let f = Fixture::start(None);
     let c = RegistryClient::new(quick(&f.url)).unwrap();
-    let id = c.register("t-value", SchemaType::Avro, AVRO).unwrap();
+    let id = c.register("t-value", SchemaType::Avro, AVRO, &[]).unwrap();
     let other = c
-        .register("u-value", SchemaType::Avro, r#"{"type":"string"}"#)
+        .register("u-value", SchemaType::Avro, r#"{"type":"string"}"#, &[])
         .unwrap();
 
     f.control("POST", "fail?status=503");
@@ -245,7 +250,7 @@ fn https_with_a_ca_file() {
         .unwrap(),
     );
     let c = RegistryClient::new(config).unwrap();
-    let id = c.register("t-value", SchemaType::Avro, AVRO).unwrap();
+    let id = c.register("t-value", SchemaType::Avro, AVRO, &[]).unwrap();
     assert_eq!(c.get(id).unwrap().schema, AVRO);
 }
 
@@ -326,4 +331,69 @@ impl Drop for TlsProxy {
             let _ = std::fs::remove_dir_all(dir);
         }
     }
+}
+
+/// Protobuf schemas by id, as `crate::protobuf` asks for them: the
+/// `.proto` text compiled with the files its references name (fetched by
+/// subject and version); an Avro id or an unknown one is an error naming it.
+#[test]
+fn protobuf_descriptors_with_references() {
+    let f = Fixture::start(None);
+    let c = RegistryClient::new(quick(&f.url)).unwrap();
+    let common = "syntax = \"proto3\";\npackage c;\nmessage Unit { string name = 1; }\n";
+    c.register("common.proto", SchemaType::Protobuf, common, &[])
+        .unwrap();
+    let main = "syntax = \"proto3\";\npackage m;\nimport \"common.proto\";\n\
+                message Reading { int64 at = 1; c.Unit unit = 2; double value = 3; }\n";
+    let id = c
+        .register(
+            "readings-value",
+            SchemaType::Protobuf,
+            main,
+            &[SchemaReference {
+                name: "common.proto".into(),
+                subject: "common.proto".into(),
+                version: 1,
+            }],
+        )
+        .unwrap();
+    let file = c.descriptor(id).unwrap();
+    let names: Vec<String> = file.messages().map(|m| m.full_name().to_owned()).collect();
+    assert_eq!(names, vec!["m.Reading".to_owned()]);
+    let unit = file
+        .messages()
+        .next()
+        .unwrap()
+        .get_field_by_name("unit")
+        .unwrap();
+    assert_eq!(unit.kind().as_message().unwrap().full_name(), "c.Unit");
+
+    let avro = c.register("t-value", SchemaType::Avro, AVRO, &[]).unwrap();
+    let e = c.descriptor(avro).unwrap_err();
+    assert!(
+        matches!(e, SchemaError::Fetch { id, .. } if id == avro),
+        "{e}"
+    );
+    assert!(e.to_string().contains("AVRO"), "{e}");
+    let e = c.descriptor(999).unwrap_err().to_string();
+    assert!(e.contains("schema id 999") && e.contains(&f.url), "{e}");
+
+    // A reference the registry does not have.
+    let dangling = c
+        .register(
+            "d-value",
+            SchemaType::Protobuf,
+            "syntax = \"proto3\"; import \"x.proto\"; message D { x.X x = 1; }",
+            &[SchemaReference {
+                name: "x.proto".into(),
+                subject: "x.proto".into(),
+                version: 3,
+            }],
+        )
+        .unwrap();
+    let e = c.descriptor(dangling).unwrap_err().to_string();
+    assert!(
+        e.contains("x.proto") && e.contains(&format!("schema id {dangling}")),
+        "{e}"
+    );
 }
