@@ -290,6 +290,10 @@ pub struct FormatSection {
     /// plain with a schema file ([`formats::AvroFormat`]).
     #[serde(default)]
     pub avro: Option<formats::AvroFormat>,
+    /// `format.protobuf`: Protobuf, Confluent-framed through a schema
+    /// registry or plain with a descriptor set ([`formats::ProtobufFormat`]).
+    #[serde(default)]
+    pub protobuf: Option<formats::ProtobufFormat>,
 }
 
 /// The JSON format's defaults, for a config without `format.json`.
@@ -309,16 +313,46 @@ impl FormatSection {
         self.avro.as_ref()
     }
 
+    /// `format.protobuf` when the messages are Protobuf.
+    pub fn protobuf(&self) -> Option<&formats::ProtobufFormat> {
+        self.protobuf.as_ref()
+    }
+
+    /// The kind's name: `json`, `avro` or `protobuf`.
+    pub fn kind(&self) -> &'static str {
+        if self.avro.is_some() {
+            "avro"
+        } else if self.protobuf.is_some() {
+            "protobuf"
+        } else {
+            "json"
+        }
+    }
+
     /// Exactly one kind.
     fn validate(&self) -> Result<(), ConfigError> {
+        let set: Vec<&str> = [
+            ("json", self.json_section.is_some()),
+            ("avro", self.avro.is_some()),
+            ("protobuf", self.protobuf.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(k, on)| on.then_some(k))
+        .collect();
+        if set.len() > 1 {
+            return Err(invalid(
+                "format",
+                format!(
+                    "`{}` are all set; a pipeline reads one format",
+                    set.join("`, `")
+                ),
+            ));
+        }
         if let Some(avro) = &self.avro {
-            if self.json_section.is_some() {
-                return Err(invalid(
-                    "format",
-                    "both `json` and `avro` are set; a pipeline reads one format",
-                ));
-            }
             avro.validate()?;
+        }
+        if let Some(p) = &self.protobuf {
+            p.validate()?;
         }
         Ok(())
     }

@@ -29,7 +29,7 @@ pub struct AvroFormat {
     /// message is the datum alone, written with `schema_file`'s schema.
     /// Default: `plain` when only `schema_file` is set, else `confluent`.
     #[serde(default)]
-    pub framing: Option<AvroFraming>,
+    pub framing: Option<Framing>,
     /// `format.avro.registry`: the Confluent-compatible schema registry.
     #[serde(default)]
     pub registry: Option<RegistrySection>,
@@ -38,33 +38,33 @@ pub struct AvroFormat {
     pub schema_file: Option<PathBuf>,
 }
 
-/// `format.avro.framing`.
+/// `format.avro.framing`, `format.protobuf.framing`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum AvroFraming {
+pub enum Framing {
     /// The Confluent wire format.
     Confluent,
     /// A bare datum.
     Plain,
 }
 
-impl AvroFraming {
+impl Framing {
     /// Its name in the config.
     pub fn as_str(self) -> &'static str {
         match self {
-            AvroFraming::Confluent => "confluent",
-            AvroFraming::Plain => "plain",
+            Framing::Confluent => "confluent",
+            Framing::Plain => "plain",
         }
     }
 }
 
 impl AvroFormat {
     /// The framing, with the default applied.
-    pub fn framing(&self) -> AvroFraming {
+    pub fn framing(&self) -> Framing {
         match (self.framing, &self.registry, &self.schema_file) {
             (Some(f), _, _) => f,
-            (None, None, Some(_)) => AvroFraming::Plain,
-            _ => AvroFraming::Confluent,
+            (None, None, Some(_)) => Framing::Plain,
+            _ => Framing::Confluent,
         }
     }
 
@@ -74,7 +74,7 @@ impl AvroFormat {
     /// [`ConfigError::Invalid`] naming the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
         match self.framing() {
-            AvroFraming::Confluent => {
+            Framing::Confluent => {
                 if self.schema_file.is_some() {
                     return Err(invalid(
                         "format.avro.schema_file",
@@ -91,7 +91,7 @@ impl AvroFormat {
                 };
                 r.validate("format.avro.registry")
             }
-            AvroFraming::Plain => {
+            Framing::Plain => {
                 if self.registry.is_some() {
                     return Err(invalid(
                         "format.avro.registry",
@@ -109,6 +109,104 @@ impl AvroFormat {
                     }
                     Some(_) => Ok(()),
                 }
+            }
+        }
+    }
+}
+
+/// `format.protobuf`.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ProtobufFormat {
+    /// `confluent`: magic byte 0, the schema id, the message indexes, the
+    /// message; the schema comes from `registry` by id and the indexes
+    /// pick the message in it. `plain`: the value is the message alone, of
+    /// type `message` in `descriptor_set`. Default: `plain` when only
+    /// `descriptor_set` is set, else `confluent`.
+    #[serde(default)]
+    pub framing: Option<Framing>,
+    /// `format.protobuf.registry`: the Confluent-compatible schema registry
+    /// (same keys as `format.avro.registry`).
+    #[serde(default)]
+    pub registry: Option<RegistrySection>,
+    /// `format.protobuf.descriptor_set`: a `FileDescriptorSet` file
+    /// (`protoc --include_imports --descriptor_set_out=FILE`).
+    #[serde(default)]
+    pub descriptor_set: Option<PathBuf>,
+    /// `format.protobuf.message`: the fully qualified message name in the
+    /// descriptor set (`spate.bench.SensorRow`).
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+impl ProtobufFormat {
+    /// The framing, with the default applied.
+    pub fn framing(&self) -> Framing {
+        match (self.framing, &self.registry, &self.descriptor_set) {
+            (Some(f), _, _) => f,
+            (None, None, Some(_)) => Framing::Plain,
+            _ => Framing::Confluent,
+        }
+    }
+
+    /// The load-time checks: `confluent` needs `registry` and takes no
+    /// `descriptor_set`/`message` (the id in each message names its schema;
+    /// decoding every id as one fixed message would take a schema spate
+    /// did not check as data); `plain` needs both `descriptor_set` and
+    /// `message` and takes no `registry`.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        match self.framing() {
+            Framing::Confluent => {
+                for (key, set) in [
+                    ("descriptor_set", self.descriptor_set.is_some()),
+                    ("message", self.message.is_some()),
+                ] {
+                    if set {
+                        return Err(invalid(
+                            format!("format.protobuf.{key}"),
+                            "with `framing: confluent` each message names its schema by id \
+                             and the registry gives it; a descriptor set and message name are \
+                             for `framing: plain`",
+                        ));
+                    }
+                }
+                let Some(r) = &self.registry else {
+                    return Err(invalid(
+                        "format.protobuf.registry",
+                        "`framing: confluent` needs a schema registry (`registry: {url: ...}`); \
+                         for bare messages set `framing: plain`, `descriptor_set` and `message`",
+                    ));
+                };
+                r.validate("format.protobuf.registry")
+            }
+            Framing::Plain => {
+                if self.registry.is_some() {
+                    return Err(invalid(
+                        "format.protobuf.registry",
+                        "`framing: plain` messages carry no schema id, so a registry is never \
+                         asked; remove it or set `framing: confluent`",
+                    ));
+                }
+                if self
+                    .descriptor_set
+                    .as_ref()
+                    .is_none_or(|p| p.as_os_str().is_empty())
+                {
+                    return Err(invalid(
+                        "format.protobuf.descriptor_set",
+                        "`framing: plain` needs the descriptor set file of the message type",
+                    ));
+                }
+                if self.message.as_deref().is_none_or(|m| m.trim().is_empty()) {
+                    return Err(invalid(
+                        "format.protobuf.message",
+                        "`framing: plain` needs the fully qualified message name",
+                    ));
+                }
+                Ok(())
             }
         }
     }
@@ -308,7 +406,7 @@ sink: {clickhouse: {shards: [[http://c:8123]], table: t}}
         )
         .unwrap();
         let avro = c.format.avro().unwrap();
-        assert_eq!(avro.framing(), AvroFraming::Confluent);
+        assert_eq!(avro.framing(), Framing::Confluent);
         let r = avro.registry.as_ref().unwrap();
         assert_eq!(r.subject_for("sensors"), "sensors-value");
         let rc = r.client_config("format.avro.registry").unwrap();
@@ -338,7 +436,7 @@ sink: {clickhouse: {shards: [[http://c:8123]], table: t}}
     #[test]
     fn plain_framing_takes_a_schema_file() {
         let c = load("{avro: {schema_file: /x/s.avsc}}").unwrap();
-        assert_eq!(c.format.avro().unwrap().framing(), AvroFraming::Plain);
+        assert_eq!(c.format.avro().unwrap().framing(), Framing::Plain);
         let e = err("{avro: {framing: plain}}");
         assert!(e.contains("format.avro.schema_file"), "{e}");
         let e = err("{avro: {framing: plain, schema_file: s.avsc, registry: {url: 'http://r'}}}");
@@ -403,6 +501,49 @@ sink: {clickhouse: {shards: [[http://c:8123]], table: t}}
                 "format",
             ),
             ("{avro: {schema_file: s.avsc, registy: {}}}", "format.avro"),
+        ] {
+            let e = err(format);
+            assert!(e.contains(&format!("`{key}")), "{format}: {e}");
+        }
+    }
+
+    #[test]
+    fn protobuf_keys_load_and_bad_ones_are_named() {
+        let c = load("{protobuf: {registry: {url: 'http://r:8081'}}}").unwrap();
+        let p = c.format.protobuf().unwrap();
+        assert_eq!(p.framing(), Framing::Confluent);
+        let c = load("{protobuf: {descriptor_set: d.pb, message: m.M}}").unwrap();
+        assert_eq!(c.format.protobuf().unwrap().framing(), Framing::Plain);
+        for (format, key) in [
+            ("{protobuf: {}}", "format.protobuf.registry"),
+            (
+                "{protobuf: {descriptor_set: d.pb}}",
+                "format.protobuf.message",
+            ),
+            (
+                "{protobuf: {framing: plain, message: m.M}}",
+                "format.protobuf.descriptor_set",
+            ),
+            (
+                "{protobuf: {registry: {url: 'http://r'}, message: m.M}}",
+                "format.protobuf.message",
+            ),
+            (
+                "{protobuf: {framing: confluent, registry: {url: 'http://r'}, descriptor_set: d}}",
+                "format.protobuf.descriptor_set",
+            ),
+            (
+                "{protobuf: {framing: plain, descriptor_set: d, message: m, registry: {url: 'http://r'}}}",
+                "format.protobuf.registry",
+            ),
+            (
+                "{protobuf: {registry: {url: 'ftp://r'}}}",
+                "format.protobuf.registry.url",
+            ),
+            (
+                "{protobuf: {registry: {url: 'http://r'}}, avro: {registry: {url: 'http://r'}}}",
+                "format",
+            ),
         ] {
             let e = err(format);
             assert!(e.contains(&format!("`{key}")), "{format}: {e}");
