@@ -663,7 +663,8 @@ impl JsonRowEncoder {
     }
 }
 
-/// Encodes a DEFAULT literal (`0`, `-1.5`, `'text'`) as the column's type.
+/// Encodes a DEFAULT literal (`0`, `-1.5`, `'text'`) as the column's type
+/// (the Avro plan compiler encodes its constant DEFAULTs the same way).
 pub(crate) fn encode_literal(
     c: &ColumnSpec,
     literal: &str,
