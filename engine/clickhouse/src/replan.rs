@@ -175,6 +175,16 @@ impl LiveEncoder {
     pub fn mapper(&mut self) -> &mut JsonRowEncoder {
         &mut self.inner
     }
+
+    /// The current plan's INSERT columns.
+    pub fn columns(&self) -> &[ColumnSpec] {
+        self.inner.columns()
+    }
+
+    /// Whether the current plan's rows are `RowBinaryWithDefaults`.
+    pub fn with_defaults(&self) -> bool {
+        self.inner.with_defaults()
+    }
 }
 
 impl<'a> Encoder<Payload<'a>> for LiveEncoder {

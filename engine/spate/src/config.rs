@@ -74,6 +74,8 @@ pub enum ConfigError {
     },
 }
 
+pub mod transform;
+
 fn invalid(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         key: key.into(),
@@ -412,6 +414,19 @@ pub struct MappingSection {
     /// Column -> options for that column alone (override the global ones).
     #[serde(default)]
     pub column_options: BTreeMap<String, ColumnOptionsSection>,
+    /// `mapping.explode`: a JSON pointer (`/events`) to an array in each
+    /// record; each element becomes one row, with the record's other
+    /// fields (see [`transform`]).
+    #[serde(default)]
+    pub explode: Option<String>,
+    /// `mapping.filter`: which rows are kept, evaluated on the row as
+    /// encoded (see [`transform::filter_expr`] for the shape).
+    #[serde(default)]
+    pub filter: Option<serde_norway::Value>,
+    /// `mapping.defaults`: column -> the value it gets when its field is
+    /// missing or null (a string, number or bool).
+    #[serde(default)]
+    pub defaults: BTreeMap<String, serde_norway::Value>,
 }
 
 /// `mapping.column_options.<column>`.
@@ -1123,6 +1138,7 @@ impl Config {
                 .map_err(|e| invalid(format!("mapping.columns.{col}"), e.to_string()))?;
         }
         self.format.validate()?;
+        self.mapping.validate_transforms()?;
         for (i, f) in self.format.json().time_formats.iter().enumerate() {
             spate_clickhouse::time::TimeFormat::compile(f)
                 .map_err(|e| invalid(format!("format.json.time_formats[{i}]"), e.to_string()))?;

@@ -13,6 +13,7 @@ use std::time::Duration;
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientConfig, ClientContext};
+use spate_clickhouse::filter::{FilterExpr, Filtered, RowFilter};
 use spate_clickhouse::mapping::{
     ColumnOptions, ColumnSpec, JsonRowEncoder, MappingOptions, MissingValue, TimeRules,
 };
@@ -98,6 +99,10 @@ pub struct Plan {
     /// How the columns were planned, kept to re-plan them live when the
     /// table changes ([`LivePlan`]).
     pub insert: InsertOptions,
+    /// `mapping.filter`, checked against the columns.
+    pub filter: Option<FilterExpr>,
+    /// `mapping.explode` as path segments.
+    pub explode: Option<Vec<String>>,
 }
 
 impl Plan {
@@ -299,6 +304,7 @@ pub async fn plan(config: &Config) -> Result<Plan, ServiceError> {
                 )
             })
             .collect(),
+        defaults: config.mapping.default_literals()?,
     };
     let mapping_err = |reason: String| ServiceError::Mapping {
         table: ch.table.clone(),
@@ -310,12 +316,27 @@ pub async fn plan(config: &Config) -> Result<Plan, ServiceError> {
     // pipeline thread.
     JsonRowEncoder::new(columns.clone(), options.clone())
         .map_err(|e| mapping_err(e.to_string()))?;
+    // The filter too: a name that is no column, a constant its column's
+    // type cannot hold.
+    let filter = config.mapping.filter_expr()?;
+    if let Some(f) = &filter {
+        RowFilter::compile(f, &columns, row_format(&columns), &options.time)
+            .map_err(|e| mapping_err(e.to_string()))?;
+    }
+    let explode = config.mapping.explode_path()?;
+    if explode.is_some() {
+        return Err(mapping_err(
+            "mapping.explode is not wired into the JSON pipeline yet".into(),
+        ));
+    }
     let plan = Plan {
         row_format: row_format(&columns),
         schema,
         columns,
         options,
         insert,
+        filter,
+        explode,
     };
     if config.mapping.include_default_columns {
         tracing::warn!(
@@ -507,7 +528,7 @@ impl Decoder for MessageDecoder {
 
 /// The chain of one pipeline thread: JSON payloads mapped to RowBinary rows,
 /// routed by `sink.clickhouse.shard_key` (round robin without one).
-pub type Chain = ChainProcessor<MessageDecoder, Terminal<LiveEncoder, ShardRouter>>;
+pub type Chain = ChainProcessor<MessageDecoder, Terminal<Filtered<LiveEncoder>, ShardRouter>>;
 
 /// A pipeline assembled from a config, ready to run.
 pub type SpatePipeline =
@@ -541,11 +562,15 @@ pub fn build(
         JsonMode::Object => MessageDecoder::Object,
         JsonMode::Ndjson => MessageDecoder::Ndjson,
     };
+    let filter = plan.filter.clone();
+    let rules = plan.options.time.clone();
     let factory: Box<dyn Fn(ChunkBuffers) -> Chain + Send + Sync> =
         Box::new(move |buffers: ChunkBuffers| {
-            // plan() built the same encoder once (and a re-plan checks its
-            // own before publishing it), so this cannot fail.
+            // plan() built the same encoder and filter once (and a re-plan
+            // checks its own before publishing it), so this cannot fail.
             let encoder = live.encoder().expect("the encoder was checked by plan()");
+            let encoder = Filtered::new(encoder, filter.clone(), rules.clone())
+                .expect("the filter was checked by plan()");
             ChainProcessor::new(
                 decoder,
                 Terminal::new(encoder, ShardRouter::with_spec(shard_spec.clone()), buffers),
