@@ -36,7 +36,9 @@
 //! (`GET /subjects/{s}/versions/latest`), [`RegistryClient::versions`] and
 //! [`RegistryClient::register`] (`POST /subjects/{s}/versions`).
 //!
-//! **Schema sources.** The client implements `crate::protobuf`'s
+//! **Schema sources.** The client implements `crate::avro`'s
+//! `SchemaSource` (the schema JSON parsed by apache-avro; a schema with
+//! references is refused, naming them) and `crate::protobuf`'s
 //! `ProtoSchemaSource` (the `.proto` text compiled with the files its
 //! references name, fetched transitively by subject and version).
 //!
@@ -808,10 +810,11 @@ impl RegistryClient {
 pub const MAX_REFERENCES: usize = 64;
 
 impl RegistryClient {
-    /// The `.proto` texts `schema` imports, by import name, fetched through
-    /// its references (`GET /subjects/{s}/versions/{v}`, transitively, each
-    /// name once).
-    fn proto_imports(
+    /// The texts of the schemas `schema` references (by reference name:
+    /// the import path of a `.proto` file, the full name of an Avro named
+    /// type), fetched with `GET /subjects/{s}/versions/{v}`, transitively,
+    /// each name once, at most [`MAX_REFERENCES`].
+    fn referenced(
         &self,
         schema: &RegisteredSchema,
     ) -> Result<Vec<(String, String)>, RegistryError> {
@@ -866,14 +869,61 @@ impl crate::protobuf::ProtoSchemaSource for RegistryClient {
                 self.base, schema.schema_type
             )));
         }
-        let imports = self
-            .proto_imports(&schema)
-            .map_err(|e| fetch(e.to_string()))?;
+        let imports = self.referenced(&schema).map_err(|e| fetch(e.to_string()))?;
         crate::protobuf::source::compile_proto(
             &format!("schema-{id}.proto"),
             &schema.schema,
             &imports,
         )
+    }
+}
+
+/// Avro writer schemas by id (`crate::avro`): the registry's schema JSON
+/// parsed by apache-avro. A schema with references (named types defined
+/// in other subjects) is refused naming them: the plan compiler resolves
+/// names within one schema. 404 is `Unknown`, a registry that
+/// cannot be asked (after the retries, or refusing) `Unavailable`, a schema
+/// that is not `AVRO` or does not parse `Invalid`; each names the schema id
+/// and the registry. `crate::avro` keeps a plan per id, so a schema is
+/// parsed once per id; a source error is not kept (the registry may come
+/// back) but a 404 is remembered here for [`NOT_FOUND_TTL`].
+impl crate::avro::SchemaSource for RegistryClient {
+    fn schema(&self, id: u32) -> Result<Arc<apache_avro::Schema>, crate::avro::SchemaError> {
+        use crate::avro::{SchemaError, SchemaErrorKind};
+        let fail = |kind, e: &RegistryError| SchemaError {
+            id,
+            kind,
+            reason: e.to_string(),
+        };
+        let schema = self.get(id).map_err(|e| match e {
+            RegistryError::UnknownId { .. } => fail(SchemaErrorKind::Unknown, &e),
+            RegistryError::BadAnswer { .. } => fail(SchemaErrorKind::Invalid, &e),
+            _ => fail(SchemaErrorKind::Unavailable, &e),
+        })?;
+        let invalid = |reason: String| SchemaError {
+            id,
+            kind: SchemaErrorKind::Invalid,
+            reason: format!("from the schema registry {}: {reason}", self.base),
+        };
+        if schema.schema_type != SchemaType::Avro {
+            return Err(invalid(format!(
+                "the registry has it as {}, not AVRO",
+                schema.schema_type
+            )));
+        }
+        if !schema.references.is_empty() {
+            // apache-avro can parse them (`parse_str_with_list`), but the
+            // plan compiler resolves names within the writer schema only:
+            // refused here, naming them, rather than planned wrongly.
+            let names: Vec<&str> = schema.references.iter().map(|r| r.name.as_str()).collect();
+            return Err(invalid(format!(
+                "it references other schemas ({}); Avro schema references are not supported \
+                 yet: register the schema with its named types inlined",
+                names.join(", ")
+            )));
+        }
+        let parsed = apache_avro::Schema::parse_str(&schema.schema);
+        parsed.map(Arc::new).map_err(|e| invalid(e.to_string()))
     }
 }
 

@@ -8,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use spate_clickhouse::avro::{SchemaErrorKind, SchemaSource};
 use spate_clickhouse::protobuf::{ProtoSchemaSource, SchemaError};
 use spate_clickhouse::registry::{
     RegistryClient, RegistryConfig, RegistryError, RegistryRetry, SchemaReference, SchemaType,
@@ -396,4 +397,64 @@ fn protobuf_descriptors_with_references() {
         e.contains("x.proto") && e.contains(&format!("schema id {dangling}")),
         "{e}"
     );
+}
+
+/// Avro writer schemas by id, as `crate::avro` asks for them: parsed; the
+/// error kinds the decoder tells apart (unknown, unavailable, invalid, a
+/// schema with references), each naming the id.
+#[test]
+fn avro_schemas_and_error_kinds() {
+    let f = Fixture::start(None);
+    let c = RegistryClient::new(quick(&f.url)).unwrap();
+    let point = r#"{"type":"record","name":"Point","namespace":"geo","fields":[{"name":"x","type":"double"}]}"#;
+    c.register("geo.Point", SchemaType::Avro, point, &[])
+        .unwrap();
+    let trip = r#"{"type":"record","name":"Trip","fields":[{"name":"from","type":"geo.Point"},{"name":"n","type":"long"}]}"#;
+    let id = c
+        .register(
+            "trips-value",
+            SchemaType::Avro,
+            trip,
+            &[SchemaReference {
+                name: "geo.Point".into(),
+                subject: "geo.Point".into(),
+                version: 1,
+            }],
+        )
+        .unwrap();
+    // References are refused, naming them (the plan compiler resolves
+    // names within one schema).
+    let e = SchemaSource::schema(&c, id).unwrap_err();
+    assert_eq!((e.id, e.kind), (id, SchemaErrorKind::Invalid));
+    assert!(e.to_string().contains("geo.Point"), "{e}");
+    let point_id = c
+        .register("geo.Point", SchemaType::Avro, point, &[])
+        .unwrap();
+    let schema = SchemaSource::schema(&c, point_id).unwrap();
+    assert!(matches!(&*schema, apache_avro::Schema::Record(r) if r.name.name() == "Point"));
+
+    let e = SchemaSource::schema(&c, 77).unwrap_err();
+    assert_eq!((e.id, e.kind), (77, SchemaErrorKind::Unknown));
+    let proto = c
+        .register(
+            "p",
+            SchemaType::Protobuf,
+            "syntax = \"proto3\"; message M {}",
+            &[],
+        )
+        .unwrap();
+    let e = SchemaSource::schema(&c, proto).unwrap_err();
+    assert_eq!(e.kind, SchemaErrorKind::Invalid);
+    assert!(e.to_string().contains("PROTOBUF"), "{e}");
+    let bad = c
+        .register("b", SchemaType::Avro, r#"{"type":"nope"}"#, &[])
+        .unwrap();
+    let e = SchemaSource::schema(&c, bad).unwrap_err();
+    assert_eq!(e.kind, SchemaErrorKind::Invalid);
+    f.control("POST", "fail?status=503");
+    let e = SchemaSource::schema(&c, id + 100).unwrap_err();
+    assert_eq!(e.kind, SchemaErrorKind::Unavailable);
+    assert!(e.to_string().contains(&f.url), "{e}");
+    // The cached schema still answers while the registry is down.
+    SchemaSource::schema(&c, point_id).unwrap();
 }
