@@ -5,12 +5,15 @@
 //! - [`config`]: the YAML config model, interpolation and validation.
 //! - [`admin`]: the admin HTTP server (`/metrics`, `/healthz`, `/readyz`).
 //! - [`kafka_tools`]: embedded broker, NDJSON producer, offsets.
+//! - [`formats`]: `format.avro` and `format.protobuf` planned at start and
+//!   turned into a pipeline thread's chain (with the schema registry).
 //! - [`service`]: assembling the Kafka source, the ClickHouse writer and
 //!   mapper and the pipeline from a [`config::Config`].
 #![forbid(unsafe_code)]
 
 pub mod admin;
 pub mod config;
+pub mod formats;
 pub mod kafka_tools;
 pub mod sample;
 pub mod service;

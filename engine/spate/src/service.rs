@@ -27,7 +27,7 @@ use spate_clickhouse::writer::{
     Credentials, HttpWriter, HttpWriterConfig, SchemaProbeError, TlsOptions, tls,
 };
 use spate_core::pipeline::chain::{Decoder, PayloadDecoder, RecordCx, RecordError, Stage};
-use spate_core::pipeline::driver::ChainProcessor;
+use spate_core::pipeline::driver::{ChainProcessor, Processor};
 use spate_core::pipeline::lines::LinesDecoder;
 use spate_core::pipeline::terminal::{ChunkBuffers, Terminal};
 use spate_core::pipeline::{DeadLetter, Pipeline, PipelineError};
@@ -35,6 +35,7 @@ use spate_core::record::Payload;
 use spate_kafka::KafkaSource;
 
 use crate::config::{Config, ConfigError, JsonMode, TlsSection};
+use crate::formats::{AvroChain, FormatPlan, ProtoChain, avro_chain, plan_format, proto_chain};
 
 /// Name of the counter of skipped records that could not be handed to the
 /// dead-letter producer (its queue was full or it refused them).
@@ -82,6 +83,16 @@ pub enum ServiceError {
     /// assembled).
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
+    /// The schema registry did not answer (after its retries) or refused.
+    #[error("schema registry {url} ({key}): {reason}")]
+    Registry {
+        /// The config key of the registry section.
+        key: String,
+        /// The registry's URL.
+        url: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// The INSERT plan: the table's schema and the columns the INSERT names.
@@ -103,6 +114,8 @@ pub struct Plan {
     pub filter: Option<FilterExpr>,
     /// `mapping.explode` as path segments.
     pub explode: Option<Vec<String>>,
+    /// How messages decode (`format`): JSON, or the Avro/Protobuf plan.
+    pub format: FormatPlan,
 }
 
 impl Plan {
@@ -324,12 +337,14 @@ pub async fn plan(config: &Config) -> Result<Plan, ServiceError> {
             .map_err(|e| mapping_err(e.to_string()))?;
     }
     let explode = config.mapping.explode_path()?;
-    if explode.is_some() {
+    let format = plan_format(config, &columns, &options, explode.clone(), filter.as_ref())?;
+    if explode.is_some() && matches!(format, FormatPlan::Json) {
         return Err(mapping_err(
             "mapping.explode is not wired into the JSON pipeline yet".into(),
         ));
     }
     let plan = Plan {
+        format,
         row_format: row_format(&columns),
         schema,
         columns,
@@ -526,9 +541,49 @@ impl Decoder for MessageDecoder {
     }
 }
 
-/// The chain of one pipeline thread: JSON payloads mapped to RowBinary rows,
-/// routed by `sink.clickhouse.shard_key` (round robin without one).
-pub type Chain = ChainProcessor<MessageDecoder, Terminal<Filtered<LiveEncoder>, ShardRouter>>;
+/// The JSON chain of one pipeline thread: JSON payloads mapped to
+/// RowBinary rows, routed by `sink.clickhouse.shard_key` (round robin
+/// without one).
+pub type JsonChain = ChainProcessor<MessageDecoder, Terminal<Filtered<LiveEncoder>, ShardRouter>>;
+
+/// The chain of one pipeline thread, for the pipeline's format. One match
+/// per payload picks the monomorphised chain; each is as before.
+pub enum Chain {
+    /// `format.json`.
+    Json(JsonChain),
+    /// `format.avro`.
+    Avro(AvroChain),
+    /// `format.protobuf`.
+    Protobuf(ProtoChain),
+}
+
+impl Processor for Chain {
+    #[inline]
+    fn process(&mut self, cx: &RecordCx<'_>) -> Result<(), RecordError> {
+        match self {
+            Chain::Json(c) => c.process(cx),
+            Chain::Avro(c) => c.process(cx),
+            Chain::Protobuf(c) => c.process(cx),
+        }
+    }
+
+    fn buffers(&mut self) -> &mut ChunkBuffers {
+        match self {
+            Chain::Json(c) => c.buffers(),
+            Chain::Avro(c) => c.buffers(),
+            Chain::Protobuf(c) => c.buffers(),
+        }
+    }
+
+    #[inline]
+    fn begin_poll_batch(&mut self) {
+        match self {
+            Chain::Json(c) => c.begin_poll_batch(),
+            Chain::Avro(c) => c.begin_poll_batch(),
+            Chain::Protobuf(c) => c.begin_poll_batch(),
+        }
+    }
+}
 
 /// A pipeline assembled from a config, ready to run.
 pub type SpatePipeline =
@@ -551,8 +606,10 @@ pub fn build(
     let live = plan.live();
     // Not with effectively_once: its range formers keep rows across poll
     // batches and do not carry a layout yet, so a change stops the run there
-    // (exit 3) and the restart re-plans (ADR 0005).
-    if !effectively_once(config) {
+    // (exit 3) and the restart re-plans (ADR 0005). Nor for Avro/Protobuf,
+    // whose encoders have no live plan: a changed column fails the batch and
+    // the restart plans again.
+    if !effectively_once(config) && matches!(plan.format, FormatPlan::Json) {
         wc.live = Some(Arc::clone(&live));
     }
     let writer = HttpWriter::new(wc);
@@ -564,17 +621,38 @@ pub fn build(
     };
     let filter = plan.filter.clone();
     let rules = plan.options.time.clone();
+    let format = plan.format.clone();
+    let columns = plan.columns.clone();
+    let options = plan.options.clone();
     let factory: Box<dyn Fn(ChunkBuffers) -> Chain + Send + Sync> =
-        Box::new(move |buffers: ChunkBuffers| {
-            // plan() built the same encoder and filter once (and a re-plan
-            // checks its own before publishing it), so this cannot fail.
-            let encoder = live.encoder().expect("the encoder was checked by plan()");
-            let encoder = Filtered::new(encoder, filter.clone(), rules.clone())
-                .expect("the filter was checked by plan()");
-            ChainProcessor::new(
-                decoder,
-                Terminal::new(encoder, ShardRouter::with_spec(shard_spec.clone()), buffers),
-            )
+        Box::new(move |buffers: ChunkBuffers| match &format {
+            FormatPlan::Json => {
+                // plan() built the same encoder and filter once (and a
+                // re-plan checks its own before publishing it), so this
+                // cannot fail.
+                let encoder = live.encoder().expect("the encoder was checked by plan()");
+                let encoder = Filtered::new(encoder, filter.clone(), rules.clone())
+                    .expect("the filter was checked by plan()");
+                Chain::Json(ChainProcessor::new(
+                    decoder,
+                    Terminal::new(encoder, ShardRouter::with_spec(shard_spec.clone()), buffers),
+                ))
+            }
+            FormatPlan::Avro(a) => Chain::Avro(avro_chain(
+                a,
+                filter.clone(),
+                rules.clone(),
+                shard_spec.clone(),
+                buffers,
+            )),
+            FormatPlan::Protobuf(_) => Chain::Protobuf(proto_chain(
+                &format,
+                &columns,
+                &options,
+                filter.clone(),
+                shard_spec.clone(),
+                buffers,
+            )),
         });
     let mut builder = Pipeline::builder(config.pipeline_config(), source, writer, factory);
     let mut dead_letter = None;
