@@ -83,8 +83,9 @@ pub enum ServiceError {
     /// assembled).
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
-    /// The schema registry did not answer (after its retries) or refused.
-    #[error("schema registry {url} ({key}): {reason}")]
+    /// The schema registry did not answer (after its retries) or refused;
+    /// `reason` names the URL.
+    #[error("{key}: {reason}")]
     Registry {
         /// The config key of the registry section.
         key: String,
