@@ -433,6 +433,25 @@ sink: {clickhouse: {shards: [[http://c:8123]], table: t}}
         assert!(c.format.json().time_formats.is_empty());
     }
 
+    /// `examples/avro-sensor.yaml` loads: the workload's pipeline.
+    #[test]
+    fn the_avro_sensor_example_loads() {
+        let text = include_str!("../../../../examples/avro-sensor.yaml");
+        let c = Config::from_yaml(text, |_| None).unwrap();
+        let avro = c.format.avro().unwrap();
+        assert_eq!(avro.framing(), Framing::Confluent);
+        assert_eq!(avro.registry.as_ref().unwrap().url, "http://127.0.0.1:8081");
+        assert_eq!(
+            c.mapping.explode_path().unwrap(),
+            Some(vec!["events".to_owned()])
+        );
+        assert_eq!(
+            c.mapping.filter_expr().unwrap().unwrap().to_string(),
+            r#"all(unit != "drop", value >= 0)"#
+        );
+        assert_eq!(c.mapping.default_literals().unwrap()["region"], "'unknown'");
+    }
+
     #[test]
     fn plain_framing_takes_a_schema_file() {
         let c = load("{avro: {schema_file: /x/s.avsc}}").unwrap();
