@@ -736,6 +736,13 @@ fn produce_sensor(
     } else {
         (1, sensor::SCHEMA_V1)
     };
+    let partitions = match kafka_tools::partition_count(brokers, topic, KAFKA_RPC) {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("spate produce: {}", chain(&e));
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
     let id = match RegistryClient::new(registry)
         .and_then(|c| c.register(subject, SchemaType::Avro, text, &[]))
     {
@@ -746,13 +753,6 @@ fn produce_sensor(
         }
     };
     println!("registered SensorBatch schema v{version} under subject {subject}: schema id {id}");
-    let partitions = match kafka_tools::partition_count(brokers, topic, KAFKA_RPC) {
-        Ok(n) => n,
-        Err(e) => {
-            eprintln!("spate produce: {}", chain(&e));
-            return ExitCode::from(EXIT_FAILED);
-        }
-    };
     let bar = progress_bar(n, "produce");
     let result = kafka_tools::produce_sensor(
         brokers,
