@@ -381,6 +381,15 @@ fn print_mapping(config: &Config, plan: &service::Plan) {
         println!("  {}: {}", c.name, plan.when_missing(c));
     }
     println!("rows sent as {}", plan.row_format.name());
+    if let Some(path) = &plan.explode {
+        println!(
+            "explode: /{} (one row per element; an empty array writes no row and counts as              filtered)",
+            path.join("/")
+        );
+    }
+    if let Some(f) = &plan.filter {
+        println!("filter (on each row as encoded, after explode): keep rows where {f}");
+    }
     for (column, expr) in plan.refused_defaults() {
         println!(
             "clickhouse: NOTE: column {column} has DEFAULT {expr}, computed per row; this server \

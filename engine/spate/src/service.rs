@@ -14,10 +14,11 @@ use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientConfig, ClientContext};
 use spate_clickhouse::filter::{FilterExpr, Filtered, RowFilter};
+use spate_clickhouse::mapping::explode::{ExplodeDecoder, ExplodeEncoder};
 use spate_clickhouse::mapping::{
     ColumnOptions, ColumnSpec, JsonRowEncoder, MappingOptions, MissingValue, TimeRules,
 };
-use spate_clickhouse::replan::{LiveEncoder, LivePlan};
+use spate_clickhouse::replan::{LiveEncoder, LiveExplodeEncoder, LivePlan};
 use spate_clickhouse::router::ShardRouter;
 use spate_clickhouse::schema::{
     InsertOptions, RowFormat, TableSchema, per_row_defaults_refused, plan_insert, row_format,
@@ -27,7 +28,7 @@ use spate_clickhouse::writer::{
     Credentials, HttpWriter, HttpWriterConfig, SchemaProbeError, TlsOptions, tls,
 };
 use spate_core::pipeline::chain::{Decoder, PayloadDecoder, RecordCx, RecordError, Stage};
-use spate_core::pipeline::driver::ChainProcessor;
+use spate_core::pipeline::driver::{ChainProcessor, Processor};
 use spate_core::pipeline::lines::LinesDecoder;
 use spate_core::pipeline::terminal::{ChunkBuffers, Terminal};
 use spate_core::pipeline::{DeadLetter, Pipeline, PipelineError};
@@ -126,6 +127,9 @@ impl Plan {
     pub fn when_missing(&self, c: &ColumnSpec) -> String {
         match &c.missing {
             MissingValue::Null => "NULL".into(),
+            MissingValue::Literal(lit) if self.insert.defaults.contains_key(&c.name) => {
+                format!("{lit} (mapping.defaults, written by spate; also for a null)")
+            }
             MissingValue::Literal(lit) => format!("DEFAULT {lit} (written by spate)"),
             MissingValue::ServerDefault => "the server's DEFAULT (RowBinaryWithDefaults)".into(),
             MissingValue::Reject => "record error (on_error)".into(),
@@ -141,6 +145,17 @@ impl Plan {
 
     /// How column `c` is sourced, in words: (source field, rule).
     pub fn describe(&self, c: &ColumnSpec) -> (String, &'static str) {
+        if let Some(path) = &self.explode {
+            let pointed = self.insert.pointers.contains_key(&c.name);
+            return match &c.path {
+                Some(p) if pointed && p.len() > path.len() && p.starts_with(path) => {
+                    (format!("/{}", p.join("/")), "element (pointer)")
+                }
+                Some(p) if pointed => (format!("/{}", p.join("/")), "record (pointer)"),
+                Some(p) => (p.join("/"), "element or record (rename)"),
+                None => (c.name.clone(), "element or record (name)"),
+            };
+        }
         match &c.path {
             Some(p) if p.len() == 1 => (p[0].clone(), "rename"),
             Some(p) => (format!("/{}", p.join("/")), "pointer"),
@@ -324,10 +339,11 @@ pub async fn plan(config: &Config) -> Result<Plan, ServiceError> {
             .map_err(|e| mapping_err(e.to_string()))?;
     }
     let explode = config.mapping.explode_path()?;
-    if explode.is_some() {
-        return Err(mapping_err(
-            "mapping.explode is not wired into the JSON pipeline yet".into(),
-        ));
+    if let Some(path) = &explode {
+        // The fan-out split of the columns (element / record / either).
+        let pointed = insert.pointers.keys().cloned().collect();
+        ExplodeEncoder::new(columns.clone(), options.clone(), path, &pointed)
+            .map_err(|e| mapping_err(format!("mapping.explode: {e}")))?;
     }
     let plan = Plan {
         row_format: row_format(&columns),
@@ -526,9 +542,49 @@ impl Decoder for MessageDecoder {
     }
 }
 
-/// The chain of one pipeline thread: JSON payloads mapped to RowBinary rows,
-/// routed by `sink.clickhouse.shard_key` (round robin without one).
-pub type Chain = ChainProcessor<MessageDecoder, Terminal<Filtered<LiveEncoder>, ShardRouter>>;
+/// The chain of one pipeline thread: JSON payloads mapped to RowBinary rows
+/// (one per record, or one per element with `mapping.explode`), kept by
+/// `mapping.filter`, routed by `sink.clickhouse.shard_key` (round robin
+/// without one). One branch per payload picks the shape; each arm is one
+/// monomorphised chain.
+// One chain per pipeline thread, built once: its size does not matter, an
+// indirection on every payload would.
+#[allow(clippy::large_enum_variant)]
+pub enum Chain {
+    /// One row per record (message or NDJSON line).
+    Rows(ChainProcessor<MessageDecoder, Terminal<Filtered<LiveEncoder>, ShardRouter>>),
+    /// One row per element of the exploded array.
+    Exploded(ExplodeChain),
+}
+
+/// The fan-out arm of [`Chain`].
+pub type ExplodeChain =
+    ChainProcessor<ExplodeDecoder, Terminal<Filtered<LiveExplodeEncoder>, ShardRouter>>;
+
+impl Processor for Chain {
+    #[inline]
+    fn process(&mut self, cx: &RecordCx<'_>) -> Result<(), RecordError> {
+        match self {
+            Chain::Rows(c) => c.process(cx),
+            Chain::Exploded(c) => c.process(cx),
+        }
+    }
+
+    fn buffers(&mut self) -> &mut ChunkBuffers {
+        match self {
+            Chain::Rows(c) => c.buffers(),
+            Chain::Exploded(c) => c.buffers(),
+        }
+    }
+
+    #[inline]
+    fn begin_poll_batch(&mut self) {
+        match self {
+            Chain::Rows(c) => c.begin_poll_batch(),
+            Chain::Exploded(c) => c.begin_poll_batch(),
+        }
+    }
+}
 
 /// A pipeline assembled from a config, ready to run.
 pub type SpatePipeline =
@@ -563,18 +619,38 @@ pub fn build(
         JsonMode::Ndjson => MessageDecoder::Ndjson,
     };
     let filter = plan.filter.clone();
+    let explode = plan.explode.clone();
     let rules = plan.options.time.clone();
     let factory: Box<dyn Fn(ChunkBuffers) -> Chain + Send + Sync> =
         Box::new(move |buffers: ChunkBuffers| {
             // plan() built the same encoder and filter once (and a re-plan
             // checks its own before publishing it), so this cannot fail.
-            let encoder = live.encoder().expect("the encoder was checked by plan()");
-            let encoder = Filtered::new(encoder, filter.clone(), rules.clone())
-                .expect("the filter was checked by plan()");
-            ChainProcessor::new(
-                decoder,
-                Terminal::new(encoder, ShardRouter::with_spec(shard_spec.clone()), buffers),
-            )
+            let router = ShardRouter::with_spec(shard_spec.clone());
+            let checked = "the encoder and filter were checked by plan()";
+            match &explode {
+                None => {
+                    let encoder = live.encoder().expect(checked);
+                    let encoder =
+                        Filtered::new(encoder, filter.clone(), rules.clone()).expect(checked);
+                    Chain::Rows(ChainProcessor::new(
+                        decoder,
+                        Terminal::new(encoder, router, buffers),
+                    ))
+                }
+                Some(path) => {
+                    let encoder = live.explode_encoder(path.clone()).expect(checked);
+                    let encoder =
+                        Filtered::new(encoder, filter.clone(), rules.clone()).expect(checked);
+                    let decoder = ExplodeDecoder::new(
+                        path.clone(),
+                        matches!(decoder, MessageDecoder::Ndjson),
+                    );
+                    Chain::Exploded(ChainProcessor::new(
+                        decoder,
+                        Terminal::new(encoder, router, buffers),
+                    ))
+                }
+            }
         });
     let mut builder = Pipeline::builder(config.pipeline_config(), source, writer, factory);
     let mut dead_letter = None;

@@ -44,6 +44,7 @@
 //! (`ID_COLUMN=1` with rows carrying `"id"` first, as `spate run` maps them).
 
 pub mod coerce;
+pub mod explode;
 mod fast;
 mod scan;
 mod tuple;
@@ -598,6 +599,44 @@ impl JsonRowEncoder {
             return Ok(());
         }
         self.finish_row(base, buf)
+    }
+
+    /// Scans one JSON object into `buf` (cleared first) without finishing
+    /// the row: each column's value bytes (raw RowBinary, no
+    /// RowBinaryWithDefaults marker) at its span, [`None`] for a column
+    /// whose field is missing (or null into a non-Nullable column). The
+    /// fan-out encoder merges two such scans (explode).
+    pub(crate) fn scan_cells(
+        &mut self,
+        json: &[u8],
+        buf: &mut Vec<u8>,
+    ) -> Result<impl Iterator<Item = Option<(u32, u32)>> + '_, RecordError> {
+        buf.clear();
+        self.spans.fill(UNSET);
+        let mut target = scan::RowTarget {
+            root: &self.root,
+            columns: &self.columns,
+            fast: &self.fast,
+            elem_fast: &self.elem_fast,
+            rules: &self.rules,
+            col_rules: &self.col_rules,
+            empty_null: &self.empty_null,
+            base: 0,
+            buf,
+            spans: &mut self.spans,
+            text: &mut self.text,
+            key: &mut self.key,
+            in_order: 0,
+            in_order_end: 0,
+        };
+        scan::read_row(json, &mut target)?;
+        Ok(self.spans.iter().map(|&s| (s != UNSET).then_some(s)))
+    }
+
+    /// Column `i`'s DEFAULT literal as encoded bytes, when it has one
+    /// ([`MissingValue::Literal`]).
+    pub(crate) fn default_bytes(&self, i: usize) -> Option<&[u8]> {
+        self.defaults[i].as_deref()
     }
 
     /// Fills missing columns and puts the row's values into column order.
