@@ -315,6 +315,7 @@ pub async fn plan(config: &Config) -> Result<Plan, ServiceError> {
                     ColumnOptions {
                         epoch_unit: o.epoch_unit.map(|u| u.unit()),
                         empty_as_null: o.empty_as_null,
+                        ..ColumnOptions::default()
                     },
                 )
             })

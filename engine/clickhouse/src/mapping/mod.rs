@@ -90,7 +90,18 @@ pub struct ColumnOptions {
     /// Whether a JSON `""` counts as missing for this column (see
     /// [`MappingOptions::empty_as_null`]).
     pub empty_as_null: Option<bool>,
+    /// A null counts as missing, so a Nullable column takes its
+    /// [`MissingValue::Literal`] for a null too (coalesce): set by
+    /// `mapping.defaults` ([`crate::schema::InsertOptions::defaults`]).
+    /// Every encoder honours it as it honours `missing`. A non-Nullable
+    /// column already treats a null as missing.
+    pub null_as_missing: bool,
 }
+
+/// [`JsonRowEncoder`]'s per-column flag: a `""` counts as missing.
+pub(crate) const EMPTY_IS_MISSING: u8 = 1;
+/// [`JsonRowEncoder`]'s per-column flag: a `null` counts as missing.
+pub(crate) const NULL_IS_MISSING: u8 = 2;
 
 /// One column of the INSERT, in INSERT order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -430,9 +441,11 @@ pub struct JsonRowEncoder {
     rules: TimeRules,
     /// Each column's time rules: `rules` with the column's epoch unit.
     col_rules: Vec<TimeRules>,
-    /// Each column's resolved `empty_as_null` (true only where it changes
-    /// something: Nullable, or a DEFAULT spate applies).
-    empty_null: Vec<bool>,
+    /// Each column's tokens that count as missing: [`EMPTY_IS_MISSING`]
+    /// (its resolved `empty_as_null`, set only where it changes something:
+    /// Nullable, or a DEFAULT spate applies) and [`NULL_IS_MISSING`]
+    /// (`null_as_missing` on a Nullable column with a literal).
+    empty_null: Vec<u8>,
     /// Rows are written as `RowBinaryWithDefaults` (a marker byte before
     /// every cell): some column has [`MissingValue::ServerDefault`].
     with_defaults: bool,
@@ -491,15 +504,19 @@ impl JsonRowEncoder {
                 ..options.time.clone()
             })
             .collect();
-        let empty_null: Vec<bool> = columns
+        let empty_null: Vec<u8> = columns
             .iter()
             .map(|c| {
-                c.options.empty_as_null.unwrap_or(options.empty_as_null)
+                let empty = c.options.empty_as_null.unwrap_or(options.empty_as_null)
                     && (c.ty.is_nullable()
                         || matches!(
                             c.missing,
                             MissingValue::Literal(_) | MissingValue::ServerDefault
-                        ))
+                        ));
+                let null = c.options.null_as_missing
+                    && c.ty.is_nullable()
+                    && matches!(c.missing, MissingValue::Literal(_));
+                u8::from(empty) * EMPTY_IS_MISSING | u8::from(null) * NULL_IS_MISSING
             })
             .collect();
         let with_defaults = columns
@@ -511,7 +528,7 @@ impl JsonRowEncoder {
             .iter()
             .zip(&empty_null)
             .map(|(c, &empty)| {
-                if empty {
+                if empty != 0 {
                     fast::Fast::General
                 } else {
                     fast::Fast::for_type(&c.ty, &options.time)
