@@ -516,7 +516,7 @@ impl JsonRowEncoder {
                 let null = c.options.null_as_missing
                     && c.ty.is_nullable()
                     && matches!(c.missing, MissingValue::Literal(_));
-                u8::from(empty) * EMPTY_IS_MISSING | u8::from(null) * NULL_IS_MISSING
+                (u8::from(empty) * EMPTY_IS_MISSING) | (u8::from(null) * NULL_IS_MISSING)
             })
             .collect();
         let with_defaults = columns

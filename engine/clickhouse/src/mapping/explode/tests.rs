@@ -322,3 +322,52 @@ proptest! {
         prop_assert_eq!(dec.empties(), u64::from(elements.is_empty()));
     }
 }
+
+/// A fan-out row is routed by the element's key field when it has one,
+/// else by the record's.
+#[test]
+fn rows_route_by_the_elements_key_else_the_records() {
+    use crate::router::ShardKey;
+    let tp = TopicPartition::new("t", 0);
+    let (tx, _rx) = ack_channel();
+    let mut issuer = AckIssuer::new(tp.clone(), 1, tx);
+    let ack = issuer.issue(0, 0);
+    let record: &[u8] = br#"{"host":"h1","events":[{"id":1},{"id":2},{"x":0}]}"#;
+    let cx = RecordCx {
+        payload: Payload {
+            value: Some(record),
+            key: None,
+            partition: &tp,
+            offset: 0,
+            timestamp_ms: None,
+        },
+        ack: &ack,
+    };
+    for (field, element, from_record) in [
+        ("id", &br#"{"id":1}"#[..], false),
+        ("id", br#"{"id":2}"#, false),
+        ("host", br#"{"id":1}"#, true),
+    ] {
+        let mut router = ShardRouter::new(ShardKey::field(field));
+        let el = JsonElement {
+            record,
+            element,
+            seq: 1,
+            index: 0,
+        };
+        let got = router.try_route(&el, &cx, 16).unwrap();
+        let want = ShardRouter::new(ShardKey::field(field))
+            .try_shard_for(None, if from_record { record } else { element }, 16)
+            .unwrap();
+        assert_eq!(got, want, "{field}");
+    }
+    // Neither has it: the record error names the key.
+    let mut router = ShardRouter::new(ShardKey::field("nope"));
+    let el = JsonElement {
+        record,
+        element: br#"{"x":0}"#,
+        seq: 1,
+        index: 2,
+    };
+    assert!(router.try_route(&el, &cx, 16).is_err());
+}
