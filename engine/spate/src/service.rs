@@ -543,46 +543,83 @@ impl Decoder for MessageDecoder {
     }
 }
 
-/// The chain of one pipeline thread: JSON payloads mapped to RowBinary rows
-/// (one per record, or one per element with `mapping.explode`), kept by
+/// The JSON chain: one row per record (message or NDJSON line), kept by
 /// `mapping.filter`, routed by `sink.clickhouse.shard_key` (round robin
-/// without one). One branch per payload picks the shape; each arm is one
-/// monomorphised chain.
+/// without one).
+pub type JsonChain = ChainProcessor<MessageDecoder, Terminal<Filtered<LiveEncoder>, ShardRouter>>;
+
+/// The JSON chain with `mapping.explode`: one row per array element.
+pub type JsonExplodeChain =
+    ChainProcessor<ExplodeDecoder, Terminal<Filtered<LiveExplodeEncoder>, ShardRouter>>;
+
+/// The chain of one pipeline thread. One branch per payload picks the
+/// shape; each arm is one monomorphised chain.
 // One chain per pipeline thread, built once: its size does not matter, an
 // indirection on every payload would.
 #[allow(clippy::large_enum_variant)]
 pub enum Chain {
-    /// One row per record (message or NDJSON line).
-    Rows(ChainProcessor<MessageDecoder, Terminal<Filtered<LiveEncoder>, ShardRouter>>),
-    /// One row per element of the exploded array.
-    Exploded(ExplodeChain),
+    /// JSON, one row per record.
+    Json(JsonChain),
+    /// JSON with `mapping.explode`.
+    JsonExploded(JsonExplodeChain),
 }
-
-/// The fan-out arm of [`Chain`].
-pub type ExplodeChain =
-    ChainProcessor<ExplodeDecoder, Terminal<Filtered<LiveExplodeEncoder>, ShardRouter>>;
 
 impl Processor for Chain {
     #[inline]
     fn process(&mut self, cx: &RecordCx<'_>) -> Result<(), RecordError> {
         match self {
-            Chain::Rows(c) => c.process(cx),
-            Chain::Exploded(c) => c.process(cx),
+            Chain::Json(c) => c.process(cx),
+            Chain::JsonExploded(c) => c.process(cx),
         }
     }
 
     fn buffers(&mut self) -> &mut ChunkBuffers {
         match self {
-            Chain::Rows(c) => c.buffers(),
-            Chain::Exploded(c) => c.buffers(),
+            Chain::Json(c) => c.buffers(),
+            Chain::JsonExploded(c) => c.buffers(),
         }
     }
 
     #[inline]
     fn begin_poll_batch(&mut self) {
         match self {
-            Chain::Rows(c) => c.begin_poll_batch(),
-            Chain::Exploded(c) => c.begin_poll_batch(),
+            Chain::Json(c) => c.begin_poll_batch(),
+            Chain::JsonExploded(c) => c.begin_poll_batch(),
+        }
+    }
+}
+
+/// A pipeline thread's JSON chain: [`Chain::Json`], or
+/// [`Chain::JsonExploded`] with `explode` (pointer segments). `live`,
+/// `filter` and `rules` were checked by [`plan`], so building cannot fail.
+pub fn json_chain(
+    live: &Arc<LivePlan>,
+    explode: Option<&[String]>,
+    decoder: MessageDecoder,
+    filter: Option<FilterExpr>,
+    rules: TimeRules,
+    router: ShardRouter,
+    buffers: ChunkBuffers,
+) -> Chain {
+    let checked = "the encoder and filter were checked by plan()";
+    match explode {
+        None => {
+            let encoder = live.encoder().expect(checked);
+            let encoder = Filtered::new(encoder, filter, rules).expect(checked);
+            Chain::Json(ChainProcessor::new(
+                decoder,
+                Terminal::new(encoder, router, buffers),
+            ))
+        }
+        Some(path) => {
+            let encoder = live.explode_encoder(path.to_vec()).expect(checked);
+            let encoder = Filtered::new(encoder, filter, rules).expect(checked);
+            let decoder =
+                ExplodeDecoder::new(path.to_vec(), matches!(decoder, MessageDecoder::Ndjson));
+            Chain::JsonExploded(ChainProcessor::new(
+                decoder,
+                Terminal::new(encoder, router, buffers),
+            ))
         }
     }
 }
@@ -626,32 +663,15 @@ pub fn build(
         Box::new(move |buffers: ChunkBuffers| {
             // plan() built the same encoder and filter once (and a re-plan
             // checks its own before publishing it), so this cannot fail.
-            let router = ShardRouter::with_spec(shard_spec.clone());
-            let checked = "the encoder and filter were checked by plan()";
-            match &explode {
-                None => {
-                    let encoder = live.encoder().expect(checked);
-                    let encoder =
-                        Filtered::new(encoder, filter.clone(), rules.clone()).expect(checked);
-                    Chain::Rows(ChainProcessor::new(
-                        decoder,
-                        Terminal::new(encoder, router, buffers),
-                    ))
-                }
-                Some(path) => {
-                    let encoder = live.explode_encoder(path.clone()).expect(checked);
-                    let encoder =
-                        Filtered::new(encoder, filter.clone(), rules.clone()).expect(checked);
-                    let decoder = ExplodeDecoder::new(
-                        path.clone(),
-                        matches!(decoder, MessageDecoder::Ndjson),
-                    );
-                    Chain::Exploded(ChainProcessor::new(
-                        decoder,
-                        Terminal::new(encoder, router, buffers),
-                    ))
-                }
-            }
+            json_chain(
+                &live,
+                explode.as_deref(),
+                decoder,
+                filter.clone(),
+                rules.clone(),
+                ShardRouter::with_spec(shard_spec.clone()),
+                buffers,
+            )
         });
     let mut builder = Pipeline::builder(config.pipeline_config(), source, writer, factory);
     let mut dead_letter = None;
