@@ -24,6 +24,7 @@ use spate_core::pipeline::chain::{Encoder, RecordCx, RecordError};
 use spate_core::record::Payload;
 use spate_core::sink::Layout;
 
+use crate::mapping::explode::{ExplodeEncoder, JsonElement};
 use crate::mapping::{ColumnSpec, JsonRowEncoder, MappingOptions, MissingValue};
 use crate::schema::{InsertOptions, RowFormat, TableSchema, plan_insert, row_format};
 
@@ -153,6 +154,99 @@ impl LivePlan {
             layout: plan.layout,
             live: Arc::clone(self),
         })
+    }
+}
+
+impl LivePlan {
+    /// A fan-out encoder for a pipeline thread (`mapping.explode` at
+    /// `path`), of the current plan.
+    ///
+    /// # Errors
+    /// The mapper's error (cannot happen for a plan the start-up checked).
+    pub fn explode_encoder(
+        self: &Arc<Self>,
+        path: Vec<String>,
+    ) -> Result<LiveExplodeEncoder, crate::mapping::MappingError> {
+        let plan = self.current();
+        Ok(LiveExplodeEncoder {
+            inner: self.build_explode(&plan.columns, &path)?,
+            layout: plan.layout,
+            live: Arc::clone(self),
+            path,
+        })
+    }
+
+    fn build_explode(
+        &self,
+        columns: &[ColumnSpec],
+        path: &[String],
+    ) -> Result<ExplodeEncoder, crate::mapping::MappingError> {
+        let pointed = self.insert.pointers.keys().cloned().collect();
+        ExplodeEncoder::new(columns.to_vec(), self.options.clone(), path, &pointed)
+    }
+}
+
+/// [`LiveEncoder`] for fan-out records ([`JsonElement`]): the
+/// [`ExplodeEncoder`] of the plan it last saw.
+#[derive(Debug)]
+pub struct LiveExplodeEncoder {
+    inner: ExplodeEncoder,
+    layout: Layout,
+    live: Arc<LivePlan>,
+    path: Vec<String>,
+}
+
+impl LiveExplodeEncoder {
+    /// The current plan's fan-out encoder.
+    pub fn encoder(&mut self) -> &mut ExplodeEncoder {
+        &mut self.inner
+    }
+}
+
+impl<'a> Encoder<JsonElement<'a>> for LiveExplodeEncoder {
+    #[inline]
+    fn encode(
+        &mut self,
+        record: &JsonElement<'a>,
+        cx: &RecordCx<'_>,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), RecordError> {
+        self.inner.encode(record, cx, buf)
+    }
+
+    fn replan(&mut self) -> Option<Layout> {
+        if self.live.generation() == self.layout {
+            return None;
+        }
+        let plan = self.live.current();
+        // The same columns built a one-row encoder before publishing; the
+        // fan-out split of them cannot fail where that did not.
+        self.inner = self
+            .live
+            .build_explode(&plan.columns, &self.path)
+            .expect("a published plan's encoder was checked");
+        self.layout = plan.layout;
+        Some(plan.layout)
+    }
+}
+
+impl crate::filter::RowColumns for LiveExplodeEncoder {
+    fn row_columns(&self) -> &[ColumnSpec] {
+        self.inner.columns()
+    }
+
+    fn row_format(&self) -> RowFormat {
+        row_format(self.inner.columns())
+    }
+}
+
+impl crate::filter::RowColumns for ExplodeEncoder {
+    fn row_columns(&self) -> &[ColumnSpec] {
+        self.columns()
+    }
+
+    fn row_format(&self) -> RowFormat {
+        row_format(self.columns())
     }
 }
 

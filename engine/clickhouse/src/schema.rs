@@ -395,8 +395,12 @@ pub fn plan_insert(
         } else {
             MissingValue::Reject
         };
+        let mut column_options = column_options;
         let missing = match options.defaults.get(&c.name) {
-            Some(lit) => MissingValue::Literal(lit.clone()),
+            Some(lit) => {
+                column_options.null_as_missing = true;
+                MissingValue::Literal(lit.clone())
+            }
             None => missing,
         };
         out.push(ColumnSpec {

@@ -91,6 +91,12 @@ pub const RECORDS_POLLED: &str = "spate_records_polled_total";
 /// array was empty, so it yields no row: one per message). Their messages
 /// still commit (D6: filtered, counted).
 pub const RECORDS_FILTERED: &str = "spate_records_filtered_total";
+
+/// Registers the [`RECORDS_FILTERED`] handle of `reason` (once, when a
+/// stage is built; never per record).
+pub fn records_filtered(reason: &'static str) -> Counter {
+    ::metrics::counter!(RECORDS_FILTERED, "reason" => reason)
+}
 /// Counter: payloads skipped by the `on_error: skip` policy, by `reason`
 /// (`decode`, `operator`, `encode`).
 pub const RECORDS_SKIPPED: &str = "spate_records_skipped_total";

@@ -120,13 +120,6 @@ impl FormatPlan {
                         .map(|r| format!(", writer schemas by id from the registry {}", r.url()))
                         .unwrap_or_default()
                 )];
-                if let Some(e) = &a.mapping.options().explode {
-                    out.push(format!(
-                        "fan-out: one row per element of /{} (an empty array: no row, the \
-                         message still commits)",
-                        e.join("/")
-                    ));
-                }
                 match (&a.latest, &a.subject) {
                     (Some(v), _) => {
                         let plan = a.mapping.plan(Some(v.schema.id));

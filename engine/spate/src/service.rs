@@ -14,10 +14,11 @@ use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientConfig, ClientContext};
 use spate_clickhouse::filter::{FilterExpr, Filtered, RowFilter};
+use spate_clickhouse::mapping::explode::{ExplodeDecoder, ExplodeEncoder};
 use spate_clickhouse::mapping::{
     ColumnOptions, ColumnSpec, JsonRowEncoder, MappingOptions, MissingValue, TimeRules,
 };
-use spate_clickhouse::replan::{LiveEncoder, LivePlan};
+use spate_clickhouse::replan::{LiveEncoder, LiveExplodeEncoder, LivePlan};
 use spate_clickhouse::router::ShardRouter;
 use spate_clickhouse::schema::{
     InsertOptions, RowFormat, TableSchema, per_row_defaults_refused, plan_insert, row_format,
@@ -140,6 +141,9 @@ impl Plan {
     pub fn when_missing(&self, c: &ColumnSpec) -> String {
         match &c.missing {
             MissingValue::Null => "NULL".into(),
+            MissingValue::Literal(lit) if self.insert.defaults.contains_key(&c.name) => {
+                format!("{lit} (mapping.defaults, written by spate; also for a null)")
+            }
             MissingValue::Literal(lit) => format!("DEFAULT {lit} (written by spate)"),
             MissingValue::ServerDefault => "the server's DEFAULT (RowBinaryWithDefaults)".into(),
             MissingValue::Reject => "record error (on_error)".into(),
@@ -155,6 +159,17 @@ impl Plan {
 
     /// How column `c` is sourced, in words: (source field, rule).
     pub fn describe(&self, c: &ColumnSpec) -> (String, &'static str) {
+        if let Some(path) = &self.explode {
+            let pointed = self.insert.pointers.contains_key(&c.name);
+            return match &c.path {
+                Some(p) if pointed && p.len() > path.len() && p.starts_with(path) => {
+                    (format!("/{}", p.join("/")), "element (pointer)")
+                }
+                Some(p) if pointed => (format!("/{}", p.join("/")), "record (pointer)"),
+                Some(p) => (p.join("/"), "element or record (rename)"),
+                None => (c.name.clone(), "element or record (name)"),
+            };
+        }
         match &c.path {
             Some(p) if p.len() == 1 => (p[0].clone(), "rename"),
             Some(p) => (format!("/{}", p.join("/")), "pointer"),
@@ -314,6 +329,7 @@ pub async fn plan(config: &Config) -> Result<Plan, ServiceError> {
                     ColumnOptions {
                         epoch_unit: o.epoch_unit.map(|u| u.unit()),
                         empty_as_null: o.empty_as_null,
+                        ..ColumnOptions::default()
                     },
                 )
             })
@@ -339,10 +355,11 @@ pub async fn plan(config: &Config) -> Result<Plan, ServiceError> {
     }
     let explode = config.mapping.explode_path()?;
     let format = plan_format(config, &columns, &options, explode.clone(), filter.as_ref())?;
-    if explode.is_some() && matches!(format, FormatPlan::Json) {
-        return Err(mapping_err(
-            "mapping.explode is not wired into the JSON pipeline yet".into(),
-        ));
+    if let (Some(path), FormatPlan::Json) = (&explode, &format) {
+        // The fan-out split of the columns (element / record / either).
+        let pointed = insert.pointers.keys().cloned().collect();
+        ExplodeEncoder::new(columns.clone(), options.clone(), path, &pointed)
+            .map_err(|e| mapping_err(format!("mapping.explode: {e}")))?;
     }
     let plan = Plan {
         format,
@@ -542,16 +559,25 @@ impl Decoder for MessageDecoder {
     }
 }
 
-/// The JSON chain of one pipeline thread: JSON payloads mapped to
-/// RowBinary rows, routed by `sink.clickhouse.shard_key` (round robin
+/// The JSON chain: one row per record (message or NDJSON line), kept by
+/// `mapping.filter`, routed by `sink.clickhouse.shard_key` (round robin
 /// without one).
 pub type JsonChain = ChainProcessor<MessageDecoder, Terminal<Filtered<LiveEncoder>, ShardRouter>>;
 
-/// The chain of one pipeline thread, for the pipeline's format. One match
-/// per payload picks the monomorphised chain; each is as before.
+/// The JSON chain with `mapping.explode`: one row per array element.
+pub type JsonExplodeChain =
+    ChainProcessor<ExplodeDecoder, Terminal<Filtered<LiveExplodeEncoder>, ShardRouter>>;
+
+/// The chain of one pipeline thread. One branch per payload picks the
+/// shape; each arm is one monomorphised chain.
+// One chain per pipeline thread, built once: its size does not matter, an
+// indirection on every payload would.
+#[allow(clippy::large_enum_variant)]
 pub enum Chain {
-    /// `format.json`.
+    /// JSON, one row per record.
     Json(JsonChain),
+    /// JSON with `mapping.explode`.
+    JsonExploded(JsonExplodeChain),
     /// `format.avro`.
     Avro(AvroChain),
     /// `format.protobuf`.
@@ -563,6 +589,7 @@ impl Processor for Chain {
     fn process(&mut self, cx: &RecordCx<'_>) -> Result<(), RecordError> {
         match self {
             Chain::Json(c) => c.process(cx),
+            Chain::JsonExploded(c) => c.process(cx),
             Chain::Avro(c) => c.process(cx),
             Chain::Protobuf(c) => c.process(cx),
         }
@@ -571,6 +598,7 @@ impl Processor for Chain {
     fn buffers(&mut self) -> &mut ChunkBuffers {
         match self {
             Chain::Json(c) => c.buffers(),
+            Chain::JsonExploded(c) => c.buffers(),
             Chain::Avro(c) => c.buffers(),
             Chain::Protobuf(c) => c.buffers(),
         }
@@ -580,8 +608,44 @@ impl Processor for Chain {
     fn begin_poll_batch(&mut self) {
         match self {
             Chain::Json(c) => c.begin_poll_batch(),
+            Chain::JsonExploded(c) => c.begin_poll_batch(),
             Chain::Avro(c) => c.begin_poll_batch(),
             Chain::Protobuf(c) => c.begin_poll_batch(),
+        }
+    }
+}
+
+/// A pipeline thread's JSON chain: [`Chain::Json`], or
+/// [`Chain::JsonExploded`] with `explode` (pointer segments). `live`,
+/// `filter` and `rules` were checked by [`plan`], so building cannot fail.
+pub fn json_chain(
+    live: &Arc<LivePlan>,
+    explode: Option<&[String]>,
+    decoder: MessageDecoder,
+    filter: Option<FilterExpr>,
+    rules: TimeRules,
+    router: ShardRouter,
+    buffers: ChunkBuffers,
+) -> Chain {
+    let checked = "the encoder and filter were checked by plan()";
+    match explode {
+        None => {
+            let encoder = live.encoder().expect(checked);
+            let encoder = Filtered::new(encoder, filter, rules).expect(checked);
+            Chain::Json(ChainProcessor::new(
+                decoder,
+                Terminal::new(encoder, router, buffers),
+            ))
+        }
+        Some(path) => {
+            let encoder = live.explode_encoder(path.to_vec()).expect(checked);
+            let encoder = Filtered::new(encoder, filter, rules).expect(checked);
+            let decoder =
+                ExplodeDecoder::new(path.to_vec(), matches!(decoder, MessageDecoder::Ndjson));
+            Chain::JsonExploded(ChainProcessor::new(
+                decoder,
+                Terminal::new(encoder, router, buffers),
+            ))
         }
     }
 }
@@ -621,24 +685,24 @@ pub fn build(
         JsonMode::Ndjson => MessageDecoder::Ndjson,
     };
     let filter = plan.filter.clone();
+    let explode = plan.explode.clone();
     let rules = plan.options.time.clone();
     let format = plan.format.clone();
     let columns = plan.columns.clone();
     let options = plan.options.clone();
     let factory: Box<dyn Fn(ChunkBuffers) -> Chain + Send + Sync> =
         Box::new(move |buffers: ChunkBuffers| match &format {
-            FormatPlan::Json => {
-                // plan() built the same encoder and filter once (and a
-                // re-plan checks its own before publishing it), so this
-                // cannot fail.
-                let encoder = live.encoder().expect("the encoder was checked by plan()");
-                let encoder = Filtered::new(encoder, filter.clone(), rules.clone())
-                    .expect("the filter was checked by plan()");
-                Chain::Json(ChainProcessor::new(
-                    decoder,
-                    Terminal::new(encoder, ShardRouter::with_spec(shard_spec.clone()), buffers),
-                ))
-            }
+            // plan() built the same encoder and filter once (and a re-plan
+            // checks its own before publishing it), so this cannot fail.
+            FormatPlan::Json => json_chain(
+                &live,
+                explode.as_deref(),
+                decoder,
+                filter.clone(),
+                rules.clone(),
+                ShardRouter::with_spec(shard_spec.clone()),
+                buffers,
+            ),
             FormatPlan::Avro(a) => Chain::Avro(avro_chain(
                 a,
                 filter.clone(),

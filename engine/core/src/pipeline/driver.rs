@@ -125,7 +125,7 @@ impl DriverMetrics {
                 skipped(RecordErrorKind::Encode),
             ],
             pauses: ::metrics::counter!(crate::metrics::LANE_PAUSES),
-            filtered: ::metrics::counter!(crate::metrics::RECORDS_FILTERED, "reason" => "filter"),
+            filtered: crate::metrics::records_filtered("filter"),
         }
     }
 }
