@@ -34,6 +34,7 @@
 
 pub mod framing;
 pub mod plan;
+pub mod sensor;
 pub mod source;
 
 mod decode;

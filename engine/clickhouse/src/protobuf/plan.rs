@@ -1,5 +1,5 @@
 //! The plan compiler: a message descriptor and the table's [`ColumnSpec`]s
-//! become a [`Plan`], the tables the hot-path decoder ([`super::decode`])
+//! become a [`Plan`], the tables the hot-path decoder (`decode`)
 //! follows.
 //!
 //! **Fields by name**, as the JSON mapper finds them: a column reads the

@@ -987,3 +987,68 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn sensor_rows_land_as_the_formulas_say() {
+    let file = super::sensor::sensor_file().unwrap();
+    let msg = file
+        .parent_pool()
+        .get_message_by_name(super::sensor::SENSOR_MESSAGE)
+        .unwrap();
+    let cols = super::sensor::sensor_columns();
+    let mut enc = ProtoRowEncoder::fixed(
+        &msg,
+        Framing::Plain,
+        cols.clone(),
+        MappingOptions::default(),
+        "sensor.proto",
+    )
+    .unwrap();
+    let (mut m, mut scratch, mut out) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, j) in [(0u64, 0u64), (1, 4), (10, 5), (13, 99), (4, 0), (9_999, 37)] {
+        m.clear();
+        super::sensor::sensor_row(i, j, &mut m, &mut scratch);
+        // prost-reflect reads the generator's bytes as the message.
+        let dm = DynamicMessage::decode(msg.clone(), m.as_slice()).unwrap();
+        assert_eq!(dm.get_field_by_name("batch_id").unwrap().as_u64(), Some(i));
+        out.clear();
+        enc.encode_message(&m, &mut out).unwrap();
+        let k = i * 100 + j;
+        let produced_at = 1_700_000_000_000 + i * 10;
+        let unit = if k % 8 == 0 {
+            "drop"
+        } else {
+            ["C", "hPa", "pct"][(k % 3) as usize]
+        };
+        let int = |v: u64| Value::Int(Wide::from_u128(u128::from(v)));
+        let want = [
+            int(i),
+            Value::String(format!("gw-{}", i % 16).into_bytes()),
+            Value::String(
+                if i % 10 == 0 {
+                    "unknown".into()
+                } else {
+                    format!("eu-{}", i % 4)
+                }
+                .into_bytes(),
+            ),
+            int(produced_at),
+            int(j),
+            int(k % 1024),
+            Value::String(format!("sensor-{}", k % 1024).into_bytes()),
+            Value::Float64((k % 4000) as f64 * 0.25 - 100.0),
+            if j % 5 == 0 {
+                Value::Null
+            } else {
+                Value::Int(Wide::from_i128(i128::from((j % 3) as i32)))
+            },
+            Value::String(unit.as_bytes().to_vec()),
+            int(produced_at * 1000 + j),
+        ];
+        let mut expect = Vec::new();
+        for (c, v) in cols.iter().zip(&want) {
+            rowbinary::encode(&c.ty, v, &mut expect).unwrap();
+        }
+        assert_eq!(out, expect, "batch {i} event {j}");
+    }
+}
