@@ -533,7 +533,9 @@ pub fn compile(
                     ),
                 ));
             }
-            if f.containing_oneof().is_some() {
+            // A proto3 `optional` message sits in a synthetic oneof of
+            // its own: nothing to clear, so a path through it is fine.
+            if f.containing_oneof().is_some() && !f.field_descriptor_proto().proto3_optional() {
                 return Err(err(
                     &field_name,
                     format!(

@@ -139,6 +139,8 @@ message Event {
   google.protobuf.Timestamp at = 4;
   google.protobuf.StringValue note = 5;
   Meta meta = 6;
+  optional Meta opt_meta = 7;
+  oneof choice { Meta one_meta = 8; int32 other = 9; }
   message Meta { string source = 1; uint32 port = 2; }
 }
 "#;
@@ -256,6 +258,34 @@ fn presence_decides_default_or_missing() {
 }
 
 #[test]
+fn paths_go_through_optional_messages_not_oneof_ones() {
+    let msg = event();
+    let mut c = col("src", "Nullable(String)", MissingValue::Null);
+    c.path = Some(vec!["opt_meta".into(), "source".into()]);
+    let mut enc = encoder(&msg, vec![c.clone()]);
+    let mut meta = Vec::new();
+    put_len(&mut meta, 1, b"s1");
+    let mut m = Vec::new();
+    put_len(&mut m, 7, &meta);
+    let mut out = Vec::new();
+    enc.encode_message(&m, &mut out).unwrap();
+    assert_eq!(out, [0, 2, b's', b'1']);
+    out.clear();
+    enc.encode_message(&[], &mut out).unwrap();
+    assert_eq!(out, [1]);
+    c.path = Some(vec!["one_meta".into(), "source".into()]);
+    let e = ProtoRowEncoder::fixed(
+        &msg,
+        Framing::Plain,
+        vec![c],
+        MappingOptions::default(),
+        "e",
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("oneof member"), "{e}");
+}
+
+#[test]
 fn plan_errors_name_schema_field_and_column() {
     let msg = event();
     let plan = |cols| {
@@ -333,6 +363,7 @@ fn bad_input_is_a_decode_error_naming_schema_and_message() {
     put_key(&mut m, 1, 0);
     put_varint(&mut m, 1);
     put_key(&mut m, 99, 4);
+    DynamicMessage::decode(msg.clone(), m.as_slice()).expect("prost-reflect skips them too");
     let mut out = Vec::new();
     enc.encode_message(&m, &mut out).unwrap();
     assert_eq!(out, [5, 0, 0, 0, 0, 0, 0, 0, 0]);
