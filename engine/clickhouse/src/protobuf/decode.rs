@@ -24,9 +24,9 @@
 //! that cannot be written exactly (an enum number without a name for a
 //! String column, a Timestamp finer than the column's precision).
 
-use super::plan::{Action, ColKind, Conv, Dst, Plan, Src, TimeDst, Wire};
+use super::plan::{Action, ColKind, Conv, Dst, Fast, Plan, Src, TimeDst, Wire};
 use crate::mapping::MissingValue;
-use crate::rowbinary::{put_leb128, put_string};
+use crate::rowbinary::{put_input_string, put_leb128, put_string};
 
 /// Deepest group nesting skipped (prost's recursion limit is 100 too).
 const MAX_GROUP_DEPTH: u32 = 100;
@@ -87,6 +87,21 @@ fn varint(b: &[u8], pos: &mut usize, end: usize) -> Result<u64, Fail> {
 
 #[inline(never)]
 fn varint_slow(b: &[u8], pos: &mut usize, end: usize) -> Result<u64, Fail> {
+    // Ten bytes at hand: no bound check per byte.
+    if let Some(w) = b.get(*pos..*pos + 10).filter(|_| *pos + 10 <= end) {
+        let mut v = 0u64;
+        for (i, &x) in w.iter().enumerate() {
+            if i == 9 && x > 1 {
+                break;
+            }
+            v |= u64::from(x & 0x7f) << (7 * i);
+            if x < 0x80 {
+                *pos += i + 1;
+                return Ok(v);
+            }
+        }
+        return Err(Fail::Wire("invalid varint: longer than 64 bits".into()));
+    }
     let mut v = 0u64;
     for i in 0..10 {
         if *pos >= end {
@@ -106,7 +121,7 @@ fn varint_slow(b: &[u8], pos: &mut usize, end: usize) -> Result<u64, Fail> {
 }
 
 /// Reads a value of wire type `w` at `pos`: `(value, 0)` or `(start, end)`.
-#[inline]
+#[inline(always)]
 fn read(b: &[u8], pos: &mut usize, end: usize, w: Wire) -> Result<(u64, u64), Fail> {
     match w {
         Wire::Varint => Ok((varint(b, pos, end)?, 0)),
@@ -196,7 +211,8 @@ fn skip(
 
 #[inline]
 fn check_utf8(b: &[u8], a: u64, e: u64, number: u32) -> Result<(), Fail> {
-    if std::str::from_utf8(&b[a as usize..e as usize]).is_err() {
+    let s = &b[a as usize..e as usize];
+    if !s.is_ascii() && std::str::from_utf8(s).is_err() {
         return Err(Fail::Wire(format!(
             "field {number}: a string that is not valid UTF-8"
         )));
@@ -205,7 +221,7 @@ fn check_utf8(b: &[u8], a: u64, e: u64, number: u32) -> Result<(), Fail> {
 }
 
 /// Reads a field key: `(number, wire type)`.
-#[inline]
+#[inline(always)]
 fn key(b: &[u8], pos: &mut usize, end: usize) -> Result<(u32, u8), Fail> {
     let key = varint(b, pos, end)?;
     if key > u64::from(u32::MAX) {
@@ -454,8 +470,36 @@ fn put_int(out: &mut Vec<u8>, v: i128, bytes: u8) {
     }
 }
 
-/// Writes one scalar: `(a, e)` as [`Slot`] holds it.
-#[inline]
+/// Writes one scalar: `(a, e)` as [`Slot`] holds it; the plain copies
+/// inline, the rest through [`put_scalar`].
+#[inline(always)]
+fn put_cell(conv: &Conv, a: u64, e: u64, b: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
+    match conv.fast {
+        Fast::Le4 => {
+            if conv.nullable {
+                out.push(0);
+            }
+            out.extend_from_slice(&(a as u32).to_le_bytes());
+        }
+        Fast::Le8 => {
+            if conv.nullable {
+                out.push(0);
+            }
+            out.extend_from_slice(&a.to_le_bytes());
+        }
+        Fast::Str => {
+            if conv.nullable {
+                out.push(0);
+            }
+            put_input_string(out, b, a as usize, e as usize);
+        }
+        Fast::No => put_scalar(conv, a, e, b, out)?,
+    }
+    Ok(())
+}
+
+/// The general conversion of one scalar.
+#[inline(never)]
 fn put_scalar(conv: &Conv, a: u64, e: u64, b: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
     if conv.nullable {
         out.push(0);
@@ -581,7 +625,7 @@ pub(crate) fn decode_row(
                     // An absent implicit field is its default: raw 0, or
                     // the empty byte range.
                     let (a, e) = if slot.set { (slot.a, slot.b) } else { (0, 0) };
-                    put_scalar(conv, a, e, b, out).map_err(val)?;
+                    put_cell(conv, a, e, b, out).map_err(val)?;
                     true
                 } else {
                     false
@@ -592,7 +636,7 @@ pub(crate) fn decode_row(
                     if wd {
                         out.push(0);
                     }
-                    put_scalar(conv, slot.a, slot.b, b, out).map_err(val)?;
+                    put_cell(conv, slot.a, slot.b, b, out).map_err(val)?;
                 }
                 slot.set
             }
@@ -616,13 +660,13 @@ pub(crate) fn decode_row(
                     let w = conv.src.wire();
                     for it in items {
                         if it.n == 0 {
-                            put_scalar(conv, it.a, it.b, b, out).map_err(val)?;
+                            put_cell(conv, it.a, it.b, b, out).map_err(val)?;
                             continue;
                         }
                         let (mut pos, end) = (it.a as usize, it.b as usize);
                         while pos < end {
                             let (v, _) = read(b, &mut pos, end, w)?;
-                            put_scalar(conv, v, 0, b, out).map_err(val)?;
+                            put_cell(conv, v, 0, b, out).map_err(val)?;
                         }
                     }
                 }
@@ -647,8 +691,8 @@ pub(crate) fn decode_row(
                     }
                     put_leb128(out, entries.len() as u64);
                     for e in entries.iter() {
-                        put_scalar(key, e[0], e[1], b, out).map_err(val)?;
-                        put_scalar(value, e[2], e[3], b, out).map_err(val)?;
+                        put_cell(key, e[0], e[1], b, out).map_err(val)?;
+                        put_cell(value, e[2], e[3], b, out).map_err(val)?;
                     }
                 }
                 parent

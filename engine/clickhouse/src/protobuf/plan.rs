@@ -198,6 +198,23 @@ pub(crate) struct Conv {
     pub dst: Dst,
     /// The value is written with a Nullable prefix byte `0`.
     pub nullable: bool,
+    /// The decoder's shortcut for the common cases.
+    pub fast: Fast,
+}
+
+/// A conversion that is a plain copy of the raw wire value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fast {
+    /// The raw value's low 4 bytes, little-endian (uint32, fixed32 into
+    /// UInt32; int32, sfixed32, enum into Int32; float into Float32).
+    Le4,
+    /// The raw value's 8 bytes (uint64, fixed64 into UInt64; int64,
+    /// sfixed64 into Int64; double into Float64).
+    Le8,
+    /// The byte range as a String.
+    Str,
+    /// Anything else: the general conversion.
+    No,
 }
 
 /// What a Timestamp becomes.
@@ -429,7 +446,23 @@ fn conv_for(src: Src, enum_desc: Option<&EnumDescriptor>, ty: &ChType) -> Result
             }
         }
     };
-    Ok(Conv { src, dst, nullable })
+    let fast = match (src, &dst) {
+        (
+            Src::Uint32 | Src::Fixed32 | Src::Int32 | Src::Sfixed32 | Src::Enum,
+            Dst::Int { bytes: 4 },
+        )
+        | (Src::Float, Dst::Float32) => Fast::Le4,
+        (Src::Uint64 | Src::Fixed64 | Src::Int64 | Src::Sfixed64, Dst::Int { bytes: 8 })
+        | (Src::Double, Dst::Float64) => Fast::Le8,
+        (Src::String | Src::Bytes, Dst::Str) => Fast::Str,
+        _ => Fast::No,
+    };
+    Ok(Conv {
+        src,
+        dst,
+        nullable,
+        fast,
+    })
 }
 
 /// Compiles the plan for `message` and `columns` (INSERT order).
