@@ -231,4 +231,40 @@ fn protobuf_rows_allocate_nothing() {
         }
     });
     assert_eq!(n, 0, "allocations for {} protobuf rows", messages.len());
+
+    // The chain's path: Confluent frames through the schema source, the
+    // decoder's and the encoder's plan caches (warm), one record per row.
+    let mut src = spate_clickhouse::protobuf::FileSchemaSource::new();
+    src.insert(5, file);
+    let mapping = spate_clickhouse::protobuf::ProtoMapping::confluent(
+        std::sync::Arc::new(src),
+        sensor::sensor_columns(),
+        MappingOptions::default(),
+    )
+    .expect("columns");
+    let (mut dec, mut enc) = (mapping.decoder(), mapping.encoder());
+    let framed: Vec<Vec<u8>> = messages
+        .iter()
+        .map(|m| {
+            let mut f = Vec::new();
+            spate_clickhouse::protobuf::framing::write_header(&mut f, 5, &[0]);
+            f.extend_from_slice(m);
+            f
+        })
+        .collect();
+    let mut run = |buf: &mut Vec<u8>| {
+        for m in &framed {
+            let r = dec.decode_value(Some(m)).expect("decodes");
+            enc.encode_record(&r, buf).expect("encodes");
+        }
+    };
+    run(&mut buf);
+    buf.clear();
+    let n = allocations_in(|| run(&mut buf));
+    assert_eq!(
+        n,
+        0,
+        "allocations for {} framed protobuf records",
+        framed.len()
+    );
 }

@@ -73,11 +73,10 @@ pub enum PlanError {
     #[error(transparent)]
     Mapping(#[from] MappingError),
     /// A column that cannot be fed from this message.
-    #[error(
-        "protobuf schema {schema}, message `{message}`, field `{field}` -> column `{column}`: {reason}"
-    )]
+    #[error("{schema}, message `{message}`, field `{field}`, column `{column}`: {reason}")]
     Column {
-        /// The schema: its registry id, or the descriptor file.
+        /// The schema as errors name it: `Protobuf schema id 7`, or
+        /// `Protobuf schema `file``.
         schema: String,
         /// The message's full name.
         message: String,
@@ -466,7 +465,8 @@ fn conv_for(src: Src, enum_desc: Option<&EnumDescriptor>, ty: &ChType) -> Result
 }
 
 /// Compiles the plan for `message` and `columns` (INSERT order).
-/// `schema` names the schema in errors (`id 7`, or the descriptor file).
+/// `schema` names the schema in errors (`Protobuf schema id 7`, or
+/// ``Protobuf schema `event.pb` ``).
 ///
 /// # Errors
 /// [`PlanError`]: no columns, a bad DEFAULT literal, a column whose field

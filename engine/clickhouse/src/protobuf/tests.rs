@@ -211,7 +211,11 @@ fn timestamps_land_exactly_or_are_refused() {
     // Absent, no default: a record error naming the column and field.
     let e = enc.encode_message(&[], &mut Vec::new()).unwrap_err();
     assert_eq!(e.column.as_deref(), Some("at"));
-    assert!(e.reason.contains("field `at` is absent"), "{e}");
+    assert_eq!(
+        e.reason,
+        "Protobuf schema `event.proto`, field `at`: absent, and the column is not Nullable and \
+         has no DEFAULT spate can apply"
+    );
 }
 
 #[test]
@@ -301,12 +305,12 @@ fn plan_errors_name_schema_field_and_column() {
     };
     assert_eq!(
         plan(vec![col("id", "Int32", MissingValue::Reject)]),
-        "protobuf schema event.proto, message `t.Event`, field `id` -> column `id`: a proto Int64 \
+        "Protobuf schema `event.proto`, message `t.Event`, field `id`, column `id`: a proto Int64 \
          does not carry exactly into Int32 (see the table in spate_clickhouse::protobuf::plan)"
     );
     assert!(
         plan(vec![col("nope", "String", MissingValue::Reject)])
-            .contains("field `nope` -> column `nope`: the message has no such field")
+            .contains("field `nope`, column `nope`: the message has no such field")
     );
     assert!(plan(vec![col("meta", "String", MissingValue::Reject)]).contains("is a message"));
     assert!(
@@ -344,7 +348,7 @@ fn bad_input_is_a_decode_error_naming_schema_and_message() {
         assert_eq!(e.kind, RecordErrorKind::Decode, "{bytes:?}");
         assert!(
             e.reason
-                .starts_with("protobuf schema event.proto, message `t.Event`: "),
+                .starts_with("Protobuf schema `event.proto`, message `t.Event`: "),
             "{e}"
         );
         assert!(e.reason.contains(text), "{bytes:?}: {e}");
@@ -394,7 +398,7 @@ fn confluent_frames_pick_the_message_by_index_and_cache_plans() {
     assert_eq!(e.kind, RecordErrorKind::Decode);
     assert!(
         e.reason
-            .starts_with("protobuf schema id 7, message `t.Event`, field `x` -> column `x`"),
+            .starts_with("Protobuf schema id 7, message `t.Event`, field `x`, column `x`"),
         "{e}"
     );
     // [5]: no such message.
@@ -403,7 +407,7 @@ fn confluent_frames_pick_the_message_by_index_and_cache_plans() {
     let e = enc.encode_message(&m, &mut Vec::new()).unwrap_err();
     assert_eq!(
         e.reason,
-        "protobuf schema id 7: the message indexes [5] name no message in `event.proto`"
+        "Protobuf schema id 7: the message indexes [5] name no message in `event.proto`"
     );
     // [1, 0] is Event.Meta (no x either), [1, 1] nothing.
     let mut m = Vec::new();
@@ -414,12 +418,78 @@ fn confluent_frames_pick_the_message_by_index_and_cache_plans() {
     let mut m = Vec::new();
     write_header(&mut m, 8, &[0]);
     let e = enc.encode_message(&m, &mut Vec::new()).unwrap_err();
-    assert_eq!(e.reason, "unknown protobuf schema id 8");
+    assert_eq!(
+        e.reason,
+        "Protobuf schema id 8: unknown to the schema source"
+    );
     // Not a frame.
     let e = enc
         .encode_message(&[0x08, 0x03], &mut Vec::new())
         .unwrap_err();
     assert!(e.reason.contains("too short"), "{e}");
+}
+
+/// A source that counts its lookups.
+struct Counting(FileSchemaSource, std::sync::atomic::AtomicUsize);
+
+impl super::ProtoSchemaSource for Counting {
+    fn descriptor(&self, id: u32) -> Result<prost_reflect::FileDescriptor, super::SchemaError> {
+        self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.0.descriptor(id)
+    }
+}
+
+#[test]
+fn the_chain_path_decodes_records_and_asks_the_source_once_per_schema() {
+    let file = compile_proto("event.proto", EVENT_PROTO, &[]).unwrap();
+    let mut files = FileSchemaSource::new();
+    files.insert(7, file.clone()).insert(8, file);
+    let source = Arc::new(Counting(files, Default::default()));
+    let mapping = super::ProtoMapping::confluent(
+        source.clone(),
+        vec![col("x", "Int32", MissingValue::Literal("-1".into()))],
+        MappingOptions::default(),
+    )
+    .unwrap();
+    // Two threads' worth of decoders and encoders.
+    let (mut d1, mut e1) = (mapping.decoder(), mapping.encoder());
+    let (mut d2, mut e2) = (mapping.decoder(), mapping.encoder());
+    let frame = |id: u32, idx: &[i32], x: u8| {
+        let mut m = Vec::new();
+        write_header(&mut m, id, idx);
+        m.extend_from_slice(&[0x08, x]);
+        m
+    };
+    let msgs = [
+        frame(7, &[0], 1),
+        frame(8, &[0], 2),
+        frame(7, &[1, 0], 3),
+        frame(7, &[0], 4),
+    ];
+    for _ in 0..3 {
+        for (k, m) in msgs.iter().enumerate() {
+            for (d, e) in [(&mut d1, &mut e1), (&mut d2, &mut e2)] {
+                let r = d.decode_value(Some(m)).unwrap();
+                assert_eq!(r.schema_id(), Some(if k == 1 { 8 } else { 7 }));
+                let mut out = Vec::new();
+                e.encode_record(&r, &mut out).unwrap();
+                let mut direct = Vec::new();
+                e.encode_message(m, &mut direct).unwrap();
+                assert_eq!(out, direct);
+                // Event.Meta ([1, 0]) has no x: the column's DEFAULT.
+                let want: i32 = if k == 2 {
+                    -1
+                } else {
+                    i32::from(m[m.len() - 1])
+                };
+                assert_eq!(out, want.to_le_bytes());
+            }
+        }
+    }
+    // Three (id, message) pairs, each fetched once for all four threads.
+    assert_eq!(source.1.load(std::sync::atomic::Ordering::Relaxed), 3);
+    let e = d1.decode_value(None).unwrap_err();
+    assert!(e.reason.contains("tombstone"), "{e}");
 }
 
 #[test]
