@@ -87,6 +87,27 @@ fn varint(b: &[u8], pos: &mut usize, end: usize) -> Result<u64, Fail> {
 
 #[inline(never)]
 fn varint_slow(b: &[u8], pos: &mut usize, end: usize) -> Result<u64, Fail> {
+    // Up to 8 bytes with 8 at hand: found and compacted in one word (the
+    // first byte without its high bit ends it; then the 7-bit groups are
+    // packed pairwise, 4 pairs, 2 pairs, 1 pair).
+    if let Some(w) = b.get(*pos..*pos + 8).filter(|_| *pos + 8 <= end) {
+        let w = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+        let stops = !w & 0x8080_8080_8080_8080;
+        if stops != 0 {
+            let len = (stops.trailing_zeros() + 1) / 8;
+            let keep = if len == 8 {
+                u64::MAX
+            } else {
+                (1u64 << (8 * len)) - 1
+            };
+            let mut x = w & keep & 0x7f7f_7f7f_7f7f_7f7f;
+            x = (x & 0x007f_007f_007f_007f) | ((x & 0x7f00_7f00_7f00_7f00) >> 1);
+            x = (x & 0x0000_3fff_0000_3fff) | ((x & 0x3fff_0000_3fff_0000) >> 2);
+            x = (x & 0x0000_0000_0fff_ffff) | ((x & 0x0fff_ffff_0000_0000) >> 4);
+            *pos += len as usize;
+            return Ok(x);
+        }
+    }
     // Ten bytes at hand: no bound check per byte.
     if let Some(w) = b.get(*pos..*pos + 10).filter(|_| *pos + 10 <= end) {
         let mut v = 0u64;

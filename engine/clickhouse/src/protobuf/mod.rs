@@ -98,7 +98,8 @@ enum Schemas {
 struct Shared {
     id: u32,
     indexes: Vec<i32>,
-    plan: Result<Arc<Plan>, String>,
+    /// The plan, or the Decode error every record of it gets.
+    plan: Result<Arc<Plan>, RecordError>,
 }
 
 /// One table's Protobuf mapping, shared by every pipeline thread: the
@@ -239,17 +240,17 @@ impl ProtoMapping {
                 .map(|k| (k as u32, plans[k].plan.clone()))
         };
         if let Some((k, r)) = found(&self.lock()) {
-            return r.map(|p| (k, p)).map_err(RecordError::decode);
+            return r.map(|p| (k, p));
         }
         // Ask the source without holding the lock (it may block on HTTP).
         let file = source
             .descriptor(id)
             .map_err(|e| RecordError::decode(e.to_string()))?;
         let plan = match source::message_at(&file, indexes) {
-            None => Err(format!(
+            None => Err(RecordError::decode(format!(
                 "Protobuf schema id {id}: the message indexes {indexes:?} name no message in `{}`",
                 file.name()
-            )),
+            ))),
             Some(msg) => plan::compile(
                 &msg,
                 &self.columns,
@@ -257,7 +258,13 @@ impl ProtoMapping {
                 &format!("Protobuf schema id {id}"),
             )
             .map(Arc::new)
-            .map_err(|e| e.to_string()),
+            .map_err(|e| RecordError {
+                column: match &e {
+                    PlanError::Column { column, .. } => Some(column.clone()),
+                    PlanError::Mapping(_) => None,
+                },
+                ..RecordError::decode(e.to_string())
+            }),
         };
         let mut plans = self.lock();
         let (k, r) = match found(&plans) {
@@ -277,7 +284,7 @@ impl ProtoMapping {
                 ((plans.len() - 1) as u32, plan)
             }
         };
-        r.map(|p| (k, p)).map_err(RecordError::decode)
+        r.map(|p| (k, p))
     }
 
     /// The plan of key `key` (from [`ProtoMapping::plan`]).
@@ -286,7 +293,7 @@ impl ProtoMapping {
             return Ok(Arc::clone(plan));
         }
         match self.lock().get(key as usize) {
-            Some(s) => s.plan.clone().map_err(RecordError::decode),
+            Some(s) => s.plan.clone(),
             None => Err(RecordError::decode(format!(
                 "no Protobuf plan of key {key}"
             ))),

@@ -396,6 +396,7 @@ fn confluent_frames_pick_the_message_by_index_and_cache_plans() {
     write_header(&mut m, 7, &[1]);
     let e = enc.encode_message(&m, &mut Vec::new()).unwrap_err();
     assert_eq!(e.kind, RecordErrorKind::Decode);
+    assert_eq!(e.column.as_deref(), Some("x"));
     assert!(
         e.reason
             .starts_with("Protobuf schema id 7, message `t.Event`, field `x`, column `x`"),
@@ -1152,4 +1153,38 @@ fn sensor_rows_land_as_the_formulas_say() {
         }
         assert_eq!(out, expect, "batch {i} event {j}");
     }
+}
+
+#[test]
+fn varints_of_every_length_read_back() {
+    // Field 1 (int64) through the one-word path (up to 8 bytes with 8 at
+    // hand), the ten-byte path and the byte loop near the end.
+    let msg = event();
+    let mut enc = encoder(&msg, vec![col("id", "Int64", MissingValue::Reject)]);
+    for shift in 0..64 {
+        for v in [1u64 << shift, (1u64 << shift) - 1, u64::MAX >> shift] {
+            for pad in [0usize, 12] {
+                let mut m = vec![0x08];
+                put_varint(&mut m, v);
+                // An unknown field after it, so the word load has bytes.
+                if pad > 0 {
+                    put_len(&mut m, 99, &vec![0xff; pad]);
+                }
+                let mut out = Vec::new();
+                enc.encode_message(&m, &mut out).unwrap();
+                assert_eq!(out, v.to_le_bytes(), "{v:#x} pad {pad}");
+            }
+        }
+    }
+    // An 11-byte varint is refused, as is a 10th byte above 1.
+    let mut m = vec![0x08];
+    m.extend_from_slice(&[0xff; 10]);
+    m.push(0x01);
+    assert!(enc.encode_message(&m, &mut Vec::new()).is_err());
+    let mut m = vec![0x08];
+    m.extend_from_slice(&[0xff; 9]);
+    m.push(0x02);
+    let e = enc.encode_message(&m, &mut Vec::new()).unwrap_err();
+    assert!(e.reason.contains("longer than 64 bits"), "{e}");
+    assert!(DynamicMessage::decode(msg, m.as_slice()).is_err());
 }
