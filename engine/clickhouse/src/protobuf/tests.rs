@@ -1188,3 +1188,37 @@ fn varints_of_every_length_read_back() {
     assert!(e.reason.contains("longer than 64 bits"), "{e}");
     assert!(DynamicMessage::decode(msg, m.as_slice()).is_err());
 }
+
+#[test]
+fn server_defaults_write_row_binary_with_defaults_markers() {
+    let msg = event();
+    let cols = vec![
+        col("id", "Int64", MissingValue::Reject),
+        col("level", "Int32", MissingValue::ServerDefault),
+        col("note", "Nullable(String)", MissingValue::Null),
+        col("name", "String", MissingValue::ServerDefault),
+    ];
+    let mut enc = encoder(&msg, cols);
+    assert!(enc.with_defaults());
+    // level absent (explicit presence): the server's DEFAULT; name absent
+    // (implicit presence): its value "", never the DEFAULT.
+    let mut out = Vec::new();
+    enc.encode_message(&[0x08, 0x02], &mut out).unwrap();
+    let mut want = vec![0];
+    want.extend_from_slice(&2i64.to_le_bytes());
+    want.push(1); // level: DEFAULT marker, no value
+    want.extend_from_slice(&[0, 1]); // note: a value (marker 0) that is NULL
+    want.extend_from_slice(&[0, 0]); // name: marker 0, ""
+    assert_eq!(out, want);
+    let mut m = vec![0x08, 0x02, 0x18, 0x05];
+    put_len(&mut m, 5, &[]);
+    out.clear();
+    enc.encode_message(&m, &mut out).unwrap();
+    let mut want = vec![0];
+    want.extend_from_slice(&2i64.to_le_bytes());
+    want.push(0);
+    want.extend_from_slice(&5i32.to_le_bytes());
+    want.extend_from_slice(&[0, 0, 0]); // note: marker, not NULL, ""
+    want.extend_from_slice(&[0, 0]);
+    assert_eq!(out, want);
+}
