@@ -42,7 +42,9 @@ pub mod plan;
 pub mod sensor;
 pub mod source;
 
+mod conv;
 mod decode;
+mod put;
 #[cfg(test)]
 mod tests;
 
