@@ -24,9 +24,10 @@
 //! that cannot be written exactly (an enum number without a name for a
 //! String column, a Timestamp finer than the column's precision).
 
-use super::plan::{Action, ColKind, Conv, Dst, Plan, Src, TimeDst, Wire};
+use super::plan::{Action, ColKind, Conv, Plan, Src, Wire};
+use super::put::{int_value, put_cell, put_time};
 use crate::mapping::MissingValue;
-use crate::rowbinary::{put_leb128, put_string};
+use crate::rowbinary::put_leb128;
 
 /// Deepest group nesting skipped (prost's recursion limit is 100 too).
 const MAX_GROUP_DEPTH: u32 = 100;
@@ -87,6 +88,42 @@ fn varint(b: &[u8], pos: &mut usize, end: usize) -> Result<u64, Fail> {
 
 #[inline(never)]
 fn varint_slow(b: &[u8], pos: &mut usize, end: usize) -> Result<u64, Fail> {
+    // Up to 8 bytes with 8 at hand: found and compacted in one word (the
+    // first byte without its high bit ends it; then the 7-bit groups are
+    // packed pairwise, 4 pairs, 2 pairs, 1 pair).
+    if let Some(w) = b.get(*pos..*pos + 8).filter(|_| *pos + 8 <= end) {
+        let w = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+        let stops = !w & 0x8080_8080_8080_8080;
+        if stops != 0 {
+            let len = (stops.trailing_zeros() + 1) / 8;
+            let keep = if len == 8 {
+                u64::MAX
+            } else {
+                (1u64 << (8 * len)) - 1
+            };
+            let mut x = w & keep & 0x7f7f_7f7f_7f7f_7f7f;
+            x = (x & 0x007f_007f_007f_007f) | ((x & 0x7f00_7f00_7f00_7f00) >> 1);
+            x = (x & 0x0000_3fff_0000_3fff) | ((x & 0x3fff_0000_3fff_0000) >> 2);
+            x = (x & 0x0000_0000_0fff_ffff) | ((x & 0x0fff_ffff_0000_0000) >> 4);
+            *pos += len as usize;
+            return Ok(x);
+        }
+    }
+    // Ten bytes at hand: no bound check per byte.
+    if let Some(w) = b.get(*pos..*pos + 10).filter(|_| *pos + 10 <= end) {
+        let mut v = 0u64;
+        for (i, &x) in w.iter().enumerate() {
+            if i == 9 && x > 1 {
+                break;
+            }
+            v |= u64::from(x & 0x7f) << (7 * i);
+            if x < 0x80 {
+                *pos += i + 1;
+                return Ok(v);
+            }
+        }
+        return Err(Fail::Wire("invalid varint: longer than 64 bits".into()));
+    }
     let mut v = 0u64;
     for i in 0..10 {
         if *pos >= end {
@@ -106,7 +143,7 @@ fn varint_slow(b: &[u8], pos: &mut usize, end: usize) -> Result<u64, Fail> {
 }
 
 /// Reads a value of wire type `w` at `pos`: `(value, 0)` or `(start, end)`.
-#[inline]
+#[inline(always)]
 fn read(b: &[u8], pos: &mut usize, end: usize, w: Wire) -> Result<(u64, u64), Fail> {
     match w {
         Wire::Varint => Ok((varint(b, pos, end)?, 0)),
@@ -196,7 +233,8 @@ fn skip(
 
 #[inline]
 fn check_utf8(b: &[u8], a: u64, e: u64, number: u32) -> Result<(), Fail> {
-    if std::str::from_utf8(&b[a as usize..e as usize]).is_err() {
+    let s = &b[a as usize..e as usize];
+    if !s.is_ascii() && std::str::from_utf8(s).is_err() {
         return Err(Fail::Wire(format!(
             "field {number}: a string that is not valid UTF-8"
         )));
@@ -205,7 +243,7 @@ fn check_utf8(b: &[u8], a: u64, e: u64, number: u32) -> Result<(), Fail> {
 }
 
 /// Reads a field key: `(number, wire type)`.
-#[inline]
+#[inline(always)]
 fn key(b: &[u8], pos: &mut usize, end: usize) -> Result<(u32, u8), Fail> {
     let key = varint(b, pos, end)?;
     if key > u64::from(u32::MAX) {
@@ -419,137 +457,6 @@ fn packed_count(b: &[u8], a: usize, e: usize, w: Wire) -> Result<u64, Fail> {
     }
 }
 
-/// The integer a raw wire value stands for.
-#[inline]
-fn int_value(src: Src, raw: u64) -> i128 {
-    match src {
-        Src::Int32 | Src::Enum => i128::from(raw as i32),
-        Src::Int64 | Src::Sfixed64 => i128::from(raw as i64),
-        Src::Uint32 | Src::Fixed32 => i128::from(raw as u32),
-        Src::Uint64 | Src::Fixed64 => i128::from(raw),
-        Src::Sint32 => {
-            let u = raw as u32;
-            i128::from(((u >> 1) as i32) ^ -((u & 1) as i32))
-        }
-        Src::Sint64 => i128::from(((raw >> 1) as i64) ^ -((raw & 1) as i64)),
-        Src::Sfixed32 => i128::from(raw as u32 as i32),
-        Src::Bool => i128::from(raw != 0),
-        Src::Float | Src::Double | Src::String | Src::Bytes => 0,
-    }
-}
-
-#[inline]
-fn put_int(out: &mut Vec<u8>, v: i128, bytes: u8) {
-    match bytes {
-        1 => out.push(v as u8),
-        2 => out.extend_from_slice(&(v as i16).to_le_bytes()),
-        4 => out.extend_from_slice(&(v as i32).to_le_bytes()),
-        8 => out.extend_from_slice(&(v as i64).to_le_bytes()),
-        16 => out.extend_from_slice(&v.to_le_bytes()),
-        _ => {
-            out.extend_from_slice(&v.to_le_bytes());
-            let fill = if v < 0 { 0xff } else { 0 };
-            out.extend_from_slice(&[fill; 16]);
-        }
-    }
-}
-
-/// Writes one scalar: `(a, e)` as [`Slot`] holds it.
-#[inline]
-fn put_scalar(conv: &Conv, a: u64, e: u64, b: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
-    if conv.nullable {
-        out.push(0);
-    }
-    match &conv.dst {
-        Dst::Int { bytes } => put_int(out, int_value(conv.src, a), *bytes),
-        Dst::Bool => out.push(u8::from(a != 0)),
-        Dst::Float32 => out.extend_from_slice(&(a as u32).to_le_bytes()),
-        Dst::Float64 => {
-            let f = if conv.src == Src::Float {
-                f64::from(f32::from_bits(a as u32))
-            } else {
-                f64::from_bits(a)
-            };
-            out.extend_from_slice(&f.to_le_bytes());
-        }
-        Dst::Str => put_string(out, &b[a as usize..e as usize]),
-        Dst::EnumName(names) => {
-            let n = a as i32;
-            match names.binary_search_by_key(&n, |p| p.0) {
-                Ok(i) => put_string(out, names[i].1.as_bytes()),
-                Err(_) => return Err(format!("enum number {n} has no name in the schema")),
-            }
-        }
-        Dst::EnumMap { map, wide } => {
-            let n = a as i32;
-            match map.binary_search_by_key(&n, |p| p.0) {
-                Ok(i) if *wide => out.extend_from_slice(&map[i].1.to_le_bytes()),
-                Ok(i) => out.push(map[i].1 as i8 as u8),
-                Err(_) => return Err(format!("enum number {n} has no value in the column's Enum")),
-            }
-        }
-    }
-    Ok(())
-}
-
-const POW10: [i64; 10] = [
-    1,
-    10,
-    100,
-    1_000,
-    10_000,
-    100_000,
-    1_000_000,
-    10_000_000,
-    100_000_000,
-    1_000_000_000,
-];
-
-/// Writes a Timestamp (`seconds`, `nanos` raw) as `dst`.
-fn put_time(
-    dst: TimeDst,
-    nullable: bool,
-    seconds: u64,
-    nanos: u64,
-    out: &mut Vec<u8>,
-) -> Result<(), String> {
-    let (s, ns) = (seconds as i64, nanos as i32);
-    if !(0..=999_999_999).contains(&ns) {
-        return Err(format!("Timestamp nanos {ns} outside 0..=999999999"));
-    }
-    if nullable {
-        out.push(0);
-    }
-    match dst {
-        TimeDst::Ticks { precision } => {
-            let div = POW10[9 - usize::from(precision)];
-            if i64::from(ns) % div != 0 {
-                return Err(format!(
-                    "Timestamp {s}s + {ns}ns has digits below DateTime64({precision})'s resolution (it would be truncated)"
-                ));
-            }
-            let ticks = s
-                .checked_mul(POW10[usize::from(precision)])
-                .and_then(|t| t.checked_add(i64::from(ns) / div))
-                .ok_or_else(|| {
-                    format!("Timestamp {s}s is out of DateTime64({precision})'s range")
-                })?;
-            out.extend_from_slice(&ticks.to_le_bytes());
-        }
-        TimeDst::Seconds => {
-            if ns != 0 {
-                return Err(format!(
-                    "Timestamp {s}s + {ns}ns has a fraction of a second; DateTime holds whole seconds"
-                ));
-            }
-            let s = u32::try_from(s)
-                .map_err(|_| format!("Timestamp {s}s is out of DateTime's range"))?;
-            out.extend_from_slice(&s.to_le_bytes());
-        }
-    }
-    Ok(())
-}
-
 /// Whether two map keys (raw) are the same key.
 fn same_key(conv: &Conv, b: &[u8], x: (u64, u64), y: (u64, u64)) -> bool {
     match conv.src {
@@ -581,7 +488,7 @@ pub(crate) fn decode_row(
                     // An absent implicit field is its default: raw 0, or
                     // the empty byte range.
                     let (a, e) = if slot.set { (slot.a, slot.b) } else { (0, 0) };
-                    put_scalar(conv, a, e, b, out).map_err(val)?;
+                    put_cell(conv, a, e, b, out).map_err(val)?;
                     true
                 } else {
                     false
@@ -592,7 +499,7 @@ pub(crate) fn decode_row(
                     if wd {
                         out.push(0);
                     }
-                    put_scalar(conv, slot.a, slot.b, b, out).map_err(val)?;
+                    put_cell(conv, slot.a, slot.b, b, out).map_err(val)?;
                 }
                 slot.set
             }
@@ -616,13 +523,13 @@ pub(crate) fn decode_row(
                     let w = conv.src.wire();
                     for it in items {
                         if it.n == 0 {
-                            put_scalar(conv, it.a, it.b, b, out).map_err(val)?;
+                            put_cell(conv, it.a, it.b, b, out).map_err(val)?;
                             continue;
                         }
                         let (mut pos, end) = (it.a as usize, it.b as usize);
                         while pos < end {
                             let (v, _) = read(b, &mut pos, end, w)?;
-                            put_scalar(conv, v, 0, b, out).map_err(val)?;
+                            put_cell(conv, v, 0, b, out).map_err(val)?;
                         }
                     }
                 }
@@ -647,8 +554,8 @@ pub(crate) fn decode_row(
                     }
                     put_leb128(out, entries.len() as u64);
                     for e in entries.iter() {
-                        put_scalar(key, e[0], e[1], b, out).map_err(val)?;
-                        put_scalar(value, e[2], e[3], b, out).map_err(val)?;
+                        put_cell(key, e[0], e[1], b, out).map_err(val)?;
+                        put_cell(value, e[2], e[3], b, out).map_err(val)?;
                     }
                 }
                 parent

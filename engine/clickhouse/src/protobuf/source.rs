@@ -52,14 +52,14 @@ pub enum SchemaError {
         name: String,
     },
     /// The source knows no schema of this id.
-    #[error("unknown protobuf schema id {id}")]
+    #[error("Protobuf schema id {id}: unknown to the schema source")]
     UnknownId {
         /// The id.
         id: u32,
     },
     /// The source could not fetch the schema (a registry that is down); the
     /// registry client names the endpoint in `reason`.
-    #[error("protobuf schema id {id}: {reason}")]
+    #[error("Protobuf schema id {id}: {reason}")]
     Fetch {
         /// The id.
         id: u32,

@@ -139,6 +139,8 @@ message Event {
   google.protobuf.Timestamp at = 4;
   google.protobuf.StringValue note = 5;
   Meta meta = 6;
+  optional Meta opt_meta = 7;
+  oneof choice { Meta one_meta = 8; int32 other = 9; }
   message Meta { string source = 1; uint32 port = 2; }
 }
 "#;
@@ -209,7 +211,11 @@ fn timestamps_land_exactly_or_are_refused() {
     // Absent, no default: a record error naming the column and field.
     let e = enc.encode_message(&[], &mut Vec::new()).unwrap_err();
     assert_eq!(e.column.as_deref(), Some("at"));
-    assert!(e.reason.contains("field `at` is absent"), "{e}");
+    assert_eq!(
+        e.reason,
+        "Protobuf schema `event.proto`, field `at`: absent, and the column is not Nullable and \
+         has no DEFAULT spate can apply"
+    );
 }
 
 #[test]
@@ -256,6 +262,34 @@ fn presence_decides_default_or_missing() {
 }
 
 #[test]
+fn paths_go_through_optional_messages_not_oneof_ones() {
+    let msg = event();
+    let mut c = col("src", "Nullable(String)", MissingValue::Null);
+    c.path = Some(vec!["opt_meta".into(), "source".into()]);
+    let mut enc = encoder(&msg, vec![c.clone()]);
+    let mut meta = Vec::new();
+    put_len(&mut meta, 1, b"s1");
+    let mut m = Vec::new();
+    put_len(&mut m, 7, &meta);
+    let mut out = Vec::new();
+    enc.encode_message(&m, &mut out).unwrap();
+    assert_eq!(out, [0, 2, b's', b'1']);
+    out.clear();
+    enc.encode_message(&[], &mut out).unwrap();
+    assert_eq!(out, [1]);
+    c.path = Some(vec!["one_meta".into(), "source".into()]);
+    let e = ProtoRowEncoder::fixed(
+        &msg,
+        Framing::Plain,
+        vec![c],
+        MappingOptions::default(),
+        "e",
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("oneof member"), "{e}");
+}
+
+#[test]
 fn plan_errors_name_schema_field_and_column() {
     let msg = event();
     let plan = |cols| {
@@ -271,12 +305,12 @@ fn plan_errors_name_schema_field_and_column() {
     };
     assert_eq!(
         plan(vec![col("id", "Int32", MissingValue::Reject)]),
-        "protobuf schema event.proto, message `t.Event`, field `id` -> column `id`: a proto Int64 \
+        "Protobuf schema `event.proto`, message `t.Event`, field `id`, column `id`: a proto Int64 \
          does not carry exactly into Int32 (see the table in spate_clickhouse::protobuf::plan)"
     );
     assert!(
         plan(vec![col("nope", "String", MissingValue::Reject)])
-            .contains("field `nope` -> column `nope`: the message has no such field")
+            .contains("field `nope`, column `nope`: the message has no such field")
     );
     assert!(plan(vec![col("meta", "String", MissingValue::Reject)]).contains("is a message"));
     assert!(
@@ -314,7 +348,7 @@ fn bad_input_is_a_decode_error_naming_schema_and_message() {
         assert_eq!(e.kind, RecordErrorKind::Decode, "{bytes:?}");
         assert!(
             e.reason
-                .starts_with("protobuf schema event.proto, message `t.Event`: "),
+                .starts_with("Protobuf schema `event.proto`, message `t.Event`: "),
             "{e}"
         );
         assert!(e.reason.contains(text), "{bytes:?}: {e}");
@@ -333,6 +367,7 @@ fn bad_input_is_a_decode_error_naming_schema_and_message() {
     put_key(&mut m, 1, 0);
     put_varint(&mut m, 1);
     put_key(&mut m, 99, 4);
+    DynamicMessage::decode(msg.clone(), m.as_slice()).expect("prost-reflect skips them too");
     let mut out = Vec::new();
     enc.encode_message(&m, &mut out).unwrap();
     assert_eq!(out, [5, 0, 0, 0, 0, 0, 0, 0, 0]);
@@ -361,9 +396,10 @@ fn confluent_frames_pick_the_message_by_index_and_cache_plans() {
     write_header(&mut m, 7, &[1]);
     let e = enc.encode_message(&m, &mut Vec::new()).unwrap_err();
     assert_eq!(e.kind, RecordErrorKind::Decode);
+    assert_eq!(e.column.as_deref(), Some("x"));
     assert!(
         e.reason
-            .starts_with("protobuf schema id 7, message `t.Event`, field `x` -> column `x`"),
+            .starts_with("Protobuf schema id 7, message `t.Event`, field `x`, column `x`"),
         "{e}"
     );
     // [5]: no such message.
@@ -372,7 +408,7 @@ fn confluent_frames_pick_the_message_by_index_and_cache_plans() {
     let e = enc.encode_message(&m, &mut Vec::new()).unwrap_err();
     assert_eq!(
         e.reason,
-        "protobuf schema id 7: the message indexes [5] name no message in `event.proto`"
+        "Protobuf schema id 7: the message indexes [5] name no message in `event.proto`"
     );
     // [1, 0] is Event.Meta (no x either), [1, 1] nothing.
     let mut m = Vec::new();
@@ -383,12 +419,78 @@ fn confluent_frames_pick_the_message_by_index_and_cache_plans() {
     let mut m = Vec::new();
     write_header(&mut m, 8, &[0]);
     let e = enc.encode_message(&m, &mut Vec::new()).unwrap_err();
-    assert_eq!(e.reason, "unknown protobuf schema id 8");
+    assert_eq!(
+        e.reason,
+        "Protobuf schema id 8: unknown to the schema source"
+    );
     // Not a frame.
     let e = enc
         .encode_message(&[0x08, 0x03], &mut Vec::new())
         .unwrap_err();
     assert!(e.reason.contains("too short"), "{e}");
+}
+
+/// A source that counts its lookups.
+struct Counting(FileSchemaSource, std::sync::atomic::AtomicUsize);
+
+impl super::ProtoSchemaSource for Counting {
+    fn descriptor(&self, id: u32) -> Result<prost_reflect::FileDescriptor, super::SchemaError> {
+        self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.0.descriptor(id)
+    }
+}
+
+#[test]
+fn the_chain_path_decodes_records_and_asks_the_source_once_per_schema() {
+    let file = compile_proto("event.proto", EVENT_PROTO, &[]).unwrap();
+    let mut files = FileSchemaSource::new();
+    files.insert(7, file.clone()).insert(8, file);
+    let source = Arc::new(Counting(files, Default::default()));
+    let mapping = super::ProtoMapping::confluent(
+        source.clone(),
+        vec![col("x", "Int32", MissingValue::Literal("-1".into()))],
+        MappingOptions::default(),
+    )
+    .unwrap();
+    // Two threads' worth of decoders and encoders.
+    let (mut d1, mut e1) = (mapping.decoder(), mapping.encoder());
+    let (mut d2, mut e2) = (mapping.decoder(), mapping.encoder());
+    let frame = |id: u32, idx: &[i32], x: u8| {
+        let mut m = Vec::new();
+        write_header(&mut m, id, idx);
+        m.extend_from_slice(&[0x08, x]);
+        m
+    };
+    let msgs = [
+        frame(7, &[0], 1),
+        frame(8, &[0], 2),
+        frame(7, &[1, 0], 3),
+        frame(7, &[0], 4),
+    ];
+    for _ in 0..3 {
+        for (k, m) in msgs.iter().enumerate() {
+            for (d, e) in [(&mut d1, &mut e1), (&mut d2, &mut e2)] {
+                let r = d.decode_value(Some(m)).unwrap();
+                assert_eq!(r.schema_id(), Some(if k == 1 { 8 } else { 7 }));
+                let mut out = Vec::new();
+                e.encode_record(&r, &mut out).unwrap();
+                let mut direct = Vec::new();
+                e.encode_message(m, &mut direct).unwrap();
+                assert_eq!(out, direct);
+                // Event.Meta ([1, 0]) has no x: the column's DEFAULT.
+                let want: i32 = if k == 2 {
+                    -1
+                } else {
+                    i32::from(m[m.len() - 1])
+                };
+                assert_eq!(out, want.to_le_bytes());
+            }
+        }
+    }
+    // Three (id, message) pairs, each fetched once for all four threads.
+    assert_eq!(source.1.load(std::sync::atomic::Ordering::Relaxed), 3);
+    let e = d1.decode_value(None).unwrap_err();
+    assert!(e.reason.contains("tombstone"), "{e}");
 }
 
 #[test]
@@ -986,4 +1088,137 @@ proptest! {
             },
         }
     }
+}
+
+#[test]
+fn sensor_rows_land_as_the_formulas_say() {
+    let file = super::sensor::sensor_file().unwrap();
+    let msg = file
+        .parent_pool()
+        .get_message_by_name(super::sensor::SENSOR_MESSAGE)
+        .unwrap();
+    let cols = super::sensor::sensor_columns();
+    let mut enc = ProtoRowEncoder::fixed(
+        &msg,
+        Framing::Plain,
+        cols.clone(),
+        MappingOptions::default(),
+        "sensor.proto",
+    )
+    .unwrap();
+    let (mut m, mut scratch, mut out) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, j) in [(0u64, 0u64), (1, 4), (10, 5), (13, 99), (4, 0), (9_999, 37)] {
+        m.clear();
+        super::sensor::sensor_row(i, j, &mut m, &mut scratch);
+        // prost-reflect reads the generator's bytes as the message.
+        let dm = DynamicMessage::decode(msg.clone(), m.as_slice()).unwrap();
+        assert_eq!(dm.get_field_by_name("batch_id").unwrap().as_u64(), Some(i));
+        out.clear();
+        enc.encode_message(&m, &mut out).unwrap();
+        let k = i * 100 + j;
+        let produced_at = 1_700_000_000_000 + i * 10;
+        let unit = if k % 8 == 0 {
+            "drop"
+        } else {
+            ["C", "hPa", "pct"][(k % 3) as usize]
+        };
+        let int = |v: u64| Value::Int(Wide::from_u128(u128::from(v)));
+        let want = [
+            int(i),
+            Value::String(format!("gw-{}", i % 16).into_bytes()),
+            Value::String(
+                if i % 10 == 0 {
+                    "unknown".into()
+                } else {
+                    format!("eu-{}", i % 4)
+                }
+                .into_bytes(),
+            ),
+            int(produced_at),
+            int(j),
+            int(k % 1024),
+            Value::String(format!("sensor-{}", k % 1024).into_bytes()),
+            Value::Float64((k % 4000) as f64 * 0.25 - 100.0),
+            if j % 5 == 0 {
+                Value::Null
+            } else {
+                Value::Int(Wide::from_i128(i128::from((j % 3) as i32)))
+            },
+            Value::String(unit.as_bytes().to_vec()),
+            int(produced_at * 1000 + j),
+        ];
+        let mut expect = Vec::new();
+        for (c, v) in cols.iter().zip(&want) {
+            rowbinary::encode(&c.ty, v, &mut expect).unwrap();
+        }
+        assert_eq!(out, expect, "batch {i} event {j}");
+    }
+}
+
+#[test]
+fn varints_of_every_length_read_back() {
+    // Field 1 (int64) through the one-word path (up to 8 bytes with 8 at
+    // hand), the ten-byte path and the byte loop near the end.
+    let msg = event();
+    let mut enc = encoder(&msg, vec![col("id", "Int64", MissingValue::Reject)]);
+    for shift in 0..64 {
+        for v in [1u64 << shift, (1u64 << shift) - 1, u64::MAX >> shift] {
+            for pad in [0usize, 12] {
+                let mut m = vec![0x08];
+                put_varint(&mut m, v);
+                // An unknown field after it, so the word load has bytes.
+                if pad > 0 {
+                    put_len(&mut m, 99, &vec![0xff; pad]);
+                }
+                let mut out = Vec::new();
+                enc.encode_message(&m, &mut out).unwrap();
+                assert_eq!(out, v.to_le_bytes(), "{v:#x} pad {pad}");
+            }
+        }
+    }
+    // An 11-byte varint is refused, as is a 10th byte above 1.
+    let mut m = vec![0x08];
+    m.extend_from_slice(&[0xff; 10]);
+    m.push(0x01);
+    assert!(enc.encode_message(&m, &mut Vec::new()).is_err());
+    let mut m = vec![0x08];
+    m.extend_from_slice(&[0xff; 9]);
+    m.push(0x02);
+    let e = enc.encode_message(&m, &mut Vec::new()).unwrap_err();
+    assert!(e.reason.contains("longer than 64 bits"), "{e}");
+    assert!(DynamicMessage::decode(msg, m.as_slice()).is_err());
+}
+
+#[test]
+fn server_defaults_write_row_binary_with_defaults_markers() {
+    let msg = event();
+    let cols = vec![
+        col("id", "Int64", MissingValue::Reject),
+        col("level", "Int32", MissingValue::ServerDefault),
+        col("note", "Nullable(String)", MissingValue::Null),
+        col("name", "String", MissingValue::ServerDefault),
+    ];
+    let mut enc = encoder(&msg, cols);
+    assert!(enc.with_defaults());
+    // level absent (explicit presence): the server's DEFAULT; name absent
+    // (implicit presence): its value "", never the DEFAULT.
+    let mut out = Vec::new();
+    enc.encode_message(&[0x08, 0x02], &mut out).unwrap();
+    let mut want = vec![0];
+    want.extend_from_slice(&2i64.to_le_bytes());
+    want.push(1); // level: DEFAULT marker, no value
+    want.extend_from_slice(&[0, 1]); // note: a value (marker 0) that is NULL
+    want.extend_from_slice(&[0, 0]); // name: marker 0, ""
+    assert_eq!(out, want);
+    let mut m = vec![0x08, 0x02, 0x18, 0x05];
+    put_len(&mut m, 5, &[]);
+    out.clear();
+    enc.encode_message(&m, &mut out).unwrap();
+    let mut want = vec![0];
+    want.extend_from_slice(&2i64.to_le_bytes());
+    want.push(0);
+    want.extend_from_slice(&5i32.to_le_bytes());
+    want.extend_from_slice(&[0, 0, 0]); // note: marker, not NULL, ""
+    want.extend_from_slice(&[0, 0]);
+    assert_eq!(out, want);
 }
