@@ -287,6 +287,7 @@ fn avro_fan_out_allocates_nothing_per_record() {
             "{n} allocations over {rows} rows (reversed: {reversed})"
         );
     }
+}
 
 /// The Protobuf decoder (issue 21) allocates nothing per row either: the
 /// sensor workload's flat rows, once the scratch has grown.
