@@ -739,7 +739,9 @@ fn registry_down_at_start_fails_naming_the_url() {
     let text = String::from_utf8_lossy(&check.stdout);
     assert_eq!(check.status.code(), Some(3), "{text}");
     assert!(
-        text.contains(&format!("registry: PROBLEM: schema registry {dead}")),
+        text.contains(&format!(
+            "registry: PROBLEM: format.avro.registry: schema registry {dead} unavailable"
+        )),
         "{text}"
     );
 }
