@@ -867,3 +867,82 @@ fn registry_down_mid_stream_retries_then_applies_the_policy() {
     let r = table.row("countIf(batch_id >= 106 AND firmware != concat('fw-', toString(batch_id % 3))), countIf(batch_id < 106 AND firmware != 'unknown')");
     assert_eq!(r, vec!["0".to_owned(), "0".to_owned()]);
 }
+
+/// `format.protobuf` through the registry, end to end: the workload's flat
+/// `SensorEventRow` (`spate_clickhouse::protobuf::sensor`, one row per
+/// message) registered as PROTOBUF, Confluent-framed (message index [0]),
+/// the same filters and default: every kept row lands as the closed form
+/// says.
+#[test]
+fn protobuf_through_the_registry_lands_exactly() {
+    use spate_clickhouse::protobuf::sensor as proto_sensor;
+    use spate_clickhouse::registry::{RegistryClient, RegistryConfig, SchemaType};
+    let Some((kafka, url, _serial)) = components() else {
+        return;
+    };
+    let registry = Registry::get();
+    let topic = unique("proto");
+    let partitions = 2;
+    kafka.create_topic(&topic, partitions, rf(&kafka), &[]);
+    let table = SensorTable::create(&url, "proto", "");
+    let client = RegistryClient::new(RegistryConfig::new(registry.url())).unwrap();
+    let id = client
+        .register(
+            &format!("{topic}-value"),
+            SchemaType::Protobuf,
+            proto_sensor::SENSOR_PROTO,
+            &[],
+        )
+        .unwrap();
+    const BATCHES: u64 = 20;
+    let mut scratch = Vec::new();
+    let items: Vec<(u64, Vec<u8>)> = (0..BATCHES)
+        .flat_map(|i| (0..sensor::EVENTS).map(move |j| (i, j)))
+        .map(|(i, j)| {
+            // Confluent framing: magic 0, the id (big-endian u32), the
+            // message indexes ([0] written as one 0 byte), the message.
+            let mut m = vec![0u8];
+            m.extend_from_slice(&id.to_be_bytes());
+            m.push(0);
+            proto_sensor::sensor_row(i, j, &mut m, &mut scratch);
+            (i * sensor::EVENTS + j, m)
+        })
+        .collect();
+    spate::kafka_tools::produce_indexed(
+        &kafka.brokers,
+        &topic,
+        partitions,
+        items,
+        "p",
+        RPC,
+        |_| {},
+    )
+    .unwrap();
+    let port = free_port();
+    let yaml = avro_config(
+        &topic,
+        &kafka.brokers,
+        &topic,
+        &url,
+        &table.name,
+        port,
+        registry.url(),
+        "{ policy: fail }",
+        "",
+    )
+    .replace("format:\n  avro:", "format:\n  protobuf:")
+    .replace("  explode: /events\n", "");
+    let spate = Spate::start("proto", &yaml);
+    await_end(&kafka, &spate, &topic, &topic, partitions, DELIVERY);
+    let (code, summary) = spate.terminate();
+    assert_eq!(code, Some(0), "{summary}");
+    let want = expect(0..BATCHES);
+    let (got, distinct) = landed(&table, 0..BATCHES);
+    println!("expected {want:?}\nlanded   {got:?}");
+    assert!(want.rows > 0);
+    assert_eq!(distinct, want.rows);
+    assert_eq!(got, want);
+    for (column, bad) in per_row_mismatches(&table) {
+        assert_eq!(bad, 0, "{bad} row(s) with a wrong {column}");
+    }
+}
