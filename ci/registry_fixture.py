@@ -38,7 +38,9 @@ registry parses it and checks compatibility: this one does not).
 
 Options: --port P (0: any free port; the URL is printed on stdout once the
 socket listens), --user USER:PASSWORD (then every request but the control
-ones needs that HTTP Basic auth, else 401 error_code 401).
+ones needs that HTTP Basic auth, else 401 error_code 401), --exit-with-stdin
+(exit when standard input closes: tests keep a pipe to it, so a test
+process that dies does not leave a fixture behind).
 
 Control endpoints for the outage tests (not part of the Confluent API):
   POST /_fixture/fail?status=503   every registry request answers that status
@@ -53,6 +55,7 @@ for a registry that is down altogether.
 import argparse
 import base64
 import json
+import os
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -242,7 +245,20 @@ def main():
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--user", help="USER:PASSWORD for HTTP Basic auth")
+    ap.add_argument(
+        "--exit-with-stdin",
+        action="store_true",
+        help="exit when standard input closes (a test that starts the fixture "
+        "keeps a pipe to it, so a test process that dies takes the fixture along)",
+    )
     args = ap.parse_args()
+    if args.exit_with_stdin:
+
+        def watch():
+            sys.stdin.buffer.read()
+            os._exit(0)
+
+        threading.Thread(target=watch, daemon=True).start()
     server = ThreadingHTTPServer((args.host, args.port), Handler)
     server.daemon_threads = True
     server.store = Store()

@@ -27,7 +27,8 @@ impl Fixture {
     fn start(user: Option<&str>) -> Fixture {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../ci/registry_fixture.py");
         let mut cmd = Command::new("python3");
-        cmd.arg(script).args(["--port", "0"]);
+        cmd.arg(script).args(["--port", "0", "--exit-with-stdin"]);
+        cmd.stdin(Stdio::piped());
         if let Some(u) = user {
             cmd.args(["--user", u]);
         }

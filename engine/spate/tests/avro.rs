@@ -55,7 +55,8 @@ impl OwnRegistry {
     fn start() -> OwnRegistry {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../ci/registry_fixture.py");
         let mut child = Command::new("python3")
-            .args([script, "--port", "0"])
+            .args([script, "--port", "0", "--exit-with-stdin"])
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
