@@ -417,3 +417,101 @@ pub fn proto_chain(
         Terminal::new(encoder, ShardRouter::with_spec(spec), buffers),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spate_clickhouse::avro::sensor;
+
+    fn config(format: &str, extra: &str) -> Config {
+        let text = format!(
+            "pipeline: {{name: p}}\n\
+             source: {{kafka: {{brokers: 'b:1', topics: [sensors], group_id: g}}}}\n\
+             sink: {{clickhouse: {{shards: [[http://c:8123]], table: t{extra}}}}}\n\
+             format: {format}\n"
+        );
+        Config::from_yaml(&text, |_| None).unwrap()
+    }
+
+    fn plan(c: &Config, explode: Option<Vec<String>>) -> Result<FormatPlan, ServiceError> {
+        plan_format(
+            c,
+            &sensor::columns(),
+            &crate::service::mapping_options(c),
+            explode,
+            None,
+        )
+    }
+
+    #[test]
+    fn plain_avro_reads_and_plans_the_schema_file() {
+        let file = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../clickhouse/fixtures/sensor_batch.avsc"
+        );
+        let c = config(&format!("{{avro: {{schema_file: '{file}'}}}}"), "");
+        let p = plan(&c, Some(vec!["events".into()])).unwrap();
+        let FormatPlan::Avro(a) = &p else {
+            panic!("{p:?}")
+        };
+        assert_eq!(a.framing, Framing::Plain);
+        assert!(a.mapping.plan(None).unwrap().explodes());
+        assert!(
+            p.describe()
+                .iter()
+                .any(|l| l.contains("the schema file, planned"))
+        );
+        // Without the fan-out the events array feeds no column: a plan
+        // error naming a column, not rows with gaps.
+        let e = plan(&c, None).unwrap_err().to_string();
+        assert!(e.contains("format.avro.schema_file"), "{e}");
+    }
+
+    #[test]
+    fn unusable_files_are_named_by_their_key() {
+        let c = config("{avro: {schema_file: /nonexistent.avsc}}", "");
+        let e = plan(&c, None).unwrap_err().to_string();
+        assert!(
+            e.contains("format.avro.schema_file") && e.contains("/nonexistent.avsc"),
+            "{e}"
+        );
+        let c = config(
+            "{protobuf: {descriptor_set: /nonexistent.pb, message: m.M}}",
+            "",
+        );
+        let e = plan(&c, None).unwrap_err().to_string();
+        assert!(e.contains("format.protobuf.descriptor_set"), "{e}");
+    }
+
+    #[test]
+    fn protobuf_refuses_explode_and_field_shard_keys() {
+        let c = config("{protobuf: {descriptor_set: /x.pb, message: m.M}}", "");
+        let e = plan(&c, Some(vec!["events".into()]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("mapping.explode"), "{e}");
+        let c = config(
+            "{protobuf: {descriptor_set: /x.pb, message: m.M}}",
+            ", shard_key: {field: sensor_id}",
+        );
+        let e = plan(&c, None).unwrap_err().to_string();
+        assert!(e.contains("sink.clickhouse.shard_key"), "{e}");
+    }
+
+    /// A registry nobody answers: the start fails naming key and URL.
+    #[test]
+    fn an_unreachable_registry_fails_the_plan_naming_it() {
+        let c = config(
+            "{avro: {registry: {url: 'http://127.0.0.1:1', retry: {attempts: 2, backoff: 10ms}}}}",
+            "",
+        );
+        let e = plan(&c, None).unwrap_err();
+        assert!(matches!(e, ServiceError::Registry { .. }), "{e}");
+        let e = e.to_string();
+        assert!(
+            e.starts_with("format.avro.registry: schema registry http://127.0.0.1:1"),
+            "{e}"
+        );
+        assert!(e.contains("after 2 attempt(s)"), "{e}");
+    }
+}
