@@ -159,6 +159,11 @@ pub fn describe() {
     );
     describe_counter!(ROWS_WRITTEN, Unit::Count, "Rows acknowledged by a shard.");
     describe_counter!(
+        RECORDS_FILTERED,
+        Unit::Count,
+        "Rows dropped on purpose, by reason: filter (mapping.filter refused the row, after fan-out), explode_empty (a record whose mapping.explode array was empty); their messages still commit."
+    );
+    describe_counter!(
         BYTES_WRITTEN,
         Unit::Bytes,
         "Encoded payload bytes acknowledged by a shard."
