@@ -152,48 +152,6 @@ fn event_rows_allocate_nothing_per_row() {
     assert_no_allocation_per_row(&mut enc, &rows);
 }
 
-#[test]
-fn the_native_transcode_allocates_per_batch_not_per_row() {
-    let lines: Vec<&str> = include_str!("fixtures/flights-50.ndjson").lines().collect();
-    let types = [
-        ("date", "DateTime"),
-        ("delay", "Int32"),
-        ("distance", "UInt32"),
-        ("origin", "LowCardinality(String)"),
-        ("destination", "String"),
-    ];
-    let cols = simple_columns(types.map(|(n, t)| (n, ChType::parse(t).unwrap())));
-    let options = MappingOptions {
-        time: TimeRules {
-            formats: vec![TimeFormat::compile("%Y/%m/%d %H:%M").unwrap()],
-            ..TimeRules::default()
-        },
-        ..MappingOptions::default()
-    };
-    let mut enc = JsonRowEncoder::new(cols, options).unwrap();
-    let mut small = Vec::new();
-    for l in &lines {
-        enc.encode_json(l.as_bytes(), &mut small).unwrap();
-    }
-    let big: Vec<u8> = small.repeat(100);
-    let plan = BlockPlan::new(&types.map(|(n, t)| (n.to_owned(), t.to_owned()))).unwrap();
-    let mut out = Vec::new();
-    let a_small = allocations_in(|| {
-        plan.transcode([&small[..]], &mut out).unwrap();
-    });
-    let mut out = Vec::new();
-    let a_big = allocations_in(|| {
-        plan.transcode([&big[..]], &mut out).unwrap();
-    });
-    assert!(a_small > 0, "the counting allocator saw the transcode");
-    // 5000 rows against 50: buffer doubling adds a few allocations per
-    // column buffer; one per row would add thousands.
-    assert!(
-        a_big < a_small + 100,
-        "{a_big} allocations for 5000 rows, {a_small} for 50"
-    );
-}
-
 /// The Protobuf decoder (issue 21) allocates nothing per row either: the
 /// sensor workload's flat rows, once the scratch has grown.
 #[test]
@@ -266,5 +224,47 @@ fn protobuf_rows_allocate_nothing() {
         0,
         "allocations for {} framed protobuf records",
         framed.len()
+    );
+}
+
+#[test]
+fn the_native_transcode_allocates_per_batch_not_per_row() {
+    let lines: Vec<&str> = include_str!("fixtures/flights-50.ndjson").lines().collect();
+    let types = [
+        ("date", "DateTime"),
+        ("delay", "Int32"),
+        ("distance", "UInt32"),
+        ("origin", "LowCardinality(String)"),
+        ("destination", "String"),
+    ];
+    let cols = simple_columns(types.map(|(n, t)| (n, ChType::parse(t).unwrap())));
+    let options = MappingOptions {
+        time: TimeRules {
+            formats: vec![TimeFormat::compile("%Y/%m/%d %H:%M").unwrap()],
+            ..TimeRules::default()
+        },
+        ..MappingOptions::default()
+    };
+    let mut enc = JsonRowEncoder::new(cols, options).unwrap();
+    let mut small = Vec::new();
+    for l in &lines {
+        enc.encode_json(l.as_bytes(), &mut small).unwrap();
+    }
+    let big: Vec<u8> = small.repeat(100);
+    let plan = BlockPlan::new(&types.map(|(n, t)| (n.to_owned(), t.to_owned()))).unwrap();
+    let mut out = Vec::new();
+    let a_small = allocations_in(|| {
+        plan.transcode([&small[..]], &mut out).unwrap();
+    });
+    let mut out = Vec::new();
+    let a_big = allocations_in(|| {
+        plan.transcode([&big[..]], &mut out).unwrap();
+    });
+    assert!(a_small > 0, "the counting allocator saw the transcode");
+    // 5000 rows against 50: buffer doubling adds a few allocations per
+    // column buffer; one per row would add thousands.
+    assert!(
+        a_big < a_small + 100,
+        "{a_big} allocations for 5000 rows, {a_small} for 50"
     );
 }
