@@ -524,6 +524,31 @@ fn descriptor_set_files_load() {
     )
     .unwrap_err();
     assert!(e.to_string().contains("has no message `t.Nope`"), "{e}");
+    // .proto text that does not compile, or imports what is not there.
+    let e = compile_proto("bad.proto", "syntax = \"proto3\"; message {", &[]).unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("schema `bad.proto`: the .proto text does not compile: "),
+        "{e}"
+    );
+    let e = compile_proto(
+        "imp.proto",
+        "syntax = \"proto3\"; import \"dep.proto\";",
+        &[],
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("dep.proto"), "{e}");
+    let dep = (
+        "dep.proto".to_owned(),
+        "syntax = \"proto3\"; package d; message D { int32 x = 1; }".to_owned(),
+    );
+    let f = compile_proto(
+        "imp.proto",
+        "syntax = \"proto3\"; import \"dep.proto\"; message M { d.D d = 1; }",
+        &[dep],
+    )
+    .unwrap();
+    assert!(f.parent_pool().get_message_by_name("d.D").is_some());
     let mut src = FileSchemaSource::new();
     src.add_descriptor_set(3, &path, "event.proto").unwrap();
     assert!(src.add_descriptor_set(3, &path, "other.proto").is_err());
