@@ -195,10 +195,12 @@ ROWS = [
         ("Failed acknowledgements and offset resets",
          "Poll batches whose acknowledgement failed (spate_ack_failures_total: their partitions stop "
          "committing) and committed offsets found outside their partition's range "
-         "(spate_committed_offset_out_of_range_total: retention deleted unread data, or a re-created topic).",
+         "(spate_committed_offset_out_of_range_total: retention deleted unread data, or a re-created topic; "
+         "the log names the partition).",
          [(f"sum(increase(spate_ack_failures_total{{{P}}}[{RI}]))", "ack failures"),
-          (f"sum by (topic, partition) (increase(spate_committed_offset_out_of_range_total{{{P}}}[{RI}]))",
-           "offset reset {{topic}}/{{partition}}")],
+          # Per partition, created at its first reset: 0 until one happens.
+          (f"sum(increase(spate_committed_offset_out_of_range_total{{{P}}}[{RI}])) or vector(0)",
+           "offset resets")],
          "short", "bars"),
     ]),
     ("Process", [

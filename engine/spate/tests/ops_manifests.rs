@@ -46,16 +46,21 @@ fn manifest(path: &str, kind: &str) -> Value {
     assert_eq!(docs.len(), 1, "ops/{path}: one document");
     let doc = docs.into_iter().next().unwrap();
     assert_eq!(doc["kind"].as_str(), Some(kind), "ops/{path}: kind");
-    assert!(doc["apiVersion"].as_str().is_some(), "ops/{path}: apiVersion");
+    assert!(
+        doc["apiVersion"].as_str().is_some(),
+        "ops/{path}: apiVersion"
+    );
     doc
 }
 
 fn str_of<'a>(v: &'a Value, what: &str) -> &'a str {
-    v.as_str().unwrap_or_else(|| panic!("{what}: expected a string, got {v:?}"))
+    v.as_str()
+        .unwrap_or_else(|| panic!("{what}: expected a string, got {v:?}"))
 }
 
 fn u64_of(v: &Value, what: &str) -> u64 {
-    v.as_u64().unwrap_or_else(|| panic!("{what}: expected a number, got {v:?}"))
+    v.as_u64()
+        .unwrap_or_else(|| panic!("{what}: expected a number, got {v:?}"))
 }
 
 /// The container's environment as spate would see it: literal values as
@@ -74,7 +79,10 @@ fn container_env(container: &Value) -> BTreeMap<String, String> {
                 str_of(&key["key"], "secretKeyRef key")
             )
         };
-        assert!(env.insert(name.clone(), value).is_none(), "env {name} twice");
+        assert!(
+            env.insert(name.clone(), value).is_none(),
+            "env {name} twice"
+        );
     }
     env
 }
@@ -104,7 +112,10 @@ fn k8s_manifests_match_the_configmaps_admin_section_and_outlast_the_drain() {
     let kustomization = documents("k8s/kustomization.yaml").remove(0);
     for r in kustomization["resources"].as_sequence().expect("resources") {
         let file = str_of(r, "resource");
-        assert!(ops(&format!("k8s/{file}")).is_file(), "kustomization names {file}");
+        assert!(
+            ops(&format!("k8s/{file}")).is_file(),
+            "kustomization names {file}"
+        );
     }
 
     let pod = &deployment["spec"]["template"]["spec"];
@@ -146,7 +157,10 @@ fn k8s_manifests_match_the_configmaps_admin_section_and_outlast_the_drain() {
     let config = Config::from_yaml(yaml, |name| env.get(name).cloned())
         .unwrap_or_else(|e| panic!("ops/k8s/configmap.yaml {key}: {e}"));
     for line in yaml.lines().filter(|l| l.contains("password:")) {
-        assert!(line.contains("${"), "a password written in the ConfigMap: {line}");
+        assert!(
+            line.contains("${"),
+            "a password written in the ConfigMap: {line}"
+        );
     }
     let secret_keys: Vec<&str> = secret["stringData"]
         .as_mapping()
@@ -162,7 +176,10 @@ fn k8s_manifests_match_the_configmaps_admin_section_and_outlast_the_drain() {
                 secret["metadata"]["name"].as_str(),
                 "{name}'s secret"
             );
-            assert!(secret_keys.contains(&k), "{name}: key {k} not in secret.example.yaml");
+            assert!(
+                secret_keys.contains(&k),
+                "{name}: key {k} not in secret.example.yaml"
+            );
         }
     }
 
@@ -201,7 +218,11 @@ fn k8s_manifests_match_the_configmaps_admin_section_and_outlast_the_drain() {
         .as_mapping()
         .expect("PodMonitor matchLabels")
     {
-        assert_eq!(labels.get(k), Some(v), "PodMonitor selects the pods ({k:?})");
+        assert_eq!(
+            labels.get(k),
+            Some(v),
+            "PodMonitor selects the pods ({k:?})"
+        );
     }
 
     // The grace period outlasts preStop + drain + final commit + close.
@@ -241,7 +262,11 @@ fn k8s_manifests_match_the_configmaps_admin_section_and_outlast_the_drain() {
         uid,
         "runAsUser vs the Dockerfile's USER"
     );
-    assert_eq!(args, dockerfile_json("CMD"), "Deployment args vs the image's CMD");
+    assert_eq!(
+        args,
+        dockerfile_json("CMD"),
+        "Deployment args vs the image's CMD"
+    );
 }
 
 fn pod_labels(deployment: &Value) -> serde_norway::Mapping {
