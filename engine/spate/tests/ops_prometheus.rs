@@ -172,15 +172,16 @@ fn encode(s: &str) -> String {
 }
 
 /// The dashboard's queries as Prometheus runs them: (panel title, expr)
-/// with the variables replaced as Grafana does for "All" (`.*`) and
-/// `$__rate_interval` as 10 s (4 scrape intervals and more).
-fn dashboard_queries() -> (Vec<(String, String)>, Vec<String>) {
+/// with `$pipeline` replaced by `pipeline` (`.*` is what Grafana sends for
+/// "All"), `$shard` by All and `$__rate_interval` as 10 s (4 scrape
+/// intervals and more); and the variables' queries.
+fn dashboard_queries(pipeline: &str) -> (Vec<(String, String)>, Vec<String>) {
     let text = std::fs::read_to_string(root().join("ops/grafana/spate.json")).unwrap();
     let dash: Value = serde_json::from_str(&text).expect("ops/grafana/spate.json");
     let substitute = |e: &str| {
         let out = e
             .replace("$__rate_interval", "10s")
-            .replace("$pipeline", ".*")
+            .replace("$pipeline", pipeline)
             .replace("$shard", ".*");
         assert!(!out.contains('$'), "a variable left in {e}");
         out
@@ -442,7 +443,7 @@ fn prometheus_answers_every_dashboard_query_and_the_alerts_fire_and_resolve_arou
     );
 
     // Only series spate emits: each name a query selects is in a scrape.
-    let (queries, variables) = dashboard_queries();
+    let (queries, variables) = dashboard_queries(".*");
     assert!(queries.len() >= 30, "{} queries", queries.len());
     let deadline = Instant::now() + DELIVERY;
     loop {
@@ -505,6 +506,14 @@ fn prometheus_answers_every_dashboard_query_and_the_alerts_fire_and_resolve_arou
             assert_eq!(values, serde_json::json!(["0", "1"]), "variable {v}");
         }
         println!("variable {v}: {values}");
+        // Where the series carry a pipeline label, every query also answers
+        // with one pipeline chosen.
+        if label == "pipeline" {
+            for p in values.as_array().unwrap() {
+                let (one, _) = dashboard_queries(p.as_str().unwrap());
+                evaluate(&prom, &one, &format!("pipeline {p}"));
+            }
+        }
     }
     let active = prom.alerts();
     assert!(
