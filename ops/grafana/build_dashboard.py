@@ -15,8 +15,9 @@ Prometheus scraping a running `spate run` and checks each series name
 against a live scrape.
 
 Variables: `pipeline` (the `pipeline` label where spate's series carry
-one; with no such label the "All" value `.*` matches the series without
-it) and `shard` (multi-value, All). Queries use `$__rate_interval`.
+one; every selector is `pipeline=~"$pipeline|"`, so series without the
+label, process-wide ones or all of them on a spate without pipelines,
+always match) and `shard` (multi-value, All). Queries use `$__rate_interval`.
 """
 
 import argparse
@@ -24,7 +25,9 @@ import json
 import os
 import sys
 
-P = 'pipeline=~"$pipeline"'
+# `|` also matches series without a pipeline label (process-wide ones, or
+# every one on a spate without pipelines), whatever pipeline is chosen.
+P = 'pipeline=~"$pipeline|"'
 PS = P + ', shard=~"$shard"'
 RI = "$__rate_interval"
 # The process_* series carry no spate-specific name: keep those of the
@@ -304,7 +307,7 @@ def dashboard():
              "current": {}, "hide": 0},
             variable("pipeline", "Pipeline", "label_values(spate_sink_rows_written_total, pipeline)", True),
             variable("shard", "Shard",
-                     'label_values(spate_sink_rows_written_total{pipeline=~"$pipeline"}, shard)', True),
+                     'label_values(spate_sink_rows_written_total{pipeline=~"$pipeline|"}, shard)', True),
         ]},
         "annotations": {"list": []},
         "panels": panels,
