@@ -54,6 +54,16 @@ install_if_missing() {
     die "prometheus/promtool still missing after apt-get install prometheus"
 }
 
+# GET $1 from 127.0.0.1:$PORT; true on a 200. bash's /dev/tcp, not curl
+# (not always installed).
+http_ok() {
+  timeout 5 bash -c '
+    exec 3<>"/dev/tcp/127.0.0.1/$0" || exit 1
+    printf "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n" "$1" >&3
+    read -r _ status _ <&3 || exit 1
+    [[ "$status" == 200 ]]' "$PORT" "$1" 2>/dev/null
+}
+
 check_rules() {
   install_if_missing
   promtool check rules ops/prometheus/alerts.yml
@@ -67,6 +77,10 @@ start() {
   install_if_missing
   if [[ -f "$ROOT/pid" ]] && kill -0 "$(cat "$ROOT/pid")" 2>/dev/null; then
     die "an instance already runs from $ROOT (pid $(cat "$ROOT/pid")): ci/prometheus.sh stop first"
+  fi
+  # Another server on the port would answer /-/ready for us.
+  if timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$0"' "$PORT" 2>/dev/null; then
+    die "127.0.0.1:$PORT is taken by another server: pick another SPATE_PROM_PORT"
   fi
   rm -rf "$ROOT"
   mkdir -p "$ROOT/data" "$ROOT/rules"
@@ -99,7 +113,7 @@ EOF
     >"$ROOT/log" 2>&1 &
   echo $! >"$ROOT/pid"
   local url="http://127.0.0.1:$PORT" deadline=$((SECONDS + WAIT_SECS))
-  until curl -fsS "$url/-/ready" >/dev/null 2>&1; do
+  until http_ok /-/ready; do
     if ! kill -0 "$(cat "$ROOT/pid")" 2>/dev/null; then
       cat "$ROOT/log" >&2
       die "prometheus exited before it got ready (log above)"
