@@ -398,8 +398,10 @@ fn prometheus_answers_every_dashboard_query_and_the_alerts_fire_and_resolve_arou
             "lag_growing_window=10s",
             "--set",
             "lag_growing_for=3s",
+            // Above the lag of a healthy run at this producer's 200 rows/s
+            // (commits every 200 ms), where a noisy slope must not fire.
             "--set",
-            "lag_growing_min=1",
+            "lag_growing_min=400",
             "--set",
             "no_commit_age=5",
             "--set",
@@ -549,8 +551,12 @@ fn prometheus_answers_every_dashboard_query_and_the_alerts_fire_and_resolve_arou
     }
     println!("fault: alerts (pending at, firing at) after the freeze: {seen:?}");
     // A steady fault keeps them firing (no flapping while the shard stays
-    // frozen).
-    let steady = Instant::now() + Duration::from_secs(5);
+    // frozen), past one lag window (10 s). Not the lag's slope: once the in-flight budget is full the
+    // lanes pause, librdkafka stops fetching them and the lag it reports
+    // (high watermark from the last fetch) stays put, measured: 850 for
+    // 20 s while 200 rows/s kept coming; the slope goes to 0 after one
+    // window (README "Operating spate").
+    let steady = Instant::now() + Duration::from_secs(12);
     while Instant::now() < steady {
         let firing: BTreeSet<String> = prom
             .alerts()
@@ -558,9 +564,12 @@ fn prometheus_answers_every_dashboard_query_and_the_alerts_fire_and_resolve_arou
             .filter(|a| a.1 == "firing")
             .map(|a| a.0)
             .collect();
-        for name in FAULT_ALERTS {
+        for name in FAULT_ALERTS
+            .iter()
+            .filter(|a| **a != "SpateConsumerLagGrowing")
+        {
             assert!(
-                firing.contains(name),
+                firing.contains(*name),
                 "{name} stopped firing during the fault: {firing:?}"
             );
         }
