@@ -630,3 +630,73 @@ fn prometheus_answers_every_dashboard_query_and_the_alerts_fire_and_resolve_arou
     assert_eq!(distinct, produced, "rows lost (D1)");
     let _ = std::fs::remove_file(&rules);
 }
+
+#[test]
+fn metric_names_finds_selectors_only() {
+    let expr = "sum by (shard) (rate(spate_a_total{pipeline=~\"$p|\", x=\"y(z)\"}[10s])) \
+                / sum(spate_b > 0) and on (job, instance) group by (job, instance) \
+                (spate_c) or vector(0) offset 5m";
+    let names: Vec<String> = metric_names(expr).into_iter().collect();
+    assert_eq!(names, ["spate_a_total", "spate_b", "spate_c"]);
+}
+
+/// Offline (no servers): every series the dashboard's queries and the alert
+/// rules select is one docs/METRICS.md lists (histograms by their
+/// `_bucket`, `_sum`, `_count` series), except Prometheus's own `up`.
+#[test]
+fn the_dashboard_and_the_alerts_select_only_documented_series() {
+    let doc = std::fs::read_to_string(root().join("docs/METRICS.md")).expect("docs/METRICS.md");
+    let documented = |name: &str| {
+        let base = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s))
+            .unwrap_or(name);
+        doc.contains(&format!("`{name}`")) || doc.contains(&format!("`{base}`"))
+    };
+    let (queries, variables) = dashboard_queries(".*");
+    let mut exprs: Vec<(String, String)> = queries;
+    for v in variables {
+        let inner = v
+            .strip_prefix("label_values(")
+            .and_then(|r| r.rsplit_once(", "))
+            .map(|(m, _)| m.to_owned())
+            .unwrap_or_else(|| panic!("variable query {v}"));
+        exprs.push(("variable".into(), inner));
+    }
+    let rules: serde_norway::Value = serde_norway::from_str(
+        &std::fs::read_to_string(root().join("ops/prometheus/alerts.yml")).unwrap(),
+    )
+    .expect("ops/prometheus/alerts.yml");
+    let mut alerts = 0;
+    for group in rules["groups"].as_sequence().unwrap() {
+        for rule in group["rules"].as_sequence().unwrap() {
+            let name = rule["alert"].as_str().expect("alert name");
+            // PromQL comments (`# param NAME`) end at the line's end.
+            let expr: String = rule["expr"]
+                .as_str()
+                .unwrap()
+                .lines()
+                .map(|l| l.split('#').next().unwrap())
+                .collect::<Vec<_>>()
+                .join("\n");
+            exprs.push((format!("alert {name}"), expr));
+            alerts += 1;
+        }
+    }
+    assert!(alerts >= 7, "{alerts} alerts");
+    let mut undocumented = Vec::new();
+    for (what, e) in &exprs {
+        let names = metric_names(e);
+        assert!(!names.is_empty(), "{what}: no series in {e}");
+        for n in names {
+            if n != "up" && !documented(&n) {
+                undocumented.push(format!("{n} ({what})"));
+            }
+        }
+    }
+    assert!(
+        undocumented.is_empty(),
+        "series not in docs/METRICS.md: {undocumented:?}"
+    );
+    println!("{} expressions, every series documented", exprs.len());
+}
