@@ -19,7 +19,10 @@
 //!   SpateNotReady) and are all resolved after the thaw;
 //! - nothing is lost (D1): every produced id lands.
 //!
-//! Without `SPATE_CLICKHOUSE_SHARDS` the test prints `skipped: ...`; without
+//! Offline, without servers: every series the dashboard and the alert rules
+//! select is listed in docs/METRICS.md.
+//!
+//! Without `SPATE_CLICKHOUSE_SHARDS` the end-to-end test prints `skipped: ...`; without
 //! a `prometheus` binary it prints `skipped: ...` too, unless
 //! `SPATE_PROMETHEUS_REQUIRED=1` (ci/test.sh sets it), which makes it fail.
 //! `SPATE_PROM_PORT` picks Prometheus's port (default: a free one).
