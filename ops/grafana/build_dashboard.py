@@ -30,6 +30,8 @@ import sys
 P = 'pipeline=~"$pipeline|"'
 PS = P + ', shard=~"$shard"'
 RI = "$__rate_interval"
+# The lag without stale values (revoked here, or the leader down).
+LAG = f"spate_consumer_lag{{{P}}} unless spate_consumer_lag_stale{{{P}}} == 1"
 # The process_* series carry no spate-specific name: keep those of the
 # processes that serve spate_build_info (one per spate process).
 SPATE = "group by (job, instance) (spate_build_info)"
@@ -91,12 +93,16 @@ ROWS = [
         ("Consumer lag per partition",
          "Messages between each partition's high watermark and the group's committed offset "
          "(spate_consumer_lag, from librdkafka's statistics). Growing lag: spate reads or writes "
-         "slower than producers write, or a shard is down and commits wait for it.",
-         [(f"sum by (topic, partition) (spate_consumer_lag{{{P}}})", "{{topic}}/{{partition}}")],
+         "slower than producers write, or a shard is down and commits wait for it. Stale values are left "
+         "out (a partition revoked from a process keeps its last lag there; a leader down freezes it: "
+         "see Lag freshness). While a shard is down and intake is paused the value stays put (librdkafka "
+         "refreshes the high watermark with fetches): Commit age keeps growing then.",
+         [(f"sum by (topic, partition) ({LAG})", "{{topic}}/{{partition}}")],
          "short", "ts"),
         ("Total consumer lag",
-         "The lag summed over every partition this pipeline owns: the backlog in messages.",
-         [(f"sum(spate_consumer_lag{{{P}}})", "total")], "short", "ts"),
+         "The lag summed over every partition the pipeline's processes own (stale values left out, as "
+         "above): the backlog in messages.",
+         [(f"sum({LAG})", "total")], "short", "ts"),
         ("Commit age per partition",
          "Seconds since the last successful commit that included the partition "
          "(time() - spate_last_commit_timestamp_seconds). A partition with no new data is not "
