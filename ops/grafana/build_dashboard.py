@@ -107,8 +107,9 @@ ROWS = [
          "Seconds since the last successful commit that included the partition "
          "(time() - spate_last_commit_timestamp_seconds). A partition with no new data is not "
          "committed again, so age alone is normal when lag is 0; age growing while lag > 0 means "
-         "the partition is stuck behind an unacknowledged batch (D1).",
-         [(f"max by (topic, partition) (time() - spate_last_commit_timestamp_seconds{{{P}}})",
+         "the partition is stuck behind an unacknowledged batch (D1). The youngest over processes: one "
+         "that lost the partition in a rebalance keeps its old time.",
+         [(f"min by (topic, partition) (time() - spate_last_commit_timestamp_seconds{{{P}}})",
            "{{topic}}/{{partition}}")], "s", "ts"),
         ("Lag freshness",
          "Seconds since the lag of a partition was last refreshed from an up leader "
