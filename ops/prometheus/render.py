@@ -11,6 +11,9 @@ value of each NAME given with --set and writes the result to stdout:
 
     python3 ops/prometheus/render.py --list     # the parameters and defaults
 
+    # the same rules as a Prometheus Operator PrometheusRule (ops/k8s/)
+    python3 ops/prometheus/render.py --prometheus-rule > ops/k8s/prometheusrule.yaml
+
 A NAME the file does not have, a value with white space or a `#`, or a
 --set without `=` is an error (exit 2): a typo never leaves a default
 silently in force. No dependency beyond Python 3.
@@ -30,6 +33,8 @@ def main() -> int:
     ap.add_argument("file", nargs="?", default=os.path.join(here, "alerts.yml"))
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
     ap.add_argument("--list", action="store_true", help="print NAME=DEFAULT per parameter")
+    ap.add_argument("--prometheus-rule", action="store_true",
+                    help="wrap the rules in a PrometheusRule manifest (Prometheus Operator)")
     args = ap.parse_args()
 
     wanted = {}
@@ -70,6 +75,26 @@ def main() -> int:
             file=sys.stderr,
         )
         return 2
+    if args.prometheus_rule:
+        # The rule file's own header comments stay behind; its body moves
+        # under spec: unchanged (indented), so both parse to the same groups.
+        body = out[next(i for i, l in enumerate(out) if l.startswith("groups:")):]
+        sets = "".join(f" --set {k}={v}" for k, v in wanted.items())
+        sys.stdout.write(
+            "# The rules of ops/prometheus/alerts.yml (parameters and runbooks are\n"
+            "# explained there) for the Prometheus Operator. Generated, do not edit:\n"
+            f"#   python3 ops/prometheus/render.py --prometheus-rule{sets} > ops/k8s/prometheusrule.yaml\n"
+            "# engine/spate/tests/ops_manifests.rs checks it holds the same groups.\n"
+            "apiVersion: monitoring.coreos.com/v1\n"
+            "kind: PrometheusRule\n"
+            "metadata:\n"
+            "  name: spate\n"
+            "  labels:\n"
+            "    app.kubernetes.io/name: spate\n"
+            "spec:\n"
+            + "".join(("  " + l) if l.strip() else l for l in body)
+        )
+        return 0
     sys.stdout.write("".join(out))
     return 0
 

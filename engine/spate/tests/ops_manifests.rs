@@ -107,6 +107,7 @@ fn k8s_manifests_match_the_configmaps_admin_section_and_outlast_the_drain() {
     let configmap = manifest("k8s/configmap.yaml", "ConfigMap");
     let deployment = manifest("k8s/deployment.yaml", "Deployment");
     let podmonitor = manifest("k8s/podmonitor.yaml", "PodMonitor");
+    manifest("k8s/prometheusrule.yaml", "PrometheusRule");
     let secret = manifest("k8s/secret.example.yaml", "Secret");
     // kustomization.yaml lists the files that exist.
     let kustomization = documents("k8s/kustomization.yaml").remove(0);
@@ -404,4 +405,28 @@ fn dockerfile_is_multi_stage_non_root_and_ships_the_binary_only() {
         .expect("admin.listen")
         .port();
     assert_eq!(expose, [&port.to_string()], "EXPOSE vs admin.listen");
+}
+
+/// `ops/k8s/prometheusrule.yaml` holds exactly the groups of
+/// `ops/prometheus/alerts.yml` (it is generated from it by
+/// `ops/prometheus/render.py --prometheus-rule`), so the two cannot drift.
+#[test]
+fn the_prometheus_rule_manifest_holds_the_alert_rules_unchanged() {
+    let rule = manifest("k8s/prometheusrule.yaml", "PrometheusRule");
+    let alerts = documents("prometheus/alerts.yml").remove(0);
+    assert!(
+        alerts["groups"]
+            .as_sequence()
+            .is_some_and(|g| !g.is_empty()),
+        "alerts.yml has groups"
+    );
+    assert!(
+        rule["spec"]["groups"] == alerts["groups"],
+        "ops/k8s/prometheusrule.yaml is stale: python3 ops/prometheus/render.py \
+         --prometheus-rule > ops/k8s/prometheusrule.yaml"
+    );
+    assert_eq!(
+        rule["metadata"]["labels"]["app.kubernetes.io/name"].as_str(),
+        Some("spate")
+    );
 }
