@@ -215,8 +215,9 @@ ROWS = [
     ]),
     ("Process", [
         ("CPU",
-         "CPU seconds per second of each spate process (process_cpu_seconds_total): 1 = one core.",
-         [(f"rate(process_cpu_seconds_total[{RI}]) and on (job, instance) {SPATE}", "{{instance}}")], "short", "ts"),
+         "CPU seconds per second of each spate process (process_cpu_seconds_total): 1 = one core. "
+         "The counter moves in whole seconds, hence the 2-minute window.",
+         [(f"rate(process_cpu_seconds_total[2m]) and on (job, instance) {SPATE}", "{{instance}}")], "short", "ts"),
         ("Memory",
          "Resident memory of each process (process_resident_memory_bytes). The in-flight budget "
          "bounds the data part of it.",
