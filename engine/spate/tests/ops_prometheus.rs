@@ -447,18 +447,24 @@ fn prometheus_answers_every_dashboard_query_and_the_alerts_fire_and_resolve_arou
         t0.elapsed()
     );
 
-    // Only series spate emits: each name a query selects is in a scrape.
+    // Only series spate emits: each name a query (or an alert rule)
+    // selects is in a scrape.
     let (queries, variables) = dashboard_queries(".*");
     assert!(queries.len() >= 30, "{} queries", queries.len());
+    let alerts = alert_exprs();
     let deadline = Instant::now() + DELIVERY;
     loop {
         let (_, text) = get(feed.port, "/metrics").expect("/metrics");
         let scraped = scraped_names(&text);
         let missing: Vec<String> = queries
             .iter()
+            .chain(&alerts)
             .flat_map(|(t, e)| metric_names(e).into_iter().map(move |n| (t, n)))
-            .filter(|(_, n)| !scraped.contains(n) && !AT_FIRST_EVENT.contains(&n.as_str()))
-            .map(|(t, n)| format!("{n} (panel {t})"))
+            .filter(|(_, n)| {
+                // `up` is Prometheus's own.
+                !scraped.contains(n) && !AT_FIRST_EVENT.contains(&n.as_str()) && n != "up"
+            })
+            .map(|(t, n)| format!("{n} (in {t})"))
             .collect();
         if missing.is_empty() {
             break;
@@ -466,7 +472,7 @@ fn prometheus_answers_every_dashboard_query_and_the_alerts_fire_and_resolve_arou
         // Histograms and commit gauges appear with the first batch/commit.
         assert!(
             Instant::now() < deadline,
-            "dashboard series spate does not serve: {missing:?}\n{text}"
+            "dashboard or alert series spate does not serve: {missing:?}\n{text}"
         );
         std::thread::sleep(Duration::from_millis(500));
     }
@@ -634,6 +640,31 @@ fn prometheus_answers_every_dashboard_query_and_the_alerts_fire_and_resolve_arou
     let _ = std::fs::remove_file(&rules);
 }
 
+/// The alert rules of ops/prometheus/alerts.yml: ("alert NAME", expr
+/// without its PromQL comments).
+fn alert_exprs() -> Vec<(String, String)> {
+    let rules: serde_norway::Value = serde_norway::from_str(
+        &std::fs::read_to_string(root().join("ops/prometheus/alerts.yml")).unwrap(),
+    )
+    .expect("ops/prometheus/alerts.yml");
+    let mut out = Vec::new();
+    for group in rules["groups"].as_sequence().unwrap() {
+        for rule in group["rules"].as_sequence().unwrap() {
+            let name = rule["alert"].as_str().expect("alert name");
+            // PromQL comments (`# param NAME`) end at the line's end.
+            let expr: String = rule["expr"]
+                .as_str()
+                .unwrap()
+                .lines()
+                .map(|l| l.split('#').next().unwrap())
+                .collect::<Vec<_>>()
+                .join("\n");
+            out.push((format!("alert {name}"), expr));
+        }
+    }
+    out
+}
+
 #[test]
 fn metric_names_finds_selectors_only() {
     let expr = "sum by (shard) (rate(spate_a_total{pipeline=~\"$p|\", x=\"y(z)\"}[10s])) \
@@ -666,27 +697,9 @@ fn the_dashboard_and_the_alerts_select_only_documented_series() {
             .unwrap_or_else(|| panic!("variable query {v}"));
         exprs.push(("variable".into(), inner));
     }
-    let rules: serde_norway::Value = serde_norway::from_str(
-        &std::fs::read_to_string(root().join("ops/prometheus/alerts.yml")).unwrap(),
-    )
-    .expect("ops/prometheus/alerts.yml");
-    let mut alerts = 0;
-    for group in rules["groups"].as_sequence().unwrap() {
-        for rule in group["rules"].as_sequence().unwrap() {
-            let name = rule["alert"].as_str().expect("alert name");
-            // PromQL comments (`# param NAME`) end at the line's end.
-            let expr: String = rule["expr"]
-                .as_str()
-                .unwrap()
-                .lines()
-                .map(|l| l.split('#').next().unwrap())
-                .collect::<Vec<_>>()
-                .join("\n");
-            exprs.push((format!("alert {name}"), expr));
-            alerts += 1;
-        }
-    }
-    assert!(alerts >= 7, "{alerts} alerts");
+    let alerts = alert_exprs();
+    assert!(alerts.len() >= 7, "{} alerts", alerts.len());
+    exprs.extend(alerts);
     let mut undocumented = Vec::new();
     for (what, e) in &exprs {
         let names = metric_names(e);
