@@ -73,10 +73,14 @@ ROWS = [
          "what the inserts carry before compression.",
          [(f"sum by (shard) (rate(spate_sink_bytes_written_total{{{PS}}}[{RI}]))", "shard {{shard}}")],
          "Bps", "ts"),
-        ("Records polled",
-         "Kafka records per second taken from the partitions (spate_records_polled_total). Polled above "
-         "written for long means rows pile up in flight (see Backpressure).",
-         [(f"sum(rate(spate_records_polled_total{{{P}}}[{RI}]))", "polled")], "rowsps", "ts"),
+        ("Records polled and filtered",
+         "Kafka records per second taken from the partitions (spate_records_polled_total), and rows "
+         "dropped on purpose by reason (spate_records_filtered_total: mapping.filter, or an empty "
+         "mapping.explode array; they commit). Polled above written for long means rows pile up in "
+         "flight (see Backpressure).",
+         [(f"sum(rate(spate_records_polled_total{{{P}}}[{RI}]))", "polled"),
+          (f"sum by (reason) (rate(spate_records_filtered_total{{{P}}}[{RI}]))", "filtered {{reason}}")],
+         "rowsps", "ts"),
         ("Batch flushes per shard",
          "Batches per second acknowledged, per shard (spate_sink_batches_flushed_total). Rows written "
          "divided by this is the batch size; many small batches cost ClickHouse parts and merges.",
