@@ -173,6 +173,7 @@ impl LivePlan {
             layout: plan.layout,
             live: Arc::clone(self),
             path,
+            refused: None,
         })
     }
 
@@ -194,6 +195,8 @@ pub struct LiveExplodeEncoder {
     layout: Layout,
     live: Arc<LivePlan>,
     path: Vec<String>,
+    /// A published layout this encoder could not follow (not retried).
+    refused: Option<Layout>,
 }
 
 impl LiveExplodeEncoder {
@@ -219,14 +222,31 @@ impl<'a> Encoder<JsonElement<'a>> for LiveExplodeEncoder {
             return None;
         }
         let plan = self.live.current();
-        // The same columns built a one-row encoder before publishing; the
-        // fan-out split of them cannot fail where that did not.
-        self.inner = self
-            .live
-            .build_explode(&plan.columns, &self.path)
-            .expect("a published plan's encoder was checked");
-        self.layout = plan.layout;
-        Some(plan.layout)
+        if self.refused == Some(plan.layout) {
+            return None;
+        }
+        // The writer checked a one-row encoder of these columns; their
+        // fan-out split can still fail (a new column reading the element
+        // path a pointed one reads). Then keep encoding the old layout,
+        // whose batches the writer re-seals into the new one (ADR 0005),
+        // rather than stop the thread; say so once.
+        match self.live.build_explode(&plan.columns, &self.path) {
+            Ok(inner) => {
+                self.inner = inner;
+                self.layout = plan.layout;
+                self.refused = None;
+                Some(plan.layout)
+            }
+            Err(e) => {
+                tracing::error!(
+                    layout = plan.layout,
+                    error = %e,
+                    "mapping.explode cannot follow the new INSERT plan; rows keep the old layout"
+                );
+                self.refused = Some(plan.layout);
+                None
+            }
+        }
     }
 }
 

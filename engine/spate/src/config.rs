@@ -420,7 +420,7 @@ pub struct MappingSection {
     #[serde(default)]
     pub explode: Option<String>,
     /// `mapping.filter`: which rows are kept, evaluated on the row as
-    /// encoded (see [`transform::filter_expr`] for the shape).
+    /// encoded (see [`transform`] for the shape, [`MappingSection::filter_expr`]).
     #[serde(default)]
     pub filter: Option<serde_norway::Value>,
     /// `mapping.defaults`: column -> the value it gets when its field is

@@ -7,6 +7,8 @@
 //! - [`kafka_tools`]: embedded broker, NDJSON producer, offsets.
 //! - [`formats`]: `format.avro` and `format.protobuf` planned at start and
 //!   turned into a pipeline thread's chain (with the schema registry).
+//! - [`telemetry`]: the Prometheus recorder, `# HELP` text, build and
+//!   process metrics (every series: `docs/METRICS.md`).
 //! - [`service`]: assembling the Kafka source, the ClickHouse writer and
 //!   mapper and the pipeline from a [`config::Config`].
 #![forbid(unsafe_code)]
@@ -17,3 +19,4 @@ pub mod formats;
 pub mod kafka_tools;
 pub mod sample;
 pub mod service;
+pub mod telemetry;

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::PrometheusHandle;
 use spate::admin::{self, AdminState};
 use spate::config::Config;
 use spate::kafka_tools;
@@ -238,7 +238,7 @@ fn load(path: &std::path::Path) -> Result<Config, ExitCode> {
 }
 
 fn install_metrics() -> Result<PrometheusHandle, ExitCode> {
-    PrometheusBuilder::new().install_recorder().map_err(|e| {
+    spate::telemetry::install().map_err(|e| {
         eprintln!("spate: metrics recorder: {e}");
         ExitCode::from(EXIT_FAILED)
     })
@@ -285,7 +285,11 @@ pub(crate) fn run_config(config: &Config) -> Result<ExitCode, Box<dyn std::error
             addr,
             AdminState {
                 metrics,
-                ready: pipeline.ready_flag(),
+                ready: pipeline.readiness(),
+                collectors: vec![
+                    spate::telemetry::process_collector(),
+                    spate::telemetry::budget_collector(pipeline.budget()),
+                ],
             },
         )?;
         tracing::info!("admin server on http://{bound} (/metrics /healthz /readyz)");

@@ -81,6 +81,12 @@ fn decimal_width(precision: u8) -> usize {
 /// LEB128 at `s[at..]`: `(value, bytes used)`.
 #[inline]
 fn leb128(s: &[u8], at: usize) -> Option<(usize, usize)> {
+    // One byte: strings under 128 bytes (nearly all).
+    if let Some(&b) = s.get(at)
+        && b < 0x80
+    {
+        return Some((usize::from(b), 1));
+    }
     let mut v = 0usize;
     for (k, &b) in s.get(at..)?.iter().take(10).enumerate() {
         v |= usize::from(b & 0x7f).checked_shl(7 * k as u32)?;
@@ -336,9 +342,29 @@ impl RowFilter {
                     None => return false,
                 }
             }
-            let Some(end) = skip(cell, row, at) else {
-                return false;
+            // Scalars inline (most cells); composites walk.
+            let end = match cell {
+                Cell::Fixed(n) => at + n,
+                Cell::Var => match leb128(row, at) {
+                    Some((n, k)) => at + k + n,
+                    None => return false,
+                },
+                Cell::Nullable(inner) if row.get(at) == Some(&0) => match **inner {
+                    Cell::Fixed(n) => at + 1 + n,
+                    _ => match skip(inner, row, at + 1) {
+                        Some(e) => e,
+                        None => return false,
+                    },
+                },
+                Cell::Nullable(_) => at + 1,
+                _ => match skip(cell, row, at) {
+                    Some(e) => e,
+                    None => return false,
+                },
             };
+            if end > row.len() {
+                return false;
+            }
             *span = (at as u32, end as u32);
             at = end;
         }

@@ -9,7 +9,18 @@
 //! - [`plan`]: message descriptor + [`ColumnSpec`]s -> a [`Plan`] (fields by
 //!   name, types that carry exactly, absent fields vs `missing`).
 //! - `decode`: the hot path (no `DynamicMessage`, no allocation per
-//!   record once scratch has grown; `tests/no_alloc.rs` counts).
+//!   record once scratch has grown; `tests/no_alloc.rs` counts), with
+//!   `conv` (which scalar carries into which column type) and `put` (the
+//!   value writers).
+//! - [`sensor`]: the sensor workload as a flat message, for the
+//!   no-allocation test and `examples/proto_sensor.rs` (instructions per
+//!   row: about 2,350 for its 11 columns, callgrind; the JSON mapper takes
+//!   about 3,200 for the same rows as JSON objects).
+//!
+//! `tests.rs` holds the property tests against prost-reflect's
+//! `DynamicMessage` (generated schemas of every scalar kind, labels and
+//! column types, nested messages, maps, oneofs, unknown fields, cut
+//! messages; Timestamps and wrappers).
 //!
 //! **The chain**, shaped as `spate_clickhouse::avro`'s: a [`ProtoMapping`]
 //! per pipeline (the columns, the schema source, the plans compiled so

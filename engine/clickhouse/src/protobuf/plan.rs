@@ -44,9 +44,13 @@
 //! missing too (its implicit default applies only inside a message that is
 //! there).
 //!
+//! A proto2 `optional` field has explicit presence too: absent, it is
+//! missing (its `[default = ...]` is not applied; give the column the same
+//! DEFAULT).
+//!
 //! Not supported (plan errors): a column on a repeated message or a map
 //! with message values, a path through a oneof member message, proto2
-//! groups as columns.
+//! groups as columns, an integer into DateTime64 (use a Timestamp).
 
 use std::collections::BTreeMap;
 

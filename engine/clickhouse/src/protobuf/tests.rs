@@ -524,6 +524,31 @@ fn descriptor_set_files_load() {
     )
     .unwrap_err();
     assert!(e.to_string().contains("has no message `t.Nope`"), "{e}");
+    // .proto text that does not compile, or imports what is not there.
+    let e = compile_proto("bad.proto", "syntax = \"proto3\"; message {", &[]).unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("schema `bad.proto`: the .proto text does not compile: "),
+        "{e}"
+    );
+    let e = compile_proto(
+        "imp.proto",
+        "syntax = \"proto3\"; import \"dep.proto\";",
+        &[],
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("dep.proto"), "{e}");
+    let dep = (
+        "dep.proto".to_owned(),
+        "syntax = \"proto3\"; package d; message D { int32 x = 1; }".to_owned(),
+    );
+    let f = compile_proto(
+        "imp.proto",
+        "syntax = \"proto3\"; import \"dep.proto\"; message M { d.D d = 1; }",
+        &[dep],
+    )
+    .unwrap();
+    assert!(f.parent_pool().get_message_by_name("d.D").is_some());
     let mut src = FileSchemaSource::new();
     src.add_descriptor_set(3, &path, "event.proto").unwrap();
     assert!(src.add_descriptor_set(3, &path, "other.proto").is_err());
@@ -1221,4 +1246,125 @@ fn server_defaults_write_row_binary_with_defaults_markers() {
     want.extend_from_slice(&[0, 0, 0]); // note: marker, not NULL, ""
     want.extend_from_slice(&[0, 0]);
     assert_eq!(out, want);
+}
+
+const WKT_PROTO: &str = r#"
+syntax = "proto3";
+package w;
+import "google/protobuf/timestamp.proto";
+import "google/protobuf/wrappers.proto";
+message W {
+  google.protobuf.Timestamp at = 1;
+  google.protobuf.Int64Value i64 = 2;
+  google.protobuf.UInt32Value u32 = 3;
+  google.protobuf.StringValue s = 4;
+  google.protobuf.BoolValue b = 5;
+  google.protobuf.DoubleValue d = 6;
+  google.protobuf.BytesValue by = 7;
+}
+"#;
+
+/// (field number, value wire type, column type) of W's fields.
+const WKT_FIELDS: [(u32, Type, &str); 7] = [
+    (1, Type::Message, "Nullable(DateTime64(9))"),
+    (2, Type::Int64, "Nullable(Int64)"),
+    (3, Type::Uint32, "Nullable(UInt64)"),
+    (4, Type::String, "Nullable(String)"),
+    (5, Type::Bool, "Nullable(Bool)"),
+    (6, Type::Double, "Nullable(Float64)"),
+    (7, Type::Bytes, "Nullable(String)"),
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Timestamps and wrappers: occurrences merge, an empty one is the
+    /// default value, an absent one NULL, as prost-reflect decodes them;
+    /// a Timestamp prost-reflect holds but DateTime64(9) cannot (nanos out
+    /// of range, ticks beyond Int64) fails its column.
+    #[test]
+    fn well_known_types_agree_with_dynamic_message(ops in proptest::collection::vec(gen_op(), 0..12)) {
+        let file = compile_proto("w.proto", WKT_PROTO, &[]).unwrap();
+        let desc = file.parent_pool().get_message_by_name("w.W").unwrap();
+        let names = ["at", "i64", "u32", "s", "b", "d", "by"];
+        let cols = simple_columns(names.iter().zip(WKT_FIELDS).map(|(n, f)| (*n, ty(f.2))));
+        let mut enc = ProtoRowEncoder::fixed(&desc, Framing::Plain, cols.clone(), MappingOptions::default(), "w")
+            .unwrap();
+        let mut bytes = Vec::new();
+        for op in &ops {
+            let (number, t, _) = WKT_FIELDS[usize::from(op.sel) % 7];
+            let mut sub = Vec::new();
+            for k in 0..(op.mode % 3) {
+                let v = op.v.rotate_left(u32::from(k) * 11);
+                if t == Type::Message {
+                    // seconds or nanos, mostly in range.
+                    if v % 2 == 0 {
+                        put_key(&mut sub, 1, 0);
+                        put_varint(&mut sub, if op.mode % 4 == 0 { v } else { (v >> 30) % 4_000_000_000 });
+                    } else {
+                        put_key(&mut sub, 2, 0);
+                        put_varint(&mut sub, if op.mode % 5 == 0 { v } else { v % 1_000_000_000 });
+                    }
+                } else if v % 7 == 0 {
+                    put_len(&mut sub, 9, b"unknown");
+                } else {
+                    put_key(&mut sub, 1, wire_type(t));
+                    put_scalar_value(&mut sub, t, v, &op.bytes, op.mode);
+                }
+            }
+            put_len(&mut bytes, number, &sub);
+        }
+        // Twice: the scratch carries nothing from one message to the next.
+        let first = enc.encode_message(&bytes, &mut Vec::new()).is_ok();
+        let mut out = Vec::new();
+        let got_row = enc.encode_message(&bytes, &mut out);
+        prop_assert_eq!(first, got_row.is_ok());
+        let m = match DynamicMessage::decode(desc.clone(), bytes.as_slice()) {
+            Err(_) => {
+                let e = got_row.expect_err("prost-reflect refused it");
+                prop_assert_eq!(e.kind, RecordErrorKind::Decode);
+                return Ok(());
+            }
+            Ok(m) => m,
+        };
+        let mut want = Vec::new();
+        let mut failing = None;
+        for (c, name) in cols.iter().zip(names) {
+            let f = desc.get_field_by_name(name).unwrap();
+            if !m.has_field(&f) {
+                want.push(Value::Null);
+                continue;
+            }
+            let inner = m.get_field(&f).as_message().unwrap().clone();
+            if name == "at" {
+                let s = inner.get_field_by_name("seconds").unwrap().as_i64().unwrap();
+                let ns = inner.get_field_by_name("nanos").unwrap().as_i32().unwrap();
+                let ticks = s.checked_mul(1_000_000_000).and_then(|t| t.checked_add(i64::from(ns)));
+                match ticks {
+                    Some(t) if (0..1_000_000_000).contains(&ns) => want.push(Value::DateTime64(t)),
+                    _ => {
+                        failing.get_or_insert(c.name.clone());
+                        want.push(Value::Null);
+                    }
+                }
+                continue;
+            }
+            let v = inner.get_field_by_name("value").unwrap();
+            want.push(expect_value(&v, &c.ty).unwrap());
+        }
+        match failing {
+            Some(col) => {
+                let e = got_row.expect_err("the Timestamp does not fit");
+                prop_assert_eq!(e.column.as_deref(), Some(col.as_str()));
+            }
+            None => {
+                got_row.map_err(|e| TestCaseError::fail(format!("{e}")))?;
+                let mut expect = Vec::new();
+                for (c, v) in cols.iter().zip(&want) {
+                    rowbinary::encode(&c.ty, v, &mut expect).unwrap();
+                }
+                prop_assert_eq!(out, expect, "{:?}", want);
+            }
+        }
+    }
 }

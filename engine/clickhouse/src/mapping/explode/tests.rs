@@ -354,6 +354,7 @@ fn rows_route_by_the_elements_key_else_the_records() {
             element,
             seq: 1,
             index: 0,
+            array: (0, 0),
         };
         let got = router.try_route(&el, &cx, 16).unwrap();
         let want = ShardRouter::new(ShardKey::field(field))
@@ -368,6 +369,27 @@ fn rows_route_by_the_elements_key_else_the_records() {
         element: br#"{"x":0}"#,
         seq: 1,
         index: 2,
+        array: (0, 0),
     };
     assert!(router.try_route(&el, &cx, 16).is_err());
+}
+
+/// A record column that reads the exploded array itself still gets its
+/// text (the record is then scanned whole, not with the array elided).
+#[test]
+fn a_column_reading_the_array_itself_gets_its_text() {
+    let cols = simple_columns([("n", ty("Int32")), ("events", ty("String"))]);
+    let (mut dec, mut enc) = explode(&["events"], cols.clone(), false);
+    let m: &[u8] = br#"{"events":[{"n":1},{"n":2}]}"#;
+    let rows = run(&mut dec, &mut enc, &[m]).remove(0).unwrap();
+    let want: Vec<Vec<u8>> = [1, 2]
+        .iter()
+        .map(|n| {
+            one_row(
+                &cols,
+                &format!(r#"{{"n":{n},"events":[{{"n":1}},{{"n":2}}]}}"#),
+            )
+        })
+        .collect();
+    assert_eq!(rows, want);
 }
