@@ -136,12 +136,43 @@ impl<'a> Cur<'a> {
     }
 
     /// A zig-zag varint long.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn long(&mut self) -> Result<i64, Fail> {
         let b = *self.s.get(self.i).ok_or(Fail::Truncated)?;
         if b < 0x80 {
             self.i += 1;
             return Ok(i64::from(b >> 1) ^ -i64::from(b & 1));
+        }
+        self.long_multi()
+    }
+
+    /// A varint of 2..=8 bytes with 8 bytes readable: one load, the stop
+    /// byte found from the continuation bits, the 7-bit groups merged
+    /// without a loop; anything else byte by byte.
+    #[inline(always)]
+    fn long_multi(&mut self) -> Result<i64, Fail> {
+        if let Some(w) = self.s.get(self.i..self.i + 8) {
+            let w = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+            let stop = !w & 0x8080_8080_8080_8080;
+            if stop != 0 {
+                let n = (stop.trailing_zeros() / 8 + 1) as usize;
+                let x = if n == 8 {
+                    w
+                } else {
+                    w & ((1u64 << (8 * n)) - 1)
+                };
+                let x = x & 0x7f7f_7f7f_7f7f_7f7f;
+                let v = (x & 0x7f)
+                    | ((x >> 1) & (0x7f << 7))
+                    | ((x >> 2) & (0x7f << 14))
+                    | ((x >> 3) & (0x7f << 21))
+                    | ((x >> 4) & (0x7f << 28))
+                    | ((x >> 5) & (0x7f << 35))
+                    | ((x >> 6) & (0x7f << 42))
+                    | ((x >> 7) & (0x7f << 49));
+                self.i += n;
+                return Ok((v >> 1) as i64 ^ -((v & 1) as i64));
+            }
         }
         self.long_slow()
     }
@@ -169,7 +200,7 @@ impl<'a> Cur<'a> {
     }
 
     /// A zig-zag varint int (checked to fit 32 bits).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn int(&mut self) -> Result<i64, Fail> {
         let v = self.long()?;
         if i32::try_from(v).is_err() {
@@ -178,7 +209,14 @@ impl<'a> Cur<'a> {
         Ok(v)
     }
 
-    #[inline]
+    #[inline(always)]
+    pub(crate) fn take_array<const N: usize>(&mut self) -> Result<[u8; N], Fail> {
+        let b = self.s.get(self.i..self.i + N).ok_or(Fail::Truncated)?;
+        self.i += N;
+        Ok(b.try_into().expect("N bytes"))
+    }
+
+    #[inline(always)]
     pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], Fail> {
         let end = self.i.checked_add(n).ok_or(Fail::Truncated)?;
         let b = self.s.get(self.i..end).ok_or(Fail::Truncated)?;
@@ -187,7 +225,7 @@ impl<'a> Cur<'a> {
     }
 
     /// A length (non-negative long) and that many bytes.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn len_bytes(&mut self) -> Result<(usize, usize), Fail> {
         let n = self.long()?;
         if n < 0 {
@@ -231,13 +269,22 @@ impl<'a> Cur<'a> {
     }
 }
 
-/// Decodes past one value.
+/// Decodes past one value (the primitive cases inline).
+#[inline(always)]
 pub(crate) fn skip(s: &Skip, c: &mut Cur<'_>) -> Result<(), Fail> {
     match s {
         Skip::Zero => Ok(()),
         Skip::Var => c.long().map(drop),
         Skip::Bytes(n) => c.take(*n).map(drop),
         Skip::Len => c.len_bytes().map(drop),
+        other => skip_composite(other, c),
+    }
+}
+
+#[inline(never)]
+fn skip_composite(s: &Skip, c: &mut Cur<'_>) -> Result<(), Fail> {
+    match s {
+        Skip::Zero | Skip::Var | Skip::Bytes(_) | Skip::Len => skip(s, c),
         Skip::Union(branches) => {
             let i = c.long()?;
             let b = usize::try_from(i)
@@ -283,25 +330,24 @@ pub(crate) enum Cell {
     Missing,
 }
 
-#[inline]
+#[inline(always)]
 fn put_int(v: i64, dst: IntDst, out: &mut Vec<u8>) -> Result<(), Fail> {
-    let ok = match (dst.bits, dst.signed) {
-        (8, true) => i8::try_from(v).is_ok(),
-        (16, true) => i16::try_from(v).is_ok(),
-        (32, true) => i32::try_from(v).is_ok(),
-        (8, false) => u8::try_from(v).is_ok(),
-        (16, false) => u16::try_from(v).is_ok(),
-        (32, false) => u32::try_from(v).is_ok(),
-        (_, false) => v >= 0,
-        _ => true,
-    };
-    if !ok {
-        return Err(Fail::OutOfRange(v));
-    }
-    let le = v.to_le_bytes();
-    match dst.bits {
-        8 | 16 | 32 | 64 => out.extend_from_slice(&le[..(dst.bits / 8) as usize]),
-        _ => Wide::from_i128(i128::from(v)).put_le((dst.bits / 8) as usize, out),
+    let bad = || Fail::OutOfRange(v);
+    match (dst.bits, dst.signed) {
+        (64, true) => out.extend_from_slice(&v.to_le_bytes()),
+        (32, true) => out.extend_from_slice(&i32::try_from(v).map_err(|_| bad())?.to_le_bytes()),
+        (64, false) => out.extend_from_slice(&u64::try_from(v).map_err(|_| bad())?.to_le_bytes()),
+        (32, false) => out.extend_from_slice(&u32::try_from(v).map_err(|_| bad())?.to_le_bytes()),
+        (16, true) => out.extend_from_slice(&i16::try_from(v).map_err(|_| bad())?.to_le_bytes()),
+        (16, false) => out.extend_from_slice(&u16::try_from(v).map_err(|_| bad())?.to_le_bytes()),
+        (8, true) => out.push(i8::try_from(v).map_err(|_| bad())? as u8),
+        (8, false) => out.push(u8::try_from(v).map_err(|_| bad())?),
+        (bits, signed) => {
+            if !signed && v < 0 {
+                return Err(bad());
+            }
+            Wide::from_i128(i128::from(v)).put_le((bits / 8) as usize, out);
+        }
     }
     Ok(())
 }
@@ -412,25 +458,63 @@ fn put_be_decimal(bytes: &[u8], up: u32, ty: &ChType, out: &mut Vec<u8>) -> Resu
     put_decimal(ty, *precision, w, out).map_err(|_| Fail::TooManyDigits)
 }
 
+/// Whether `s[a..b]` is UTF-8: a string of at most 16 bytes with 16
+/// bytes readable from its start is ASCII when one masked load has no
+/// high bit (the usual case, no call); anything else through std.
 #[inline]
+fn utf8_ok(s: &[u8], a: usize, b: usize) -> bool {
+    let n = b - a;
+    if n <= 16
+        && let Some(w) = s.get(a..a + 16)
+    {
+        let w = u128::from_le_bytes(w.try_into().expect("16 bytes"));
+        let mask = if n == 16 {
+            u128::MAX
+        } else {
+            (1u128 << (8 * n)) - 1
+        };
+        if w & mask & 0x8080_8080_8080_8080_8080_8080_8080_8080 == 0 {
+            return true;
+        }
+    }
+    std::str::from_utf8(&s[a..b]).is_ok()
+}
+
+#[inline(always)]
 fn put_str(c: &mut Cur<'_>, utf8: bool, out: &mut Vec<u8>) -> Result<(), Fail> {
     let (a, b) = c.len_bytes()?;
-    let bytes = &c.s[a..b];
-    if utf8 && std::str::from_utf8(bytes).is_err() {
+    if utf8 && !utf8_ok(c.s, a, b) {
         return Err(Fail::BadUtf8);
     }
     crate::rowbinary::put_input_string(out, c.s, a, b);
     Ok(())
 }
 
-#[inline]
+#[inline(always)]
 fn int_of(c: &mut Cur<'_>, src32: bool) -> Result<i64, Fail> {
     if src32 { c.int() } else { c.long() }
 }
 
 impl Conv {
-    /// Decodes one value at `c` and appends it as the column's type.
+    /// Decodes one value at `c` and appends it as the column's type: the
+    /// usual cases inline, the others through [`Conv::put_other`].
+    #[inline(always)]
     pub(crate) fn put(&self, c: &mut Cur<'_>, out: &mut Vec<u8>) -> Result<Cell, Fail> {
+        match self {
+            Conv::Int { src32, dst } => {
+                let v = int_of(c, *src32)?;
+                put_int(v, *dst, out)?;
+            }
+            Conv::Str { utf8 } => put_str(c, *utf8, out)?,
+            Conv::F64 => out.extend_from_slice(&c.take_array::<8>()?),
+            Conv::F32 => out.extend_from_slice(&c.take_array::<4>()?),
+            other => return other.put_other(c, out),
+        }
+        Ok(Cell::Value)
+    }
+
+    #[inline(never)]
+    fn put_other(&self, c: &mut Cur<'_>, out: &mut Vec<u8>) -> Result<Cell, Fail> {
         match self {
             Conv::Int { src32, dst } => {
                 let v = int_of(c, *src32)?;
@@ -693,6 +777,19 @@ pub(crate) struct RowOut<'b> {
     pub spans: &'b mut [(u32, u32)],
 }
 
+/// The last message's parent prefix (the cells of the parent's fields
+/// before the exploded array), reused by the next element of the same
+/// message: an encoder's scratch.
+#[derive(Debug, Default)]
+pub(crate) struct PrefixCache {
+    valid: bool,
+    id: Option<u32>,
+    /// The datum bytes the cells were decoded from.
+    src: Vec<u8>,
+    /// The cells.
+    out: Vec<u8>,
+}
+
 /// The element range and resume offset of a fanned-out record.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Element {
@@ -797,11 +894,38 @@ impl Plan {
         buf: &mut Vec<u8>,
         spans: &mut [(u32, u32)],
         reorder: &mut Vec<u8>,
+        prefix: &mut PrefixCache,
     ) -> Result<(), (At, Fail)> {
         let base = buf.len();
         let mut c = Cur::new(datum, 0);
         let mut row = RowOut { buf, base, spans };
-        self.run(&self.parent, &mut c, &mut row, element)?;
+        match (self.explode_at, element) {
+            (Some(k), Some(_)) if self.direct => {
+                // The parent's fields before the array are the same bytes
+                // for every element of a message, and decoding reads only
+                // them: when the datum starts with the bytes the cached
+                // prefix was decoded from, its cells are copied.
+                let n = prefix.src.len();
+                if prefix.valid
+                    && prefix.id == self.schema_id
+                    && datum.get(..n) == Some(&prefix.src[..])
+                {
+                    row.buf.extend_from_slice(&prefix.out);
+                    c.i = n;
+                } else {
+                    prefix.valid = false;
+                    self.run(&self.parent[..k], &mut c, &mut row, element)?;
+                    prefix.src.clear();
+                    prefix.src.extend_from_slice(&datum[..c.i]);
+                    prefix.out.clear();
+                    prefix.out.extend_from_slice(&row.buf[base..]);
+                    prefix.id = self.schema_id;
+                    prefix.valid = true;
+                }
+                self.run(&self.parent[k..], &mut c, &mut row, element)?;
+            }
+            _ => self.run(&self.parent, &mut c, &mut row, element)?,
+        }
         if c.i != datum.len() {
             return Err((At::Datum, Fail::Trailing(datum.len() - c.i)));
         }
@@ -827,10 +951,15 @@ impl Plan {
             skip(s, &mut c)?;
         }
         let min = ex.item.min_len();
+        let Skip::Record(fields) = &ex.item else {
+            unreachable!("explode items are records");
+        };
         while let Some(n) = c.block(min)? {
             for _ in 0..n {
                 let start = c.i;
-                skip(&ex.item, &mut c)?;
+                for f in fields.iter() {
+                    skip(f, &mut c)?;
+                }
                 out.push(Element {
                     start: start as u32,
                     end: c.i as u32,

@@ -67,7 +67,7 @@ pub use source::{
 };
 
 use crate::mapping::{ColumnSpec, MissingValue};
-use exec::{At, Element, Fail};
+use exec::{At, Element, Fail, PrefixCache};
 
 /// Where a mapping's writer schemas come from.
 enum Schemas {
@@ -252,6 +252,7 @@ impl AvroMapping {
             plans: LocalPlans::new(self),
             spans: vec![(0, 0); self.columns.len()],
             reorder: Vec::new(),
+            prefix: PrefixCache::default(),
         }
     }
 }
@@ -402,6 +403,7 @@ pub struct AvroRowEncoder {
     plans: LocalPlans,
     spans: Vec<(u32, u32)>,
     reorder: Vec<u8>,
+    prefix: PrefixCache,
 }
 
 impl AvroRowEncoder {
@@ -433,6 +435,7 @@ impl AvroRowEncoder {
             buf,
             &mut self.spans,
             &mut self.reorder,
+            &mut self.prefix,
         )
         .map_err(|(at, f)| row_error(plan, record.schema_id, at, f))
     }

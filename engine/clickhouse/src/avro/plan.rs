@@ -272,6 +272,8 @@ pub struct Plan {
     pub(crate) parent: Box<[Op]>,
     pub(crate) element: Box<[Op]>,
     pub(crate) explode: Option<ExplodePlan>,
+    /// The index of `Op::Explode` in `parent`.
+    pub(crate) explode_at: Option<usize>,
     /// Columns are written in INSERT order as decoded (no permutation).
     pub(crate) direct: bool,
     /// RowBinaryWithDefaults: a marker byte before every cell.
@@ -694,6 +696,26 @@ pub fn compile(
             cols_of(op, &mut seq);
         }
     }
+    // Every column is written exactly once per row (a plan that broke this
+    // would misalign the row): checked here, so it is a plan error, never
+    // a bad row.
+    let mut writes = vec![0u32; columns.len()];
+    for &c in &seq {
+        writes[c as usize] += 1;
+    }
+    for &c in &unfed {
+        writes[c as usize] += 1;
+    }
+    if let Some(c) = writes.iter().position(|&n| n != 1) {
+        return Err(cx.err(
+            None,
+            Some(c),
+            format!(
+                "the plan writes the column {} times per row (one field per column)",
+                writes[c]
+            ),
+        ));
+    }
     let direct = seq.windows(2).all(|w| w[0] < w[1]);
     if direct {
         let mut next = 0usize;
@@ -722,7 +744,9 @@ pub fn compile(
         .any(|c| c.missing == MissingValue::ServerDefault);
     let fields = std::mem::take(&mut cx.fields);
     drop(resolved);
+    let explode_at = parent.iter().position(|o| matches!(o, Op::Explode));
     Ok(Plan {
+        explode_at,
         schema_id: id,
         schema,
         parent: parent.into(),
@@ -875,6 +899,20 @@ fn compile_record(
         let mut p = prefix.to_vec();
         p.push(f.name.clone());
         if ns == Ns::Parent && cx.explode.as_deref() == Some(&p[..]) {
+            if let Some((_, q, c)) = cx
+                .assigned
+                .iter()
+                .find(|(n, q, _)| *n == Ns::Parent && q.len() >= p.len() && q[..p.len()] == p[..])
+            {
+                let q = q.clone();
+                return Err(cx.err(
+                    Some(&q),
+                    Some(*c),
+                    "the column reads the exploded array itself (or a path into it that \
+                     is not an element's field); each row carries one element's fields"
+                        .into(),
+                ));
+            }
             ops.push(Op::Explode);
             continue;
         }

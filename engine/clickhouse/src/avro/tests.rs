@@ -624,3 +624,52 @@ fn the_router_hashes_avro_fields_like_json_text() {
         "{e}"
     );
 }
+
+/// A column that reads the exploded array itself is a plan error (each row
+/// carries one element), never a row missing a cell.
+#[test]
+fn a_column_on_the_exploded_array_is_a_plan_error() {
+    let e = plan_err(
+        EV,
+        cols(&[("events", "String"), ("x", "Int32")]),
+        explode("/events"),
+    );
+    assert_eq!(e.column.as_deref(), Some("events"));
+    assert!(e.reason.contains("exploded array itself"), "{e}");
+}
+
+/// With a server DEFAULT column the rows are RowBinaryWithDefaults: a
+/// marker byte before every cell, 1 for the absent column.
+#[test]
+fn server_defaults_write_markers() {
+    const S: &str = r#"{"type":"record","name":"R","fields":[
+        {"name":"a","type":"int"},{"name":"b","type":["null","string"]}]}"#;
+    let mut c = cols(&[("a", "Int32"), ("b", "String"), ("z", "UInt8")]);
+    c[1].missing = MissingValue::ServerDefault;
+    c[2].missing = MissingValue::ServerDefault;
+    let s = schema(S);
+    let m = AvroMapping::plain(c, AvroOptions::default(), Arc::clone(&s)).expect("plan");
+    assert!(m.with_defaults());
+    let mut enc = m.encoder();
+    let mut dec = m.decoder();
+    for (b, want) in [
+        (
+            AV::Union(1, Box::new(AV::String("hi".into()))),
+            vec![0u8, 5, 0, 0, 0, 0, 2, b'h', b'i', 1],
+        ),
+        (
+            AV::Union(0, Box::new(AV::Null)),
+            vec![0u8, 5, 0, 0, 0, 1, 1],
+        ),
+    ] {
+        let datum = apache_avro::writer::datum::GenericDatumWriter::builder(&s)
+            .build()
+            .expect("writer")
+            .write_value_to_vec(AV::Record(vec![("a".into(), AV::Int(5)), ("b".into(), b)]))
+            .expect("fits");
+        let mut out = Vec::new();
+        dec.decode_value(Some(&datum), |r| enc.encode_row(&r, &mut out))
+            .expect("encodes");
+        assert_eq!(out, want);
+    }
+}
