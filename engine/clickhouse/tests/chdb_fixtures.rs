@@ -347,6 +347,7 @@ fn write_defaults_and_epoch_fixtures_for_chdb() {
         name: name.into(),
         ty: ChType::parse(ty).unwrap(),
         path: None,
+        meta: None,
         missing,
         options: ColumnOptions::default(),
     };
