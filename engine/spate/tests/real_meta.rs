@@ -188,7 +188,7 @@ fn every_metadata_column_lands_as_the_broker_reported_it() {
         "{ policy: fail }",
     ) + MAPPING;
     let check = std::process::Command::new(env!("CARGO_BIN_EXE_spate"))
-        .args(["check", "-c"])
+        .args(["check", "--sample", "200", "-c"])
         .arg({
             let p = std::env::temp_dir().join(format!("spate-meta-check-{pid}.yaml"));
             std::fs::write(&p, &yaml).unwrap();
@@ -201,7 +201,12 @@ fn every_metadata_column_lands_as_the_broker_reported_it() {
         String::from_utf8_lossy(&check.stdout),
         String::from_utf8_lossy(&check.stderr)
     );
+    assert!(
+        check.status.success() && !check_out.contains("PROBLEM"),
+        "spate check --sample maps every record, metadata included:\n{check_out}"
+    );
     for want in [
+        "0 refused",
         "_offset",
         "kafka metadata (by name)",
         "_timestamp_s",

@@ -9,6 +9,12 @@
 //! is a path). A column may also take a whole object or array as JSON text
 //! (String columns) while nested columns read inside it.
 //!
+//! **Kafka metadata.** A column with [`ColumnSpec::meta`] takes the
+//! message's topic, partition, offset, timestamp, key or headers instead
+//! of a field ([`meta`]); the scanner never meets it, and the finishing
+//! pass writes it ([`JsonRowEncoder::encode_message`]), so a mapping
+//! without such columns keeps its hot path.
+//!
 //! **Missing fields and nulls** ([`MissingValue`]): NULL for Nullable
 //! columns; for a column with a DEFAULT (always in the INSERT, so a field
 //! present in the record lands) the constant DEFAULT encoded here, or the
