@@ -218,6 +218,7 @@ fn every_metadata_column_lands_as_the_broker_reported_it() {
             "spate check shows {want}:\n{check_out}"
         );
     }
+    println!("{check_out}");
     let spate = Spate::start("meta", &yaml);
     let deadline = Instant::now() + DELIVERY;
     while table.number(&format!("SELECT count() FROM default.{}", table.name)) < 2 * N {
