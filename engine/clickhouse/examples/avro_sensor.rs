@@ -171,6 +171,8 @@ fn payload_of<'a>(tp: &'a TopicPartition, off: usize, m: &'a [u8]) -> Payload<'a
         partition: tp,
         offset: off as i64,
         timestamp_ms: None,
+        timestamp_kind: spate_core::record::TimestampKind::None,
+        headers: spate_core::record::Headers::NONE,
     }
 }
 

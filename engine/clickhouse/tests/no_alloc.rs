@@ -335,6 +335,8 @@ fn avro_fan_out_allocates_nothing_per_record() {
                         partition: &tp,
                         offset: off as i64,
                         timestamp_ms: None,
+                        timestamp_kind: spate_core::record::TimestampKind::None,
+                        headers: spate_core::record::Headers::NONE,
                     },
                     ack: &ack,
                 };

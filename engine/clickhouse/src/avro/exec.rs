@@ -19,6 +19,10 @@
 //! buffer, for a schema whose field order differs from the columns') is
 //! owned by the encoder and reused.
 
+use spate_core::pipeline::chain::RecordError;
+use spate_core::record::Payload;
+
+use crate::mapping::{MetaPut, encode_meta};
 use crate::num::{U256, Wide};
 use crate::rowbinary::{put_decimal, put_leb128, put_string, put_uuid};
 use crate::types::ChType;
@@ -63,6 +67,8 @@ pub(crate) enum Fail {
     Trailing(usize),
     /// The element range of a fanned-out record is not an element.
     BadElement,
+    /// A Kafka metadata column, encoded without the message.
+    NoMessage,
 }
 
 impl Fail {
@@ -118,6 +124,9 @@ impl Fail {
                 format!("{n} bytes are left after the datum (written with another schema?)")
             }
             Fail::BadElement => "the fanned-out element is not one of the array's".into(),
+            Fail::NoMessage => "a Kafka metadata column needs the message (encode through the \
+                                chain's Encoder)"
+                .into(),
         }
     }
 }
@@ -775,6 +784,19 @@ pub(crate) struct RowOut<'b> {
     pub buf: &'b mut Vec<u8>,
     pub base: usize,
     pub spans: &'b mut [(u32, u32)],
+    /// The Kafka message, for metadata columns.
+    pub message: Option<&'b Payload<'b>>,
+    /// A metadata column's own error (its text comes from `encode_meta`).
+    pub meta_error: Option<RecordError>,
+}
+
+/// An encoder's reused buffers: each column's span in the row, the
+/// permutation buffer, the parent-prefix cache.
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    pub spans: Vec<(u32, u32)>,
+    pub reorder: Vec<u8>,
+    pub prefix: PrefixCache,
 }
 
 /// The last message's parent prefix (the cells of the parent's fields
@@ -788,6 +810,14 @@ pub(crate) struct PrefixCache {
     src: Vec<u8>,
     /// The cells.
     out: Vec<u8>,
+}
+
+/// Why a row could not be written.
+pub(crate) enum RowFail {
+    /// Where and why.
+    At(At, Fail),
+    /// A metadata column's error, as `encode_meta` gave it.
+    Meta(RecordError),
 }
 
 /// The element range and resume offset of a fanned-out record.
@@ -850,6 +880,30 @@ impl Plan {
                     }
                 }
                 Op::Skip(s, field) => skip(s, c).map_err(|f| (At::Field(*field), f))?,
+                Op::Meta { col } => {
+                    let start = row.buf.len();
+                    let c = &self.columns[*col as usize];
+                    let source = c.meta.as_ref().expect("planned for metadata columns");
+                    let msg = row.message.ok_or((At::Column(*col), Fail::NoMessage))?;
+                    if self.marker {
+                        row.buf.push(0);
+                    }
+                    match encode_meta(source, &c.name, &c.ty, msg, row.buf) {
+                        Ok(MetaPut::Written) => {}
+                        Ok(MetaPut::Absent) => {
+                            row.buf.truncate(start);
+                            self.put_missing(*col, row.buf)?;
+                        }
+                        Err(e) => {
+                            row.meta_error = Some(e);
+                            return Err((At::Column(*col), Fail::NoMessage));
+                        }
+                    }
+                    if !self.direct {
+                        row.spans[*col as usize] =
+                            ((start - row.base) as u32, (row.buf.len() - row.base) as u32);
+                    }
+                }
                 Op::Missing { col } => {
                     let start = row.buf.len();
                     self.put_missing(*col, row.buf)?;
@@ -884,23 +938,54 @@ impl Plan {
         Ok(())
     }
 
-    /// Appends the row of `datum` (with `element` when fanned out) to
-    /// `buf`, in INSERT order; `spans` and `reorder` are the encoder's
-    /// scratch.
+    /// Appends the row of `datum` (with `element` when fanned out, the
+    /// Kafka `message` for metadata columns) to `buf`, in INSERT order.
     pub(crate) fn write_row(
         &self,
         datum: &[u8],
         element: Option<&Element>,
         buf: &mut Vec<u8>,
-        spans: &mut [(u32, u32)],
+        scratch: &mut Scratch,
+        message: Option<&Payload<'_>>,
+    ) -> Result<(), RowFail> {
+        let base = buf.len();
+        let mut c = Cur::new(datum, 0);
+        let mut row = RowOut {
+            buf,
+            base,
+            spans: &mut scratch.spans,
+            message,
+            meta_error: None,
+        };
+        let r = self.write_in(
+            datum,
+            element,
+            &mut c,
+            &mut row,
+            &mut scratch.reorder,
+            &mut scratch.prefix,
+        );
+        match r {
+            Ok(()) => Ok(()),
+            Err(e) => Err(match row.meta_error.take() {
+                Some(m) => RowFail::Meta(m),
+                None => RowFail::At(e.0, e.1),
+            }),
+        }
+    }
+
+    fn write_in(
+        &self,
+        datum: &[u8],
+        element: Option<&Element>,
+        c: &mut Cur<'_>,
+        row: &mut RowOut<'_>,
         reorder: &mut Vec<u8>,
         prefix: &mut PrefixCache,
     ) -> Result<(), (At, Fail)> {
-        let base = buf.len();
-        let mut c = Cur::new(datum, 0);
-        let mut row = RowOut { buf, base, spans };
+        let base = row.base;
         match (self.explode_at, element) {
-            (Some(k), Some(_)) if self.direct => {
+            (Some(k), Some(_)) if self.prefix_cache => {
                 // The parent's fields before the array are the same bytes
                 // for every element of a message, and decoding reads only
                 // them: when the datum starts with the bytes the cached
@@ -914,7 +999,7 @@ impl Plan {
                     c.i = n;
                 } else {
                     prefix.valid = false;
-                    self.run(&self.parent[..k], &mut c, &mut row, element)?;
+                    self.run(&self.parent[..k], c, row, element)?;
                     prefix.src.clear();
                     prefix.src.extend_from_slice(&datum[..c.i]);
                     prefix.out.clear();
@@ -922,9 +1007,9 @@ impl Plan {
                     prefix.id = self.schema_id;
                     prefix.valid = true;
                 }
-                self.run(&self.parent[k..], &mut c, &mut row, element)?;
+                self.run(&self.parent[k..], c, row, element)?;
             }
-            _ => self.run(&self.parent, &mut c, &mut row, element)?,
+            _ => self.run(&self.parent, c, row, element)?,
         }
         if c.i != datum.len() {
             return Err((At::Datum, Fail::Trailing(datum.len() - c.i)));
@@ -933,10 +1018,10 @@ impl Plan {
             return Ok(());
         }
         reorder.clear();
-        reorder.extend_from_slice(&buf[base..]);
-        buf.truncate(base);
-        for &(s, e) in spans.iter() {
-            buf.extend_from_slice(&reorder[s as usize..e as usize]);
+        reorder.extend_from_slice(&row.buf[base..]);
+        row.buf.truncate(base);
+        for &(s, e) in row.spans.iter() {
+            row.buf.extend_from_slice(&reorder[s as usize..e as usize]);
         }
         Ok(())
     }

@@ -37,9 +37,11 @@
 //! a value that does not fit its column: an Encode error naming the column.
 //! The lane driver adds topic, partition and offset and applies `on_error`.
 //!
-//! **Kafka metadata columns** (`_topic`, `_offset`, ...) are not filled by
-//! this module yet: such a column is fed by no field, so it follows its
-//! `missing` (a non-Nullable one without a DEFAULT is a plan error).
+//! **Kafka metadata columns** ([`ColumnSpec::meta`]: `_topic`, `_offset`,
+//! `_key`, headers, ...) are written by [`crate::mapping::encode_meta`]
+//! from the record's message (an absent value follows the column's
+//! `missing`), exactly as the JSON mapper writes them; their types are
+//! checked when the plan is compiled.
 //!
 //! `tests/avro_prop.rs` checks the decoder against apache-avro's own
 //! decoding; `tests/no_alloc.rs` counts allocations per row (zero);
@@ -67,7 +69,8 @@ pub use source::{
 };
 
 use crate::mapping::{ColumnSpec, MissingValue};
-use exec::{At, Element, Fail, PrefixCache};
+use exec::{At, Element, Fail, RowFail, Scratch};
+use spate_core::record::Payload;
 
 /// Where a mapping's writer schemas come from.
 enum Schemas {
@@ -250,9 +253,10 @@ impl AvroMapping {
     pub fn encoder(self: &Arc<Self>) -> AvroRowEncoder {
         AvroRowEncoder {
             plans: LocalPlans::new(self),
-            spans: vec![(0, 0); self.columns.len()],
-            reorder: Vec::new(),
-            prefix: PrefixCache::default(),
+            scratch: Scratch {
+                spans: vec![(0, 0); self.columns.len()],
+                ..Scratch::default()
+            },
         }
     }
 }
@@ -401,9 +405,7 @@ impl Decoder for AvroDecoder {
 /// The Avro `Encoder`: one record, one row (see the module docs).
 pub struct AvroRowEncoder {
     plans: LocalPlans,
-    spans: Vec<(u32, u32)>,
-    reorder: Vec<u8>,
-    prefix: PrefixCache,
+    scratch: Scratch,
 }
 
 impl AvroRowEncoder {
@@ -428,16 +430,44 @@ impl AvroRowEncoder {
         record: &AvroRecord<'_>,
         buf: &mut Vec<u8>,
     ) -> Result<(), RecordError> {
+        self.write(record, None, buf)
+    }
+
+    /// [`AvroRowEncoder::encode_row`] with the Kafka message the record
+    /// came from, for metadata columns ([`ColumnSpec::meta`]; without it
+    /// such a column is a record error). The chain's `Encoder` calls this.
+    ///
+    /// # Errors
+    /// As [`AvroRowEncoder::encode_row`], and Encode naming the column for
+    /// metadata that does not fit it ([`crate::mapping::encode_meta`]).
+    pub fn encode_message(
+        &mut self,
+        record: &AvroRecord<'_>,
+        message: &Payload<'_>,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), RecordError> {
+        self.write(record, Some(message), buf)
+    }
+
+    #[inline]
+    fn write(
+        &mut self,
+        record: &AvroRecord<'_>,
+        message: Option<&Payload<'_>>,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), RecordError> {
         let plan = self.plans.get(record.schema_id)?;
         plan.write_row(
             record.datum,
             record.element.as_ref(),
             buf,
-            &mut self.spans,
-            &mut self.reorder,
-            &mut self.prefix,
+            &mut self.scratch,
+            message,
         )
-        .map_err(|(at, f)| row_error(plan, record.schema_id, at, f))
+        .map_err(|e| match e {
+            RowFail::At(at, f) => row_error(plan, record.schema_id, at, f),
+            RowFail::Meta(m) => m,
+        })
     }
 }
 
@@ -483,10 +513,10 @@ impl<'a> Encoder<AvroRecord<'a>> for AvroRowEncoder {
     fn encode(
         &mut self,
         record: &AvroRecord<'a>,
-        _cx: &RecordCx<'_>,
+        cx: &RecordCx<'_>,
         buf: &mut Vec<u8>,
     ) -> Result<(), RecordError> {
-        self.encode_row(record, buf)
+        self.write(record, Some(&cx.payload), buf)
     }
 }
 

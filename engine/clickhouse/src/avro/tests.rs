@@ -151,6 +151,7 @@ fn a_parent_field_after_the_array_is_reachable() {
         path: None,
         missing: MissingValue::Literal("'none'".into()),
         options: ColumnOptions::default(),
+        meta: None,
     });
     let m = sensor_mapping(c);
     for i in [2u64, 5] {
@@ -571,6 +572,8 @@ fn the_router_hashes_avro_fields_like_json_text() {
         partition: &tp,
         offset: 0,
         timestamp_ms: None,
+        timestamp_kind: spate_core::record::TimestampKind::None,
+        headers: spate_core::record::Headers::NONE,
     };
     let cx = RecordCx { payload, ack: &ack };
     let mut records = Vec::new();
@@ -672,4 +675,100 @@ fn server_defaults_write_markers() {
             .expect("encodes");
         assert_eq!(out, want);
     }
+}
+
+/// Kafka metadata columns come from the message through `encode_meta`,
+/// per record; a message with the same datum at another offset gets its
+/// own offset (the parent-prefix reuse is off when metadata sits there).
+#[test]
+fn metadata_columns_come_from_the_message() {
+    use crate::mapping::MetaSource;
+    use spate_core::ack::{AckIssuer, ack_channel};
+    use spate_core::pipeline::chain::{Encoder, RecordCx};
+    use spate_core::record::{Headers, Payload, TimestampKind, TopicPartition};
+    let mut c = sensor::columns();
+    let meta = |name: &str, ty: &str, src: MetaSource| ColumnSpec {
+        name: name.into(),
+        ty: t(ty),
+        path: None,
+        missing: if ty.starts_with("Nullable") {
+            MissingValue::Null
+        } else {
+            MissingValue::Reject
+        },
+        options: ColumnOptions::default(),
+        meta: Some(src),
+    };
+    c.insert(1, meta("_offset", "UInt64", MetaSource::Offset));
+    c.push(meta("k", "Nullable(String)", MetaSource::Key));
+    let m = sensor_mapping(c);
+    let plan = m.plan(Some(7)).expect("plan");
+    assert!(plan.is_direct() && !plan.prefix_cache);
+    let (tx, _rx) = ack_channel();
+    let tp = TopicPartition::new("t", 0);
+    let mut issuer = AckIssuer::new(tp.clone(), 1, tx);
+    let ack = issuer.issue(0, 0);
+    let mut msg = Vec::new();
+    sensor::message(4, 7, &mut msg);
+    let mut dec = m.decoder();
+    let mut enc = m.encoder();
+    for (offset, key) in [(40i64, Some(&b"k1"[..])), (41, None)] {
+        let cx = RecordCx {
+            payload: Payload {
+                value: Some(&msg),
+                key,
+                partition: &tp,
+                offset,
+                timestamp_ms: None,
+                timestamp_kind: TimestampKind::None,
+                headers: Headers::NONE,
+            },
+            ack: &ack,
+        };
+        let mut rows = Vec::new();
+        dec.decode_value(Some(&msg), |r| {
+            let mut b = Vec::new();
+            enc.encode(&r, &cx, &mut b)?;
+            rows.push(b);
+            Ok(())
+        })
+        .expect("rows");
+        assert_eq!(rows.len(), 100);
+        for (j, b) in rows.iter().enumerate() {
+            let mut input = &b[..];
+            let vals: Vec<Value> = m
+                .columns()
+                .iter()
+                .map(|c| decode(&c.ty, &mut input).expect("decodes"))
+                .collect();
+            let mut want = expected_sensor_row(4, j as u64);
+            want.insert(1, int(i128::from(offset)));
+            want.push(match key {
+                Some(k) => Value::String(k.to_vec()),
+                None => Value::Null,
+            });
+            assert_eq!(vals, want);
+        }
+    }
+    let mut first = None;
+    dec.decode_value(Some(&msg), |r| {
+        first.get_or_insert(r);
+        Ok(())
+    })
+    .expect("decodes");
+    let e = enc
+        .encode_row(&first.expect("a record"), &mut Vec::new())
+        .expect_err("no message");
+    assert_eq!(e.column.as_deref(), Some("_offset"));
+    let mut c = sensor::columns();
+    c.push(meta("o", "String", MetaSource::Offset));
+    let e = compile(
+        Some(7),
+        Arc::new(sensor::schema_v1()),
+        &c,
+        &explode("/events"),
+    )
+    .expect_err("type");
+    assert_eq!(e.column.as_deref(), Some("o"));
+    assert!(e.reason.contains("Kafka metadata"), "{e}");
 }
