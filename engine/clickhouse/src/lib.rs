@@ -31,6 +31,7 @@
 
 pub mod avro;
 pub mod dedup;
+pub mod filter;
 pub mod mapping;
 pub mod native;
 pub mod num;
