@@ -313,14 +313,24 @@ fn skip_composite(s: &Skip, c: &mut Cur<'_>) -> Result<(), Fail> {
     }
 }
 
+/// The most items one array or map may claim when its items take no
+/// bytes (null, empty records): a bound on the work a malformed count can
+/// cause.
+const MAX_EMPTY_ITEMS: u64 = 1 << 24;
+
 fn skip_blocks(c: &mut Cur<'_>, item: &Skip, map: bool) -> Result<(), Fail> {
     let min = item.min_len() + usize::from(map);
+    let mut total = 0u64;
     loop {
         // A block with its byte size could be jumped whole; items are read
         // anyway so a bad size cannot hide a bad item.
         let Some(n) = c.block(min)? else {
             return Ok(());
         };
+        total += n;
+        if min == 0 && total > MAX_EMPTY_ITEMS {
+            return Err(Fail::BadLength(total as i64));
+        }
         for _ in 0..n {
             if map {
                 c.len_bytes()?;
@@ -742,6 +752,9 @@ fn put_blocks(
         match c.block(min_len)? {
             Some(k) => n = k,
             None => break,
+        }
+        if min_len == 0 && total + n > MAX_EMPTY_ITEMS {
+            return Err(Fail::BadLength((total + n) as i64));
         }
     }
     if total != first {

@@ -364,6 +364,13 @@ impl AvroDecoder {
         } else {
             (None, value)
         };
+        if u32::try_from(datum.len()).is_err() {
+            return Err(RecordError::decode(format!(
+                "{}: a datum of {} bytes, more than 4 GiB",
+                schema_name(schema_id),
+                datum.len()
+            )));
+        }
         let plan = self.plans.get(schema_id)?;
         let Some(ex) = &plan.explode else {
             return push(AvroRecord {

@@ -772,3 +772,31 @@ fn metadata_columns_come_from_the_message() {
     assert_eq!(e.column.as_deref(), Some("o"));
     assert!(e.reason.contains("Kafka metadata"), "{e}");
 }
+
+/// An array of nulls claiming more items than any datum could carry is a
+/// record error, not unbounded work.
+#[test]
+fn a_huge_count_of_empty_items_is_refused() {
+    const A: &str = r#"{"type":"record","name":"R","fields":[{"name":"a","type":{"type":"array","items":"null"}}]}"#;
+    // One block of 2^30 nulls (zig-zag 2^31: 0x80 0x80 0x80 0x80 0x08), then the end.
+    let d = [0x80, 0x80, 0x80, 0x80, 0x08, 0];
+    for ty in ["Array(Nullable(UInt8))", "UInt8"] {
+        let mut c = cols(&[("a", ty)]);
+        if ty == "UInt8" {
+            // The array is skipped: no column reads it; another column does.
+            c = cols(&[("b", "Nullable(UInt8)")]);
+        }
+        let m = AvroMapping::plain(c, AvroOptions::default(), schema(A)).expect("plan");
+        let e = rows(&m, &d).expect_err("too many");
+        assert!(e.reason.contains("beyond the datum"), "{e}");
+    }
+    // A small one decodes.
+    let m = AvroMapping::plain(
+        cols(&[("a", "Array(Nullable(UInt8))")]),
+        AvroOptions::default(),
+        schema(A),
+    )
+    .expect("plan");
+    let got = rows(&m, &[6, 0]).expect("three nulls");
+    assert_eq!(got, vec![vec![Value::Array(vec![Value::Null; 3])]]);
+}
