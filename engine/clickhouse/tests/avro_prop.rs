@@ -393,6 +393,7 @@ fn build(fields: &[Field], reverse: bool) -> Case {
         ty,
         path,
         options: ColumnOptions::default(),
+        meta: None,
     };
     for (i, f) in fields.iter().enumerate() {
         let fname = format!("f{i}");

@@ -154,6 +154,75 @@ fn event_rows_allocate_nothing_per_row() {
 }
 
 #[test]
+fn metadata_columns_allocate_nothing_per_row() {
+    use spate_clickhouse::mapping::{ColumnOptions, ColumnSpec, MetaSource, MissingValue};
+    use spate_core::record::{Header, Headers, Payload, TimestampKind, TopicPartition};
+    let meta = [
+        ("_topic", "LowCardinality(String)"),
+        ("_partition", "Int32"),
+        ("_offset", "UInt64"),
+        ("_timestamp", "DateTime64(3)"),
+        ("_timestamp_type", "String"),
+        ("_key", "Nullable(String)"),
+        ("_headers", "Map(String, Nullable(String))"),
+        ("_headers.name", "Array(String)"),
+        ("_header.trace", "Nullable(String)"),
+        ("_header.n", "Int32"),
+    ];
+    let mut cols = simple_columns([("id", ChType::UInt64), ("name", ChType::String)]);
+    cols.extend(meta.map(|(source, ty)| ColumnSpec {
+        name: source.to_owned(),
+        ty: ChType::parse(ty).unwrap(),
+        path: None,
+        meta: MetaSource::parse(source),
+        missing: MissingValue::Null,
+        options: ColumnOptions::default(),
+    }));
+    let mut enc = JsonRowEncoder::new(cols, MappingOptions::default()).unwrap();
+    let tp = TopicPartition::new("events", 4);
+    let headers = [
+        Header {
+            name: b"trace",
+            value: Some(b"t-1"),
+        },
+        Header {
+            name: b"n",
+            value: Some(b"12"),
+        },
+        Header {
+            name: b"trace",
+            value: None,
+        },
+    ];
+    let rows: Vec<String> = (0..200)
+        .map(|i| format!(r#"{{"id":{i},"name":"n{i}"}}"#))
+        .collect();
+    let pass = |enc: &mut JsonRowEncoder, buf: &mut Vec<u8>| {
+        for (i, r) in rows.iter().enumerate() {
+            let p = Payload {
+                value: Some(r.as_bytes()),
+                key: (i % 2 == 0).then_some(&b"key"[..]),
+                partition: &tp,
+                offset: i as i64,
+                timestamp_ms: Some(1_700_000_000_000 + i as i64),
+                timestamp_kind: TimestampKind::CreateTime,
+                headers: Headers::from_slice(&headers),
+            };
+            enc.encode_message(&p, buf).unwrap();
+        }
+    };
+    let mut buf = Vec::new();
+    let first = allocations_in(|| pass(&mut enc, &mut buf));
+    assert!(first > 0, "the counting allocator saw the first pass");
+    let grown = buf.len();
+    buf.clear();
+    buf.reserve(grown);
+    let n = allocations_in(|| pass(&mut enc, &mut buf));
+    assert_eq!(buf.len(), grown, "the second pass wrote the same rows");
+    assert_eq!(n, 0, "{n} allocations over {} rows", rows.len());
+}
+
+#[test]
 fn the_native_transcode_allocates_per_batch_not_per_row() {
     let lines: Vec<&str> = include_str!("fixtures/flights-50.ndjson").lines().collect();
     let types = [
@@ -266,6 +335,8 @@ fn avro_fan_out_allocates_nothing_per_record() {
                         partition: &tp,
                         offset: off as i64,
                         timestamp_ms: None,
+                        timestamp_kind: spate_core::record::TimestampKind::None,
+                        headers: spate_core::record::Headers::NONE,
                     },
                     ack: &ack,
                 };

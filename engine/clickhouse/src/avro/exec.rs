@@ -19,6 +19,10 @@
 //! buffer, for a schema whose field order differs from the columns') is
 //! owned by the encoder and reused.
 
+use spate_core::pipeline::chain::RecordError;
+use spate_core::record::Payload;
+
+use crate::mapping::{MetaPut, encode_meta};
 use crate::num::{U256, Wide};
 use crate::rowbinary::{put_decimal, put_leb128, put_string, put_uuid};
 use crate::types::ChType;
@@ -63,6 +67,8 @@ pub(crate) enum Fail {
     Trailing(usize),
     /// The element range of a fanned-out record is not an element.
     BadElement,
+    /// A Kafka metadata column, encoded without the message.
+    NoMessage,
 }
 
 impl Fail {
@@ -118,6 +124,9 @@ impl Fail {
                 format!("{n} bytes are left after the datum (written with another schema?)")
             }
             Fail::BadElement => "the fanned-out element is not one of the array's".into(),
+            Fail::NoMessage => "a Kafka metadata column needs the message (encode through the \
+                                chain's Encoder)"
+                .into(),
         }
     }
 }
@@ -136,12 +145,43 @@ impl<'a> Cur<'a> {
     }
 
     /// A zig-zag varint long.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn long(&mut self) -> Result<i64, Fail> {
         let b = *self.s.get(self.i).ok_or(Fail::Truncated)?;
         if b < 0x80 {
             self.i += 1;
             return Ok(i64::from(b >> 1) ^ -i64::from(b & 1));
+        }
+        self.long_multi()
+    }
+
+    /// A varint of 2..=8 bytes with 8 bytes readable: one load, the stop
+    /// byte found from the continuation bits, the 7-bit groups merged
+    /// without a loop; anything else byte by byte.
+    #[inline(always)]
+    fn long_multi(&mut self) -> Result<i64, Fail> {
+        if let Some(w) = self.s.get(self.i..self.i + 8) {
+            let w = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+            let stop = !w & 0x8080_8080_8080_8080;
+            if stop != 0 {
+                let n = (stop.trailing_zeros() / 8 + 1) as usize;
+                let x = if n == 8 {
+                    w
+                } else {
+                    w & ((1u64 << (8 * n)) - 1)
+                };
+                let x = x & 0x7f7f_7f7f_7f7f_7f7f;
+                let v = (x & 0x7f)
+                    | ((x >> 1) & (0x7f << 7))
+                    | ((x >> 2) & (0x7f << 14))
+                    | ((x >> 3) & (0x7f << 21))
+                    | ((x >> 4) & (0x7f << 28))
+                    | ((x >> 5) & (0x7f << 35))
+                    | ((x >> 6) & (0x7f << 42))
+                    | ((x >> 7) & (0x7f << 49));
+                self.i += n;
+                return Ok((v >> 1) as i64 ^ -((v & 1) as i64));
+            }
         }
         self.long_slow()
     }
@@ -169,7 +209,7 @@ impl<'a> Cur<'a> {
     }
 
     /// A zig-zag varint int (checked to fit 32 bits).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn int(&mut self) -> Result<i64, Fail> {
         let v = self.long()?;
         if i32::try_from(v).is_err() {
@@ -178,7 +218,14 @@ impl<'a> Cur<'a> {
         Ok(v)
     }
 
-    #[inline]
+    #[inline(always)]
+    pub(crate) fn take_array<const N: usize>(&mut self) -> Result<[u8; N], Fail> {
+        let b = self.s.get(self.i..self.i + N).ok_or(Fail::Truncated)?;
+        self.i += N;
+        Ok(b.try_into().expect("N bytes"))
+    }
+
+    #[inline(always)]
     pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], Fail> {
         let end = self.i.checked_add(n).ok_or(Fail::Truncated)?;
         let b = self.s.get(self.i..end).ok_or(Fail::Truncated)?;
@@ -187,7 +234,7 @@ impl<'a> Cur<'a> {
     }
 
     /// A length (non-negative long) and that many bytes.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn len_bytes(&mut self) -> Result<(usize, usize), Fail> {
         let n = self.long()?;
         if n < 0 {
@@ -231,13 +278,22 @@ impl<'a> Cur<'a> {
     }
 }
 
-/// Decodes past one value.
+/// Decodes past one value (the primitive cases inline).
+#[inline(always)]
 pub(crate) fn skip(s: &Skip, c: &mut Cur<'_>) -> Result<(), Fail> {
     match s {
         Skip::Zero => Ok(()),
         Skip::Var => c.long().map(drop),
         Skip::Bytes(n) => c.take(*n).map(drop),
         Skip::Len => c.len_bytes().map(drop),
+        other => skip_composite(other, c),
+    }
+}
+
+#[inline(never)]
+fn skip_composite(s: &Skip, c: &mut Cur<'_>) -> Result<(), Fail> {
+    match s {
+        Skip::Zero | Skip::Var | Skip::Bytes(_) | Skip::Len => skip(s, c),
         Skip::Union(branches) => {
             let i = c.long()?;
             let b = usize::try_from(i)
@@ -257,14 +313,24 @@ pub(crate) fn skip(s: &Skip, c: &mut Cur<'_>) -> Result<(), Fail> {
     }
 }
 
+/// The most items one array or map may claim when its items take no
+/// bytes (null, empty records): a bound on the work a malformed count can
+/// cause.
+const MAX_EMPTY_ITEMS: u64 = 1 << 24;
+
 fn skip_blocks(c: &mut Cur<'_>, item: &Skip, map: bool) -> Result<(), Fail> {
     let min = item.min_len() + usize::from(map);
+    let mut total = 0u64;
     loop {
         // A block with its byte size could be jumped whole; items are read
         // anyway so a bad size cannot hide a bad item.
         let Some(n) = c.block(min)? else {
             return Ok(());
         };
+        total += n;
+        if min == 0 && total > MAX_EMPTY_ITEMS {
+            return Err(Fail::BadLength(total as i64));
+        }
         for _ in 0..n {
             if map {
                 c.len_bytes()?;
@@ -283,25 +349,24 @@ pub(crate) enum Cell {
     Missing,
 }
 
-#[inline]
+#[inline(always)]
 fn put_int(v: i64, dst: IntDst, out: &mut Vec<u8>) -> Result<(), Fail> {
-    let ok = match (dst.bits, dst.signed) {
-        (8, true) => i8::try_from(v).is_ok(),
-        (16, true) => i16::try_from(v).is_ok(),
-        (32, true) => i32::try_from(v).is_ok(),
-        (8, false) => u8::try_from(v).is_ok(),
-        (16, false) => u16::try_from(v).is_ok(),
-        (32, false) => u32::try_from(v).is_ok(),
-        (_, false) => v >= 0,
-        _ => true,
-    };
-    if !ok {
-        return Err(Fail::OutOfRange(v));
-    }
-    let le = v.to_le_bytes();
-    match dst.bits {
-        8 | 16 | 32 | 64 => out.extend_from_slice(&le[..(dst.bits / 8) as usize]),
-        _ => Wide::from_i128(i128::from(v)).put_le((dst.bits / 8) as usize, out),
+    let bad = || Fail::OutOfRange(v);
+    match (dst.bits, dst.signed) {
+        (64, true) => out.extend_from_slice(&v.to_le_bytes()),
+        (32, true) => out.extend_from_slice(&i32::try_from(v).map_err(|_| bad())?.to_le_bytes()),
+        (64, false) => out.extend_from_slice(&u64::try_from(v).map_err(|_| bad())?.to_le_bytes()),
+        (32, false) => out.extend_from_slice(&u32::try_from(v).map_err(|_| bad())?.to_le_bytes()),
+        (16, true) => out.extend_from_slice(&i16::try_from(v).map_err(|_| bad())?.to_le_bytes()),
+        (16, false) => out.extend_from_slice(&u16::try_from(v).map_err(|_| bad())?.to_le_bytes()),
+        (8, true) => out.push(i8::try_from(v).map_err(|_| bad())? as u8),
+        (8, false) => out.push(u8::try_from(v).map_err(|_| bad())?),
+        (bits, signed) => {
+            if !signed && v < 0 {
+                return Err(bad());
+            }
+            Wide::from_i128(i128::from(v)).put_le((bits / 8) as usize, out);
+        }
     }
     Ok(())
 }
@@ -412,25 +477,63 @@ fn put_be_decimal(bytes: &[u8], up: u32, ty: &ChType, out: &mut Vec<u8>) -> Resu
     put_decimal(ty, *precision, w, out).map_err(|_| Fail::TooManyDigits)
 }
 
+/// Whether `s[a..b]` is UTF-8: a string of at most 16 bytes with 16
+/// bytes readable from its start is ASCII when one masked load has no
+/// high bit (the usual case, no call); anything else through std.
 #[inline]
+fn utf8_ok(s: &[u8], a: usize, b: usize) -> bool {
+    let n = b - a;
+    if n <= 16
+        && let Some(w) = s.get(a..a + 16)
+    {
+        let w = u128::from_le_bytes(w.try_into().expect("16 bytes"));
+        let mask = if n == 16 {
+            u128::MAX
+        } else {
+            (1u128 << (8 * n)) - 1
+        };
+        if w & mask & 0x8080_8080_8080_8080_8080_8080_8080_8080 == 0 {
+            return true;
+        }
+    }
+    std::str::from_utf8(&s[a..b]).is_ok()
+}
+
+#[inline(always)]
 fn put_str(c: &mut Cur<'_>, utf8: bool, out: &mut Vec<u8>) -> Result<(), Fail> {
     let (a, b) = c.len_bytes()?;
-    let bytes = &c.s[a..b];
-    if utf8 && std::str::from_utf8(bytes).is_err() {
+    if utf8 && !utf8_ok(c.s, a, b) {
         return Err(Fail::BadUtf8);
     }
     crate::rowbinary::put_input_string(out, c.s, a, b);
     Ok(())
 }
 
-#[inline]
+#[inline(always)]
 fn int_of(c: &mut Cur<'_>, src32: bool) -> Result<i64, Fail> {
     if src32 { c.int() } else { c.long() }
 }
 
 impl Conv {
-    /// Decodes one value at `c` and appends it as the column's type.
+    /// Decodes one value at `c` and appends it as the column's type: the
+    /// usual cases inline, the others through [`Conv::put_other`].
+    #[inline(always)]
     pub(crate) fn put(&self, c: &mut Cur<'_>, out: &mut Vec<u8>) -> Result<Cell, Fail> {
+        match self {
+            Conv::Int { src32, dst } => {
+                let v = int_of(c, *src32)?;
+                put_int(v, *dst, out)?;
+            }
+            Conv::Str { utf8 } => put_str(c, *utf8, out)?,
+            Conv::F64 => out.extend_from_slice(&c.take_array::<8>()?),
+            Conv::F32 => out.extend_from_slice(&c.take_array::<4>()?),
+            other => return other.put_other(c, out),
+        }
+        Ok(Cell::Value)
+    }
+
+    #[inline(never)]
+    fn put_other(&self, c: &mut Cur<'_>, out: &mut Vec<u8>) -> Result<Cell, Fail> {
         match self {
             Conv::Int { src32, dst } => {
                 let v = int_of(c, *src32)?;
@@ -650,6 +753,9 @@ fn put_blocks(
             Some(k) => n = k,
             None => break,
         }
+        if min_len == 0 && total + n > MAX_EMPTY_ITEMS {
+            return Err(Fail::BadLength((total + n) as i64));
+        }
     }
     if total != first {
         let mut leb = [0u8; 10];
@@ -691,6 +797,40 @@ pub(crate) struct RowOut<'b> {
     pub buf: &'b mut Vec<u8>,
     pub base: usize,
     pub spans: &'b mut [(u32, u32)],
+    /// The Kafka message, for metadata columns.
+    pub message: Option<&'b Payload<'b>>,
+    /// A metadata column's own error (its text comes from `encode_meta`).
+    pub meta_error: Option<RecordError>,
+}
+
+/// An encoder's reused buffers: each column's span in the row, the
+/// permutation buffer, the parent-prefix cache.
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    pub spans: Vec<(u32, u32)>,
+    pub reorder: Vec<u8>,
+    pub prefix: PrefixCache,
+}
+
+/// The last message's parent prefix (the cells of the parent's fields
+/// before the exploded array), reused by the next element of the same
+/// message: an encoder's scratch.
+#[derive(Debug, Default)]
+pub(crate) struct PrefixCache {
+    valid: bool,
+    id: Option<u32>,
+    /// The datum bytes the cells were decoded from.
+    src: Vec<u8>,
+    /// The cells.
+    out: Vec<u8>,
+}
+
+/// Why a row could not be written.
+pub(crate) enum RowFail {
+    /// Where and why.
+    At(At, Fail),
+    /// A metadata column's error, as `encode_meta` gave it.
+    Meta(RecordError),
 }
 
 /// The element range and resume offset of a fanned-out record.
@@ -753,6 +893,30 @@ impl Plan {
                     }
                 }
                 Op::Skip(s, field) => skip(s, c).map_err(|f| (At::Field(*field), f))?,
+                Op::Meta { col } => {
+                    let start = row.buf.len();
+                    let c = &self.columns[*col as usize];
+                    let source = c.meta.as_ref().expect("planned for metadata columns");
+                    let msg = row.message.ok_or((At::Column(*col), Fail::NoMessage))?;
+                    if self.marker {
+                        row.buf.push(0);
+                    }
+                    match encode_meta(source, &c.name, &c.ty, msg, row.buf) {
+                        Ok(MetaPut::Written) => {}
+                        Ok(MetaPut::Absent) => {
+                            row.buf.truncate(start);
+                            self.put_missing(*col, row.buf)?;
+                        }
+                        Err(e) => {
+                            row.meta_error = Some(e);
+                            return Err((At::Column(*col), Fail::NoMessage));
+                        }
+                    }
+                    if !self.direct {
+                        row.spans[*col as usize] =
+                            ((start - row.base) as u32, (row.buf.len() - row.base) as u32);
+                    }
+                }
                 Op::Missing { col } => {
                     let start = row.buf.len();
                     self.put_missing(*col, row.buf)?;
@@ -787,21 +951,79 @@ impl Plan {
         Ok(())
     }
 
-    /// Appends the row of `datum` (with `element` when fanned out) to
-    /// `buf`, in INSERT order; `spans` and `reorder` are the encoder's
-    /// scratch.
+    /// Appends the row of `datum` (with `element` when fanned out, the
+    /// Kafka `message` for metadata columns) to `buf`, in INSERT order.
     pub(crate) fn write_row(
         &self,
         datum: &[u8],
         element: Option<&Element>,
         buf: &mut Vec<u8>,
-        spans: &mut [(u32, u32)],
-        reorder: &mut Vec<u8>,
-    ) -> Result<(), (At, Fail)> {
+        scratch: &mut Scratch,
+        message: Option<&Payload<'_>>,
+    ) -> Result<(), RowFail> {
         let base = buf.len();
         let mut c = Cur::new(datum, 0);
-        let mut row = RowOut { buf, base, spans };
-        self.run(&self.parent, &mut c, &mut row, element)?;
+        let mut row = RowOut {
+            buf,
+            base,
+            spans: &mut scratch.spans,
+            message,
+            meta_error: None,
+        };
+        let r = self.write_in(
+            datum,
+            element,
+            &mut c,
+            &mut row,
+            &mut scratch.reorder,
+            &mut scratch.prefix,
+        );
+        match r {
+            Ok(()) => Ok(()),
+            Err(e) => Err(match row.meta_error.take() {
+                Some(m) => RowFail::Meta(m),
+                None => RowFail::At(e.0, e.1),
+            }),
+        }
+    }
+
+    fn write_in(
+        &self,
+        datum: &[u8],
+        element: Option<&Element>,
+        c: &mut Cur<'_>,
+        row: &mut RowOut<'_>,
+        reorder: &mut Vec<u8>,
+        prefix: &mut PrefixCache,
+    ) -> Result<(), (At, Fail)> {
+        let base = row.base;
+        match (self.explode_at, element) {
+            (Some(k), Some(_)) if self.prefix_cache => {
+                // The parent's fields before the array are the same bytes
+                // for every element of a message, and decoding reads only
+                // them: when the datum starts with the bytes the cached
+                // prefix was decoded from, its cells are copied.
+                let n = prefix.src.len();
+                if prefix.valid
+                    && prefix.id == self.schema_id
+                    && datum.get(..n) == Some(&prefix.src[..])
+                {
+                    row.buf.extend_from_slice(&prefix.out);
+                    c.i = n;
+                } else {
+                    prefix.valid = false;
+                    self.run(&self.parent[..k], c, row, element)?;
+                    prefix.src.clear();
+                    prefix.src.extend_from_slice(&datum[..c.i]);
+                    prefix.out.clear();
+                    prefix.out.extend_from_slice(&row.buf[base..]);
+                    prefix.id = self.schema_id;
+                    prefix.valid = true;
+                }
+                self.run(&self.parent[k..], c, row, element)?;
+            }
+            _ => self.run(&self.parent, c, row, element)?,
+        }
         if c.i != datum.len() {
             return Err((At::Datum, Fail::Trailing(datum.len() - c.i)));
         }
@@ -809,10 +1031,10 @@ impl Plan {
             return Ok(());
         }
         reorder.clear();
-        reorder.extend_from_slice(&buf[base..]);
-        buf.truncate(base);
-        for &(s, e) in spans.iter() {
-            buf.extend_from_slice(&reorder[s as usize..e as usize]);
+        reorder.extend_from_slice(&row.buf[base..]);
+        row.buf.truncate(base);
+        for &(s, e) in row.spans.iter() {
+            row.buf.extend_from_slice(&reorder[s as usize..e as usize]);
         }
         Ok(())
     }
@@ -827,10 +1049,15 @@ impl Plan {
             skip(s, &mut c)?;
         }
         let min = ex.item.min_len();
+        let Skip::Record(fields) = &ex.item else {
+            unreachable!("explode items are records");
+        };
         while let Some(n) = c.block(min)? {
             for _ in 0..n {
                 let start = c.i;
-                skip(&ex.item, &mut c)?;
+                for f in fields.iter() {
+                    skip(f, &mut c)?;
+                }
                 out.push(Element {
                     start: start as u32,
                     end: c.i as u32,

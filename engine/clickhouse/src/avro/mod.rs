@@ -37,9 +37,11 @@
 //! a value that does not fit its column: an Encode error naming the column.
 //! The lane driver adds topic, partition and offset and applies `on_error`.
 //!
-//! **Kafka metadata columns** (`_topic`, `_offset`, ...) are not filled by
-//! this module yet: such a column is fed by no field, so it follows its
-//! `missing` (a non-Nullable one without a DEFAULT is a plan error).
+//! **Kafka metadata columns** ([`ColumnSpec::meta`]: `_topic`, `_offset`,
+//! `_key`, headers, ...) are written by [`crate::mapping::encode_meta`]
+//! from the record's message (an absent value follows the column's
+//! `missing`), exactly as the JSON mapper writes them; their types are
+//! checked when the plan is compiled.
 //!
 //! `tests/avro_prop.rs` checks the decoder against apache-avro's own
 //! decoding; `tests/no_alloc.rs` counts allocations per row (zero);
@@ -67,7 +69,8 @@ pub use source::{
 };
 
 use crate::mapping::{ColumnSpec, MissingValue};
-use exec::{At, Element, Fail};
+use exec::{At, Element, Fail, RowFail, Scratch};
+use spate_core::record::Payload;
 
 /// Where a mapping's writer schemas come from.
 enum Schemas {
@@ -250,8 +253,10 @@ impl AvroMapping {
     pub fn encoder(self: &Arc<Self>) -> AvroRowEncoder {
         AvroRowEncoder {
             plans: LocalPlans::new(self),
-            spans: vec![(0, 0); self.columns.len()],
-            reorder: Vec::new(),
+            scratch: Scratch {
+                spans: vec![(0, 0); self.columns.len()],
+                ..Scratch::default()
+            },
         }
     }
 }
@@ -359,6 +364,13 @@ impl AvroDecoder {
         } else {
             (None, value)
         };
+        if u32::try_from(datum.len()).is_err() {
+            return Err(RecordError::decode(format!(
+                "{}: a datum of {} bytes, more than 4 GiB",
+                schema_name(schema_id),
+                datum.len()
+            )));
+        }
         let plan = self.plans.get(schema_id)?;
         let Some(ex) = &plan.explode else {
             return push(AvroRecord {
@@ -400,8 +412,7 @@ impl Decoder for AvroDecoder {
 /// The Avro `Encoder`: one record, one row (see the module docs).
 pub struct AvroRowEncoder {
     plans: LocalPlans,
-    spans: Vec<(u32, u32)>,
-    reorder: Vec<u8>,
+    scratch: Scratch,
 }
 
 impl AvroRowEncoder {
@@ -426,15 +437,44 @@ impl AvroRowEncoder {
         record: &AvroRecord<'_>,
         buf: &mut Vec<u8>,
     ) -> Result<(), RecordError> {
+        self.write(record, None, buf)
+    }
+
+    /// [`AvroRowEncoder::encode_row`] with the Kafka message the record
+    /// came from, for metadata columns ([`ColumnSpec::meta`]; without it
+    /// such a column is a record error). The chain's `Encoder` calls this.
+    ///
+    /// # Errors
+    /// As [`AvroRowEncoder::encode_row`], and Encode naming the column for
+    /// metadata that does not fit it ([`crate::mapping::encode_meta`]).
+    pub fn encode_message(
+        &mut self,
+        record: &AvroRecord<'_>,
+        message: &Payload<'_>,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), RecordError> {
+        self.write(record, Some(message), buf)
+    }
+
+    #[inline]
+    fn write(
+        &mut self,
+        record: &AvroRecord<'_>,
+        message: Option<&Payload<'_>>,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), RecordError> {
         let plan = self.plans.get(record.schema_id)?;
         plan.write_row(
             record.datum,
             record.element.as_ref(),
             buf,
-            &mut self.spans,
-            &mut self.reorder,
+            &mut self.scratch,
+            message,
         )
-        .map_err(|(at, f)| row_error(plan, record.schema_id, at, f))
+        .map_err(|e| match e {
+            RowFail::At(at, f) => row_error(plan, record.schema_id, at, f),
+            RowFail::Meta(m) => m,
+        })
     }
 }
 
@@ -480,10 +520,10 @@ impl<'a> Encoder<AvroRecord<'a>> for AvroRowEncoder {
     fn encode(
         &mut self,
         record: &AvroRecord<'a>,
-        _cx: &RecordCx<'_>,
+        cx: &RecordCx<'_>,
         buf: &mut Vec<u8>,
     ) -> Result<(), RecordError> {
-        self.encode_row(record, buf)
+        self.write(record, Some(&cx.payload), buf)
     }
 }
 

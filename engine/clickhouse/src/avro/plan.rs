@@ -247,6 +247,10 @@ pub(crate) enum Op {
     },
     /// Column `col`'s missing value.
     Missing { col: u32 },
+    /// Column `col`'s Kafka metadata ([`ColumnSpec::meta`], written by
+    /// [`crate::mapping::encode_meta`]; an absent value is the column's
+    /// missing value).
+    Meta { col: u32 },
     /// Where the exploded array is: run the element's program over the
     /// record's element, resume after the array.
     Explode,
@@ -272,6 +276,12 @@ pub struct Plan {
     pub(crate) parent: Box<[Op]>,
     pub(crate) element: Box<[Op]>,
     pub(crate) explode: Option<ExplodePlan>,
+    /// The index of `Op::Explode` in `parent`.
+    pub(crate) explode_at: Option<usize>,
+    /// Whether the cells before the exploded array depend on the datum's
+    /// bytes before it alone (direct, no metadata column among them), so
+    /// an encoder may reuse them for the next element of the message.
+    pub(crate) prefix_cache: bool,
     /// Columns are written in INSERT order as decoded (no permutation).
     pub(crate) direct: bool,
     /// RowBinaryWithDefaults: a marker byte before every cell.
@@ -551,6 +561,12 @@ pub fn compile(
     // Which field feeds which column.
     let join = options.flatten_join.as_deref();
     for (ci, c) in columns.iter().enumerate() {
+        if let Some(source) = &c.meta {
+            source
+                .check_type(&c.ty)
+                .map_err(|reason| cx.err(None, Some(ci), format!("Kafka metadata: {reason}")))?;
+            continue;
+        }
         let (paths, explicit) = candidate_paths(c, join);
         let mut found: Vec<(Ns, Vec<String>)> = Vec::new();
         for p in &paths {
@@ -667,6 +683,10 @@ pub fn compile(
     }
     let mut unfed = Vec::new();
     for (c, f) in col_fields.iter().enumerate() {
+        if columns[c].meta.is_some() {
+            unfed.push(c as u32);
+            continue;
+        }
         if f.is_none() {
             if missing[c] == MissingCell::Reject {
                 return Err(cx.err(
@@ -694,7 +714,35 @@ pub fn compile(
             cols_of(op, &mut seq);
         }
     }
+    // Every column is written exactly once per row (a plan that broke this
+    // would misalign the row): checked here, so it is a plan error, never
+    // a bad row.
+    let mut writes = vec![0u32; columns.len()];
+    for &c in &seq {
+        writes[c as usize] += 1;
+    }
+    for &c in &unfed {
+        writes[c as usize] += 1;
+    }
+    if let Some(c) = writes.iter().position(|&n| n != 1) {
+        return Err(cx.err(
+            None,
+            Some(c),
+            format!(
+                "the plan writes the column {} times per row (one field per column)",
+                writes[c]
+            ),
+        ));
+    }
     let direct = seq.windows(2).all(|w| w[0] < w[1]);
+    let metas: Vec<bool> = columns.iter().map(|c| c.meta.is_some()).collect();
+    let unfed_op = |col: u32| {
+        if metas[col as usize] {
+            Op::Meta { col }
+        } else {
+            Op::Missing { col }
+        }
+    };
     if direct {
         let mut next = 0usize;
         let mut out_parent = Vec::with_capacity(parent.len() + unfed.len());
@@ -702,27 +750,32 @@ pub fn compile(
             if matches!(op, Op::Explode) {
                 let mut out_el = Vec::with_capacity(element_ops.len() + unfed.len());
                 for eop in element_ops.drain(..) {
-                    insert_missing(&eop, &unfed, &mut next, &mut out_el);
+                    insert_missing(&eop, &unfed, &mut next, &mut out_el, &unfed_op);
                     out_el.push(eop);
                 }
                 element_ops = out_el;
                 out_parent.push(op);
                 continue;
             }
-            insert_missing(&op, &unfed, &mut next, &mut out_parent);
+            insert_missing(&op, &unfed, &mut next, &mut out_parent, &unfed_op);
             out_parent.push(op);
         }
-        out_parent.extend(unfed[next..].iter().map(|&col| Op::Missing { col }));
+        out_parent.extend(unfed[next..].iter().map(|&col| unfed_op(col)));
         parent = out_parent;
     } else {
-        parent.extend(unfed.iter().map(|&col| Op::Missing { col }));
+        parent.extend(unfed.iter().map(|&col| unfed_op(col)));
     }
     let marker = columns
         .iter()
         .any(|c| c.missing == MissingValue::ServerDefault);
     let fields = std::mem::take(&mut cx.fields);
     drop(resolved);
+    let explode_at = parent.iter().position(|o| matches!(o, Op::Explode));
+    let prefix_cache = direct
+        && explode_at.is_some_and(|k| !parent[..k].iter().any(|o| matches!(o, Op::Meta { .. })));
     Ok(Plan {
+        explode_at,
+        prefix_cache,
         schema_id: id,
         schema,
         parent: parent.into(),
@@ -744,10 +797,16 @@ fn first_col(op: &Op) -> Option<u32> {
     v.first().copied()
 }
 
-fn insert_missing(op: &Op, unfed: &[u32], next: &mut usize, out: &mut Vec<Op>) {
+fn insert_missing(
+    op: &Op,
+    unfed: &[u32],
+    next: &mut usize,
+    out: &mut Vec<Op>,
+    unfed_op: &impl Fn(u32) -> Op,
+) {
     if let Some(f) = first_col(op) {
         while *next < unfed.len() && unfed[*next] < f {
-            out.push(Op::Missing { col: unfed[*next] });
+            out.push(unfed_op(unfed[*next]));
             *next += 1;
         }
     }
@@ -756,7 +815,7 @@ fn insert_missing(op: &Op, unfed: &[u32], next: &mut usize, out: &mut Vec<Op>) {
 /// The columns an op writes, in order (a branch: its first branch's).
 fn cols_of(op: &Op, out: &mut Vec<u32>) {
     match op {
-        Op::Put { col, .. } | Op::Missing { col } => out.push(*col),
+        Op::Put { col, .. } | Op::Missing { col } | Op::Meta { col } => out.push(*col),
         Op::Branch { branches, .. } => {
             if let Some(b) = branches.first() {
                 b.iter().for_each(|o| cols_of(o, out));
@@ -875,6 +934,20 @@ fn compile_record(
         let mut p = prefix.to_vec();
         p.push(f.name.clone());
         if ns == Ns::Parent && cx.explode.as_deref() == Some(&p[..]) {
+            if let Some((_, q, c)) = cx
+                .assigned
+                .iter()
+                .find(|(n, q, _)| *n == Ns::Parent && q.len() >= p.len() && q[..p.len()] == p[..])
+            {
+                let q = q.clone();
+                return Err(cx.err(
+                    Some(&q),
+                    Some(*c),
+                    "the column reads the exploded array itself (or a path into it that \
+                     is not an element's field); each row carries one element's fields"
+                        .into(),
+                ));
+            }
             ops.push(Op::Explode);
             continue;
         }

@@ -211,9 +211,6 @@ fn walk<'a>(
         }
         skips.push(skip_of(&f.schema, names, 1)?);
     }
-    if path.is_empty() {
-        return Ok(None);
-    }
     Ok(None)
 }
 

@@ -73,6 +73,7 @@ pub fn columns() -> Vec<ColumnSpec> {
         path: None,
         missing,
         options: ColumnOptions::default(),
+        meta: None,
     };
     vec![
         c("batch_id", ChType::UInt64, MissingValue::Reject),

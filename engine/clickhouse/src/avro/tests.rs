@@ -151,6 +151,7 @@ fn a_parent_field_after_the_array_is_reachable() {
         path: None,
         missing: MissingValue::Literal("'none'".into()),
         options: ColumnOptions::default(),
+        meta: None,
     });
     let m = sensor_mapping(c);
     for i in [2u64, 5] {
@@ -571,6 +572,8 @@ fn the_router_hashes_avro_fields_like_json_text() {
         partition: &tp,
         offset: 0,
         timestamp_ms: None,
+        timestamp_kind: spate_core::record::TimestampKind::None,
+        headers: spate_core::record::Headers::NONE,
     };
     let cx = RecordCx { payload, ack: &ack };
     let mut records = Vec::new();
@@ -623,4 +626,177 @@ fn the_router_hashes_avro_fields_like_json_text() {
         e.reason.contains("`region`") && e.reason.contains("null"),
         "{e}"
     );
+}
+
+/// A column that reads the exploded array itself is a plan error (each row
+/// carries one element), never a row missing a cell.
+#[test]
+fn a_column_on_the_exploded_array_is_a_plan_error() {
+    let e = plan_err(
+        EV,
+        cols(&[("events", "String"), ("x", "Int32")]),
+        explode("/events"),
+    );
+    assert_eq!(e.column.as_deref(), Some("events"));
+    assert!(e.reason.contains("exploded array itself"), "{e}");
+}
+
+/// With a server DEFAULT column the rows are RowBinaryWithDefaults: a
+/// marker byte before every cell, 1 for the absent column.
+#[test]
+fn server_defaults_write_markers() {
+    const S: &str = r#"{"type":"record","name":"R","fields":[
+        {"name":"a","type":"int"},{"name":"b","type":["null","string"]}]}"#;
+    let mut c = cols(&[("a", "Int32"), ("b", "String"), ("z", "UInt8")]);
+    c[1].missing = MissingValue::ServerDefault;
+    c[2].missing = MissingValue::ServerDefault;
+    let s = schema(S);
+    let m = AvroMapping::plain(c, AvroOptions::default(), Arc::clone(&s)).expect("plan");
+    assert!(m.with_defaults());
+    let mut enc = m.encoder();
+    let mut dec = m.decoder();
+    for (b, want) in [
+        (
+            AV::Union(1, Box::new(AV::String("hi".into()))),
+            vec![0u8, 5, 0, 0, 0, 0, 2, b'h', b'i', 1],
+        ),
+        (
+            AV::Union(0, Box::new(AV::Null)),
+            vec![0u8, 5, 0, 0, 0, 1, 1],
+        ),
+    ] {
+        let datum = apache_avro::writer::datum::GenericDatumWriter::builder(&s)
+            .build()
+            .expect("writer")
+            .write_value_to_vec(AV::Record(vec![("a".into(), AV::Int(5)), ("b".into(), b)]))
+            .expect("fits");
+        let mut out = Vec::new();
+        dec.decode_value(Some(&datum), |r| enc.encode_row(&r, &mut out))
+            .expect("encodes");
+        assert_eq!(out, want);
+    }
+}
+
+/// Kafka metadata columns come from the message through `encode_meta`,
+/// per record; a message with the same datum at another offset gets its
+/// own offset (the parent-prefix reuse is off when metadata sits there).
+#[test]
+fn metadata_columns_come_from_the_message() {
+    use crate::mapping::MetaSource;
+    use spate_core::ack::{AckIssuer, ack_channel};
+    use spate_core::pipeline::chain::{Encoder, RecordCx};
+    use spate_core::record::{Headers, Payload, TimestampKind, TopicPartition};
+    let mut c = sensor::columns();
+    let meta = |name: &str, ty: &str, src: MetaSource| ColumnSpec {
+        name: name.into(),
+        ty: t(ty),
+        path: None,
+        missing: if ty.starts_with("Nullable") {
+            MissingValue::Null
+        } else {
+            MissingValue::Reject
+        },
+        options: ColumnOptions::default(),
+        meta: Some(src),
+    };
+    c.insert(1, meta("_offset", "UInt64", MetaSource::Offset));
+    c.push(meta("k", "Nullable(String)", MetaSource::Key));
+    let m = sensor_mapping(c);
+    let plan = m.plan(Some(7)).expect("plan");
+    assert!(plan.is_direct() && !plan.prefix_cache);
+    let (tx, _rx) = ack_channel();
+    let tp = TopicPartition::new("t", 0);
+    let mut issuer = AckIssuer::new(tp.clone(), 1, tx);
+    let ack = issuer.issue(0, 0);
+    let mut msg = Vec::new();
+    sensor::message(4, 7, &mut msg);
+    let mut dec = m.decoder();
+    let mut enc = m.encoder();
+    for (offset, key) in [(40i64, Some(&b"k1"[..])), (41, None)] {
+        let cx = RecordCx {
+            payload: Payload {
+                value: Some(&msg),
+                key,
+                partition: &tp,
+                offset,
+                timestamp_ms: None,
+                timestamp_kind: TimestampKind::None,
+                headers: Headers::NONE,
+            },
+            ack: &ack,
+        };
+        let mut rows = Vec::new();
+        dec.decode_value(Some(&msg), |r| {
+            let mut b = Vec::new();
+            enc.encode(&r, &cx, &mut b)?;
+            rows.push(b);
+            Ok(())
+        })
+        .expect("rows");
+        assert_eq!(rows.len(), 100);
+        for (j, b) in rows.iter().enumerate() {
+            let mut input = &b[..];
+            let vals: Vec<Value> = m
+                .columns()
+                .iter()
+                .map(|c| decode(&c.ty, &mut input).expect("decodes"))
+                .collect();
+            let mut want = expected_sensor_row(4, j as u64);
+            want.insert(1, int(i128::from(offset)));
+            want.push(match key {
+                Some(k) => Value::String(k.to_vec()),
+                None => Value::Null,
+            });
+            assert_eq!(vals, want);
+        }
+    }
+    let mut first = None;
+    dec.decode_value(Some(&msg), |r| {
+        first.get_or_insert(r);
+        Ok(())
+    })
+    .expect("decodes");
+    let e = enc
+        .encode_row(&first.expect("a record"), &mut Vec::new())
+        .expect_err("no message");
+    assert_eq!(e.column.as_deref(), Some("_offset"));
+    let mut c = sensor::columns();
+    c.push(meta("o", "String", MetaSource::Offset));
+    let e = compile(
+        Some(7),
+        Arc::new(sensor::schema_v1()),
+        &c,
+        &explode("/events"),
+    )
+    .expect_err("type");
+    assert_eq!(e.column.as_deref(), Some("o"));
+    assert!(e.reason.contains("Kafka metadata"), "{e}");
+}
+
+/// An array of nulls claiming more items than any datum could carry is a
+/// record error, not unbounded work.
+#[test]
+fn a_huge_count_of_empty_items_is_refused() {
+    const A: &str = r#"{"type":"record","name":"R","fields":[{"name":"a","type":{"type":"array","items":"null"}}]}"#;
+    // One block of 2^30 nulls (zig-zag 2^31: 0x80 0x80 0x80 0x80 0x08), then the end.
+    let d = [0x80, 0x80, 0x80, 0x80, 0x08, 0];
+    for ty in ["Array(Nullable(UInt8))", "UInt8"] {
+        let mut c = cols(&[("a", ty)]);
+        if ty == "UInt8" {
+            // The array is skipped: no column reads it; another column does.
+            c = cols(&[("b", "Nullable(UInt8)")]);
+        }
+        let m = AvroMapping::plain(c, AvroOptions::default(), schema(A)).expect("plan");
+        let e = rows(&m, &d).expect_err("too many");
+        assert!(e.reason.contains("beyond the datum"), "{e}");
+    }
+    // A small one decodes.
+    let m = AvroMapping::plain(
+        cols(&[("a", "Array(Nullable(UInt8))")]),
+        AvroOptions::default(),
+        schema(A),
+    )
+    .expect("plan");
+    let got = rows(&m, &[6, 0]).expect("three nulls");
+    assert_eq!(got, vec![vec![Value::Array(vec![Value::Null; 3])]]);
 }
