@@ -6,6 +6,8 @@
 //! - [`mapping`]: JSON messages to RowBinary rows for a table's columns, with
 //!   the coercions users expect and no more; implements the chain's
 //!   `Encoder<Payload>` seam.
+//! - [`protobuf`]: Protobuf messages (plain, or Confluent-framed with a
+//!   schema registry) to RowBinary rows, decoded from the wire format.
 //! - [`native`]: the Native insert format, transcoded from a sealed batch's
 //!   RowBinary rows; its blocks name each column's type, so a table whose
 //!   column type changed refuses them.
@@ -28,9 +30,11 @@
 #![forbid(unsafe_code)]
 
 pub mod dedup;
+pub mod filter;
 pub mod mapping;
 pub mod native;
 pub mod num;
+pub mod protobuf;
 pub mod replan;
 pub mod router;
 pub mod rowbinary;

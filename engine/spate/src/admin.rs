@@ -1,10 +1,13 @@
 //! The admin HTTP server: `/metrics` (Prometheus text from the installed
-//! `metrics` recorder), `/healthz` (200 while the process serves) and
-//! `/readyz` (200 only while the pipeline's ready flag is set: after the
-//! start-up probe of every replica and until shutdown begins, while every
-//! shard has a replica whose breaker is closed and the consumer holds an
-//! assignment or waits for one without an error; see
-//! `spate_core::pipeline::Pipeline::ready_flag`).
+//! `metrics` recorder, families sorted by name and each counter's and
+//! gauge's samples by labels, so scrapes list series in a stable order),
+//! `/healthz` (200 while the process serves) and `/readyz` (200 `ready`
+//! only while the pipeline is ready: after the start-up probe of every
+//! replica and until shutdown begins, while every shard has a replica whose
+//! breaker is closed and the consumer holds an assignment or waits for one
+//! without an error; else 503 `not ready: <why>`, naming the shard and each
+//! replica's last error, or the consumer's standing error; see
+//! `spate_core::pipeline::Readiness`).
 //!
 //! It runs on its own thread with a current-thread tokio runtime, so it
 //! never competes with the pipeline threads or the sink's I/O runtime, and
@@ -13,7 +16,6 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
@@ -23,6 +25,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use metrics_exporter_prometheus::PrometheusHandle;
+use spate_core::pipeline::Readiness;
 
 /// The admin server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -40,13 +43,19 @@ pub enum AdminError {
     Start(std::io::Error),
 }
 
+/// A function run before each `/metrics` render (refreshes gauges read
+/// from elsewhere: `process_*`, the in-flight budget).
+pub type Collector = Arc<dyn Fn() + Send + Sync>;
+
 /// What the admin endpoints read.
 #[derive(Clone)]
 pub struct AdminState {
     /// Renders the Prometheus text.
     pub metrics: PrometheusHandle,
-    /// The pipeline's ready flag.
-    pub ready: Arc<AtomicBool>,
+    /// The pipeline's readiness and why it is not ready.
+    pub ready: Readiness,
+    /// Run before each render, in order.
+    pub collectors: Vec<Collector>,
 }
 
 /// The answer to one admin request (pure, so tests need no socket).
@@ -55,15 +64,93 @@ pub fn respond(state: &AdminState, method: &Method, path: &str) -> (StatusCode, 
         return (StatusCode::METHOD_NOT_ALLOWED, "GET only\n".into());
     }
     match path {
-        "/metrics" => (StatusCode::OK, state.metrics.render()),
+        "/metrics" => {
+            for collect in &state.collectors {
+                collect();
+            }
+            (StatusCode::OK, stable_order(&state.metrics.render()))
+        }
         "/healthz" => (StatusCode::OK, "ok\n".into()),
-        "/readyz" if state.ready.load(Ordering::Acquire) => (StatusCode::OK, "ready\n".into()),
-        "/readyz" => (StatusCode::SERVICE_UNAVAILABLE, "not ready\n".into()),
+        "/readyz" => match state.ready.check() {
+            Ok(()) => (StatusCode::OK, "ready\n".into()),
+            Err(why) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("not ready: {why}\n"),
+            ),
+        },
         _ => (
             StatusCode::NOT_FOUND,
             "not found; try /metrics, /healthz, /readyz\n".into(),
         ),
     }
+}
+
+/// The labels of a histogram or summary sample line without its `le` or
+/// `quantile` label: the key its label set sorts by.
+fn series_labels(line: &str) -> String {
+    let Some((_, rest)) = line.split_once('{') else {
+        return String::new();
+    };
+    let labels = rest.rsplit_once('}').map_or(rest, |(l, _)| l);
+    labels
+        .split(',')
+        .filter(|l| !l.starts_with("le=") && !l.starts_with("quantile="))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The exporter's text with its families (a `# HELP`/`# TYPE` header and
+/// its samples, separated by blank lines) sorted by name, and the samples
+/// of each counter and gauge family sorted by their text (labels). The
+/// exporter walks hash maps, so its own order changes between scrapes.
+/// Histogram and summary families are sorted by label set, each keeping
+/// its samples' order (the buckets in `le` order, then `_sum`, `_count`).
+pub fn stable_order(text: &str) -> String {
+    let mut families: Vec<(String, Vec<&str>)> = Vec::new();
+    for block in text.split("\n\n") {
+        let lines: Vec<&str> = block.lines().filter(|l| !l.is_empty()).collect();
+        if lines.is_empty() {
+            continue;
+        }
+        let (header, mut samples): (Vec<&str>, Vec<&str>) =
+            lines.into_iter().partition(|l| l.starts_with('#'));
+        let kind = header
+            .iter()
+            .find_map(|l| l.strip_prefix("# TYPE "))
+            .and_then(|t| t.split_whitespace().nth(1))
+            .unwrap_or("untyped");
+        let name = header
+            .iter()
+            .find_map(|l| l.strip_prefix("# TYPE "))
+            .and_then(|t| t.split_whitespace().next())
+            .map(str::to_owned)
+            .or_else(|| {
+                samples
+                    .first()
+                    .map(|l| l.split(['{', ' ']).next().unwrap_or("").to_owned())
+            })
+            .unwrap_or_default();
+        if matches!(kind, "counter" | "gauge" | "untyped") {
+            samples.sort_unstable();
+        } else {
+            // Label sets in order, each keeping its buckets' order (stable
+            // sort on the labels without `le`/`quantile`).
+            samples.sort_by_cached_key(|l| series_labels(l));
+        }
+        let mut lines = header;
+        lines.extend(samples);
+        families.push((name, lines));
+    }
+    families.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut out = String::with_capacity(text.len() + 1);
+    for (_, lines) in families {
+        for l in lines {
+            out.push_str(l);
+            out.push('\n');
+        }
+        out.push('\n');
+    }
+    out
 }
 
 async fn handle(
@@ -145,20 +232,65 @@ mod tests {
         let recorder = PrometheusBuilder::new().build_recorder();
         let state = AdminState {
             metrics: recorder.handle(),
-            ready: Arc::new(AtomicBool::new(false)),
+            ready: Readiness::new(),
+            collectors: Vec::new(),
         };
         assert_eq!(respond(&state, &Method::GET, "/healthz").0, StatusCode::OK);
-        assert_eq!(
-            respond(&state, &Method::GET, "/readyz").0,
-            StatusCode::SERVICE_UNAVAILABLE
-        );
-        state.ready.store(true, Ordering::Release);
-        assert_eq!(respond(&state, &Method::GET, "/readyz").0, StatusCode::OK);
+        let (status, body) = respond(&state, &Method::GET, "/readyz");
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(body.starts_with("not ready: starting"), "{body}");
         assert_eq!(respond(&state, &Method::GET, "/metrics").0, StatusCode::OK);
         assert_eq!(respond(&state, &Method::GET, "/x").0, StatusCode::NOT_FOUND);
         assert_eq!(
             respond(&state, &Method::POST, "/readyz").0,
             StatusCode::METHOD_NOT_ALLOWED
         );
+    }
+
+    #[test]
+    fn metrics_runs_the_collectors_before_rendering() {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let runs = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counted = Arc::clone(&runs);
+        let state = AdminState {
+            metrics: recorder.handle(),
+            ready: Readiness::new(),
+            collectors: vec![Arc::new(move || {
+                counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            })],
+        };
+        respond(&state, &Method::GET, "/metrics");
+        respond(&state, &Method::GET, "/healthz");
+        respond(&state, &Method::GET, "/metrics");
+        assert_eq!(runs.load(std::sync::atomic::Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn histogram_label_sets_sort_and_keep_their_bucket_order() {
+        let text = "# TYPE h histogram\nh_bucket{shard=\"1\",le=\"1\"} 1\nh_bucket{shard=\"1\",le=\"+Inf\"} 1\n\
+                    h_sum{shard=\"1\"} 1\nh_count{shard=\"1\"} 1\nh_bucket{shard=\"0\",le=\"1\"} 2\n\
+                    h_bucket{shard=\"0\",le=\"+Inf\"} 2\nh_sum{shard=\"0\"} 2\nh_count{shard=\"0\"} 2\n\n";
+        let want = "# TYPE h histogram\nh_bucket{shard=\"0\",le=\"1\"} 2\nh_bucket{shard=\"0\",le=\"+Inf\"} 2\n\
+                    h_sum{shard=\"0\"} 2\nh_count{shard=\"0\"} 2\nh_bucket{shard=\"1\",le=\"1\"} 1\n\
+                    h_bucket{shard=\"1\",le=\"+Inf\"} 1\nh_sum{shard=\"1\"} 1\nh_count{shard=\"1\"} 1\n\n";
+        assert_eq!(stable_order(text), want);
+    }
+
+    #[test]
+    fn stable_order_sorts_families_and_counter_samples_keeps_histograms() {
+        let a = "# HELP b_total B.\n# TYPE b_total counter\nb_total{shard=\"1\"} 2\nb_total{shard=\"0\"} 1\n\n\
+                 # TYPE a_seconds histogram\na_seconds_bucket{le=\"1\"} 1\na_seconds_bucket{le=\"+Inf\"} 1\n\
+                 a_seconds_sum 0.5\na_seconds_count 1\n\n\
+                 # HELP c C.\n# TYPE c gauge\nc 0\n\n";
+        let b = "# HELP c C.\n# TYPE c gauge\nc 0\n\n\
+                 # HELP b_total B.\n# TYPE b_total counter\nb_total{shard=\"0\"} 1\nb_total{shard=\"1\"} 2\n\n\
+                 # TYPE a_seconds histogram\na_seconds_bucket{le=\"1\"} 1\na_seconds_bucket{le=\"+Inf\"} 1\n\
+                 a_seconds_sum 0.5\na_seconds_count 1\n\n";
+        let want = "# TYPE a_seconds histogram\na_seconds_bucket{le=\"1\"} 1\na_seconds_bucket{le=\"+Inf\"} 1\n\
+                    a_seconds_sum 0.5\na_seconds_count 1\n\n\
+                    # HELP b_total B.\n# TYPE b_total counter\nb_total{shard=\"0\"} 1\nb_total{shard=\"1\"} 2\n\n\
+                    # HELP c C.\n# TYPE c gauge\nc 0\n\n";
+        assert_eq!(stable_order(a), want);
+        assert_eq!(stable_order(b), want);
     }
 }

@@ -5,6 +5,8 @@
 //! - [`config`]: the YAML config model, interpolation and validation.
 //! - [`admin`]: the admin HTTP server (`/metrics`, `/healthz`, `/readyz`).
 //! - [`kafka_tools`]: embedded broker, NDJSON producer, offsets.
+//! - [`telemetry`]: the Prometheus recorder, `# HELP` text, build and
+//!   process metrics (every series: `docs/METRICS.md`).
 //! - [`service`]: assembling the Kafka source, the ClickHouse writer and
 //!   mapper and the pipeline from a [`config::Config`].
 #![forbid(unsafe_code)]
@@ -14,3 +16,4 @@ pub mod config;
 pub mod kafka_tools;
 pub mod sample;
 pub mod service;
+pub mod telemetry;

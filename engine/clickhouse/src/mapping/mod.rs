@@ -50,6 +50,7 @@
 //! (`ID_COLUMN=1` with rows carrying `"id"` first, as `spate run` maps them).
 
 pub mod coerce;
+pub mod explode;
 mod fast;
 pub mod meta;
 mod scan;
@@ -97,7 +98,18 @@ pub struct ColumnOptions {
     /// Whether a JSON `""` counts as missing for this column (see
     /// [`MappingOptions::empty_as_null`]).
     pub empty_as_null: Option<bool>,
+    /// A null counts as missing, so a Nullable column takes its
+    /// [`MissingValue::Literal`] for a null too (coalesce): set by
+    /// `mapping.defaults` ([`crate::schema::InsertOptions::defaults`]).
+    /// Every encoder honours it as it honours `missing`. A non-Nullable
+    /// column already treats a null as missing.
+    pub null_as_missing: bool,
 }
+
+/// [`JsonRowEncoder`]'s per-column flag: a `""` counts as missing.
+pub(crate) const EMPTY_IS_MISSING: u8 = 1;
+/// [`JsonRowEncoder`]'s per-column flag: a `null` counts as missing.
+pub(crate) const NULL_IS_MISSING: u8 = 2;
 
 /// One column of the INSERT, in INSERT order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -446,7 +458,7 @@ fn tail_u128(s: &[u8], at: usize) -> u128 {
 
 /// Every path a column name stands for under a flatten join: the name itself
 /// and each way of cutting it at the join (at most 2^6 cuts considered).
-fn flattened_paths(name: &str, join: &str) -> Vec<Vec<String>> {
+pub(crate) fn flattened_paths(name: &str, join: &str) -> Vec<Vec<String>> {
     let cuts: Vec<usize> = name.match_indices(join).map(|(i, _)| i).take(6).collect();
     (0u32..(1 << cuts.len()))
         .map(|mask| {
@@ -483,9 +495,11 @@ pub struct JsonRowEncoder {
     rules: TimeRules,
     /// Each column's time rules: `rules` with the column's epoch unit.
     col_rules: Vec<TimeRules>,
-    /// Each column's resolved `empty_as_null` (true only where it changes
-    /// something: Nullable, or a DEFAULT spate applies).
-    empty_null: Vec<bool>,
+    /// Each column's tokens that count as missing: [`EMPTY_IS_MISSING`]
+    /// (its resolved `empty_as_null`, set only where it changes something:
+    /// Nullable, or a DEFAULT spate applies) and [`NULL_IS_MISSING`]
+    /// (`null_as_missing` on a Nullable column with a literal).
+    empty_null: Vec<u8>,
     /// Rows are written as `RowBinaryWithDefaults` (a marker byte before
     /// every cell): some column has [`MissingValue::ServerDefault`].
     with_defaults: bool,
@@ -558,15 +572,19 @@ impl JsonRowEncoder {
                 ..options.time.clone()
             })
             .collect();
-        let empty_null: Vec<bool> = columns
+        let empty_null: Vec<u8> = columns
             .iter()
             .map(|c| {
-                c.options.empty_as_null.unwrap_or(options.empty_as_null)
+                let empty = c.options.empty_as_null.unwrap_or(options.empty_as_null)
                     && (c.ty.is_nullable()
                         || matches!(
                             c.missing,
                             MissingValue::Literal(_) | MissingValue::ServerDefault
-                        ))
+                        ));
+                let null = c.options.null_as_missing
+                    && c.ty.is_nullable()
+                    && matches!(c.missing, MissingValue::Literal(_));
+                (u8::from(empty) * EMPTY_IS_MISSING) | (u8::from(null) * NULL_IS_MISSING)
             })
             .collect();
         let with_defaults = columns
@@ -590,7 +608,7 @@ impl JsonRowEncoder {
             .iter()
             .zip(&empty_null)
             .map(|(c, &empty)| {
-                if empty {
+                if empty != 0 {
                     fast::Fast::General
                 } else {
                     fast::Fast::for_type(&c.ty, &options.time)
@@ -725,6 +743,44 @@ impl JsonRowEncoder {
         self.finish_row(base, message, buf)
     }
 
+    /// Scans one JSON object into `buf` (cleared first) without finishing
+    /// the row: each column's value bytes (raw RowBinary, no
+    /// RowBinaryWithDefaults marker) at its span, [`None`] for a column
+    /// whose field is missing (or null into a non-Nullable column). The
+    /// fan-out encoder merges two such scans (explode).
+    pub(crate) fn scan_cells(
+        &mut self,
+        json: &[u8],
+        buf: &mut Vec<u8>,
+    ) -> Result<impl Iterator<Item = Option<(u32, u32)>> + '_, RecordError> {
+        buf.clear();
+        self.spans.fill(UNSET);
+        let mut target = scan::RowTarget {
+            root: &self.root,
+            columns: &self.columns,
+            fast: &self.fast,
+            elem_fast: &self.elem_fast,
+            rules: &self.rules,
+            col_rules: &self.col_rules,
+            empty_null: &self.empty_null,
+            base: 0,
+            buf,
+            spans: &mut self.spans,
+            text: &mut self.text,
+            key: &mut self.key,
+            in_order: 0,
+            in_order_end: 0,
+        };
+        scan::read_row(json, &mut target)?;
+        Ok(self.spans.iter().map(|&s| (s != UNSET).then_some(s)))
+    }
+
+    /// Column `i`'s DEFAULT literal as encoded bytes, when it has one
+    /// ([`MissingValue::Literal`]).
+    pub(crate) fn default_bytes(&self, i: usize) -> Option<&[u8]> {
+        self.defaults[i].as_deref()
+    }
+
     /// Appends the trailing metadata columns ([`JsonRowEncoder::meta_tail`]
     /// onwards) to a row whose record columns are complete and in order; a
     /// source without a value sends the row through the finishing pass,
@@ -830,7 +886,7 @@ impl JsonRowEncoder {
 }
 
 /// Encodes a DEFAULT literal (`0`, `-1.5`, `'text'`) as the column's type.
-fn encode_literal(
+pub(crate) fn encode_literal(
     c: &ColumnSpec,
     literal: &str,
     rules: &TimeRules,
