@@ -1,6 +1,8 @@
 //! The admin HTTP server: `/metrics` (Prometheus text from the installed
 //! `metrics` recorder), `/healthz` (200 while the process serves) and
-//! `/readyz` (200 only while the pipeline's ready flag is set: after the
+//! `/readyz` (200 only while the pipeline's ready flag is set, with
+//! several pipelines while every one's is, the 503 body naming those that
+//! are not: after the
 //! start-up probe of every replica and until shutdown begins, while every
 //! shard has a replica whose breaker is closed and the consumer holds an
 //! assignment or waits for one without an error; see
@@ -45,8 +47,29 @@ pub enum AdminError {
 pub struct AdminState {
     /// Renders the Prometheus text.
     pub metrics: PrometheusHandle,
-    /// The pipeline's ready flag.
+    /// The pipeline's ready flag (the single-pipeline form).
     pub ready: Arc<AtomicBool>,
+    /// With several pipelines (`pipelines:`): each one's name and ready
+    /// flag; `/readyz` is 200 when every flag is set (then `ready` is not
+    /// read) and its 503 body names those that are not.
+    pub pipelines: Vec<(String, Arc<AtomicBool>)>,
+}
+
+impl AdminState {
+    /// The pipelines not ready now, by name (empty when all are; the
+    /// single form reads `ready` and names none).
+    fn not_ready(&self) -> Option<Vec<&str>> {
+        if self.pipelines.is_empty() {
+            return (!self.ready.load(Ordering::Acquire)).then(Vec::new);
+        }
+        let names: Vec<&str> = self
+            .pipelines
+            .iter()
+            .filter(|(_, f)| !f.load(Ordering::Acquire))
+            .map(|(n, _)| n.as_str())
+            .collect();
+        (!names.is_empty()).then_some(names)
+    }
 }
 
 /// The answer to one admin request (pure, so tests need no socket).
@@ -57,8 +80,16 @@ pub fn respond(state: &AdminState, method: &Method, path: &str) -> (StatusCode, 
     match path {
         "/metrics" => (StatusCode::OK, state.metrics.render()),
         "/healthz" => (StatusCode::OK, "ok\n".into()),
-        "/readyz" if state.ready.load(Ordering::Acquire) => (StatusCode::OK, "ready\n".into()),
-        "/readyz" => (StatusCode::SERVICE_UNAVAILABLE, "not ready\n".into()),
+        "/readyz" => match state.not_ready() {
+            None => (StatusCode::OK, "ready\n".into()),
+            Some(names) if names.is_empty() => {
+                (StatusCode::SERVICE_UNAVAILABLE, "not ready\n".into())
+            }
+            Some(names) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("not ready: pipeline {}\n", names.join(", pipeline ")),
+            ),
+        },
         _ => (
             StatusCode::NOT_FOUND,
             "not found; try /metrics, /healthz, /readyz\n".into(),
@@ -146,6 +177,7 @@ mod tests {
         let state = AdminState {
             metrics: recorder.handle(),
             ready: Arc::new(AtomicBool::new(false)),
+            pipelines: Vec::new(),
         };
         assert_eq!(respond(&state, &Method::GET, "/healthz").0, StatusCode::OK);
         assert_eq!(
@@ -159,6 +191,37 @@ mod tests {
         assert_eq!(
             respond(&state, &Method::POST, "/readyz").0,
             StatusCode::METHOD_NOT_ALLOWED
+        );
+    }
+
+    /// With several pipelines, `/readyz` is 200 only when every one is
+    /// ready, and its 503 body names each one that is not.
+    #[test]
+    fn readyz_with_pipelines_names_those_not_ready() {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let flag = |b| Arc::new(AtomicBool::new(b));
+        let state = AdminState {
+            metrics: recorder.handle(),
+            ready: flag(false),
+            pipelines: vec![
+                ("a".into(), flag(true)),
+                ("b".into(), flag(false)),
+                ("c".into(), flag(false)),
+            ],
+        };
+        let (status, body) = respond(&state, &Method::GET, "/readyz");
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(body, "not ready: pipeline b, pipeline c\n");
+        state.pipelines[1].1.store(true, Ordering::Release);
+        state.pipelines[2].1.store(true, Ordering::Release);
+        assert_eq!(
+            respond(&state, &Method::GET, "/readyz"),
+            (StatusCode::OK, "ready\n".to_owned())
+        );
+        state.pipelines[0].1.store(false, Ordering::Release);
+        assert_eq!(
+            respond(&state, &Method::GET, "/readyz").1,
+            "not ready: pipeline a\n"
         );
     }
 }

@@ -163,6 +163,7 @@ fn run(args: &DemoArgs) -> Result<ExitCode, DemoError> {
             spate::admin::AdminState {
                 metrics,
                 ready: pipeline.ready_flag(),
+                pipelines: Vec::new(),
             },
         )?;
         eprintln!("admin server on http://{bound}");

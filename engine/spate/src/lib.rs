@@ -5,6 +5,7 @@
 //! - [`config`]: the YAML config model, interpolation and validation.
 //! - [`admin`]: the admin HTTP server (`/metrics`, `/healthz`, `/readyz`).
 //! - [`kafka_tools`]: embedded broker, NDJSON producer, offsets.
+//! - [`process`]: several pipelines in one process (`pipelines:`).
 //! - [`service`]: assembling the Kafka source, the ClickHouse writer and
 //!   mapper and the pipeline from a [`config::Config`].
 #![forbid(unsafe_code)]
@@ -12,5 +13,6 @@
 pub mod admin;
 pub mod config;
 pub mod kafka_tools;
+pub mod process;
 pub mod sample;
 pub mod service;

@@ -24,6 +24,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use spate::admin::{self, AdminState};
 use spate::config::Config;
+use spate::config::pipelines::ProcessConfig;
 use spate::kafka_tools;
 use spate::service;
 use spate_clickhouse::writer::HttpWriter;
@@ -155,22 +156,29 @@ fn init_tracing(format: LogFormat, default_filter: &str) {
     }
 }
 
-fn load(path: &std::path::Path) -> Result<Config, ExitCode> {
-    let config = Config::load(path).map_err(|e| {
+fn load(path: &std::path::Path) -> Result<ProcessConfig, ExitCode> {
+    let process = ProcessConfig::load(path).map_err(|e| {
         eprintln!("spate: {}: {}", path.display(), chain(&e));
         ExitCode::from(EXIT_CONFIG)
     })?;
     // librdkafka's own check of the pass-through properties: a typo there
     // is a config error (exit 1) for `check` and `run` alike.
-    if let Err(e) = config.kafka_config().check_client() {
-        eprintln!(
-            "spate: {}: config key `source.kafka.properties`: {}",
-            path.display(),
-            chain(&e)
-        );
-        return Err(ExitCode::from(EXIT_CONFIG));
+    for (i, entry) in process.pipelines.iter().enumerate() {
+        if let Err(e) = entry.config.kafka_config().check_client() {
+            let at = if process.multi {
+                format!("pipelines[{i}].")
+            } else {
+                String::new()
+            };
+            eprintln!(
+                "spate: {}: config key `{at}source.kafka.properties`: {}",
+                path.display(),
+                chain(&e)
+            );
+            return Err(ExitCode::from(EXIT_CONFIG));
+        }
     }
-    Ok(config)
+    Ok(process)
 }
 
 fn install_metrics() -> Result<PrometheusHandle, ExitCode> {
@@ -188,11 +196,14 @@ fn current_thread() -> tokio::runtime::Runtime {
 }
 
 fn run(path: &std::path::Path) -> ExitCode {
-    let config = match load(path) {
+    let process = match load(path) {
         Ok(c) => c,
         Err(code) => return code,
     };
-    match run_config(&config) {
+    if process.multi {
+        return run_pipelines(&process);
+    }
+    match run_config(&process.pipelines[0].config) {
         Ok(code) => code,
         Err(e) => {
             let why = chain(&*e);
@@ -222,6 +233,7 @@ pub(crate) fn run_config(config: &Config) -> Result<ExitCode, Box<dyn std::error
             AdminState {
                 metrics,
                 ready: pipeline.ready_flag(),
+                pipelines: Vec::new(),
             },
         )?;
         tracing::info!("admin server on http://{bound} (/metrics /healthz /readyz)");
@@ -239,6 +251,35 @@ pub(crate) fn run_config(config: &Config) -> Result<ExitCode, Box<dyn std::error
     }
     println!("spate: {}", report.summary());
     Ok(ExitCode::from(report.status.code() as u8))
+}
+
+/// Runs the pipelines of the `pipelines:` form (`spate::process`): a
+/// status line per pipeline on stdout, then the worst status, which is the
+/// exit code.
+fn run_pipelines(process: &ProcessConfig) -> ExitCode {
+    if let Err(e) = spawn_second_signal_exit() {
+        eprintln!("spate: signal listener: {e}");
+        return ExitCode::from(EXIT_FAILED);
+    }
+    match spate::process::run(process) {
+        Ok(report) => {
+            for o in &report.outcomes {
+                println!("spate: {}", o.summary());
+            }
+            println!(
+                "spate: status={:?} (the worst of {} pipelines)",
+                report.status,
+                report.outcomes.len()
+            );
+            ExitCode::from(report.status.code() as u8)
+        }
+        Err(e) => {
+            let why = chain(&e);
+            eprintln!("spate: {why}");
+            println!("spate: status=Failed polled=0 error: {why}");
+            ExitCode::from(EXIT_FAILED)
+        }
+    }
 }
 
 /// The first SIGINT/SIGTERM starts the drain (the pipeline's own listener);
@@ -260,37 +301,72 @@ fn spawn_second_signal_exit() -> std::io::Result<()> {
 }
 
 fn check(path: &std::path::Path, sample: Option<usize>) -> ExitCode {
-    let config = match load(path) {
+    let process = match load(path) {
         Ok(c) => c,
         Err(code) => return code,
     };
     println!("config {}: ok", path.display());
-    let (mut problems, partitions) = check_topics(&config);
+    if !process.multi {
+        return match check_pipeline(&process.pipelines[0].config, sample) {
+            Some(problems) => check_verdict(problems),
+            None => {
+                println!("check: failed");
+                ExitCode::from(EXIT_FAILED)
+            }
+        };
+    }
+    // Every pipeline, each with its own header; one that cannot be
+    // planned counts as one problem and the next is still checked.
+    let mut problems = 0;
+    for entry in &process.pipelines {
+        let ch = &entry.config.sink.clickhouse;
+        println!(
+            "\n== pipeline {} (topics {}, group {}, table {}.{}) ==",
+            entry.name(),
+            entry.config.source.kafka.topics.join(", "),
+            entry.config.source.kafka.group_id,
+            ch.database,
+            ch.table
+        );
+        problems += check_pipeline(&entry.config, sample).unwrap_or(1);
+    }
+    println!();
+    check_verdict(problems)
+}
+
+/// `check` of one pipeline: topics, mapping, replicas, the sample. The
+/// number of problems, or `None` when it could not be planned (the
+/// problem is printed).
+fn check_pipeline(config: &Config, sample: Option<usize>) -> Option<usize> {
+    let (mut problems, partitions) = check_topics(config);
 
     // Replicas: plan from the first that answers, then probe every one.
     let rt = current_thread();
-    let plan = match rt.block_on(service::plan(&config)) {
+    let plan = match rt.block_on(service::plan(config)) {
         Ok(p) => p,
         Err(e) => {
             println!("clickhouse: PROBLEM: {}", chain(&e));
-            println!("check: failed");
-            return ExitCode::from(EXIT_FAILED);
+            return None;
         }
     };
-    print_mapping(&config, &plan);
-    let writer = match service::writer_config(&config, plan.typed_columns()) {
+    print_mapping(config, &plan);
+    let writer = match service::writer_config(config, plan.typed_columns()) {
         Ok(w) => HttpWriter::new(w),
         Err(e) => {
             println!("clickhouse: PROBLEM: {}", chain(&e));
-            println!("check: failed");
-            return ExitCode::from(EXIT_FAILED);
+            return None;
         }
     };
-    problems += probe_replicas(&rt, &config, &writer, partitions);
+    problems += probe_replicas(&rt, config, &writer, partitions);
     if let Some(n) = sample {
         println!();
-        problems += check_sample(&config, &plan, n);
+        problems += check_sample(config, &plan, n);
     }
+    Some(problems)
+}
+
+/// `check`'s last line and exit code for `problems`.
+fn check_verdict(problems: usize) -> ExitCode {
     if problems == 0 {
         println!("check: ok");
         ExitCode::SUCCESS
