@@ -21,7 +21,6 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use spate::admin::{self, AdminState};
 use spate::config::Config;
 use spate::config::pipelines::ProcessConfig;
@@ -181,13 +180,6 @@ fn load(path: &std::path::Path) -> Result<ProcessConfig, ExitCode> {
     Ok(process)
 }
 
-fn install_metrics() -> Result<PrometheusHandle, ExitCode> {
-    PrometheusBuilder::new().install_recorder().map_err(|e| {
-        eprintln!("spate: metrics recorder: {e}");
-        ExitCode::from(EXIT_FAILED)
-    })
-}
-
 fn current_thread() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -219,13 +211,19 @@ fn run(path: &std::path::Path) -> ExitCode {
 /// Runs the pipeline of `config` until a signal; the exit code of its
 /// report. Shared by `run` and `demo`.
 pub(crate) fn run_config(config: &Config) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let metrics = install_metrics().map_err(|_| "metrics recorder already installed")?;
-    let plan = current_thread().block_on(service::plan(config))?;
-    for c in &plan.columns {
-        let (field, rule) = plan.describe(c);
-        tracing::info!(column = %c.name, source = %field, rule, "mapping");
-    }
-    let (pipeline, dead_letter) = service::build(config, &plan)?;
+    // Every series of the pipeline carries `pipeline="NAME"`, as in the
+    // `pipelines:` form (spate::process).
+    let (metrics, recorder) = spate::process::install_metrics()?;
+    let scope = spate::process::scope(recorder, &config.pipeline.name);
+    let (mut pipeline, dead_letter) = scope.run(|| {
+        let plan = current_thread().block_on(service::plan(config))?;
+        for c in &plan.columns {
+            let (field, rule) = plan.describe(c);
+            tracing::info!(column = %c.name, source = %field, rule, "mapping");
+        }
+        service::build(config, &plan)
+    })?;
+    pipeline.set_metrics_scope(scope);
     if config.admin.listen != "off" {
         let addr = config.admin.listen.parse()?;
         let bound = admin::spawn(

@@ -1,0 +1,405 @@
+//! Several pipelines in one `spate run` (the `pipelines:` form, issue 17
+//! part 1): the real binary, an embedded Kafka broker (librdkafka's mock
+//! cluster) with one topic per pipeline, and the real ClickHouse at
+//! `SPATE_CLICKHOUSE_URL` (ci/test.sh starts one; without it the test
+//! prints `skipped: ...` and passes).
+//!
+//! Properties checked: three topics land in three tables of different
+//! schemas, each row in its own table with its own values; every `spate_`
+//! series on `/metrics` carries a `pipeline` label, with each pipeline's
+//! rows counted under its own; when one table is dropped while running,
+//! that pipeline stops committing at the failed rows (D1) and `/readyz`
+//! names it, while the other two keep landing and committing; SIGTERM
+//! drains the two healthy ones to their ends and the exit status is the
+//! worst of the three (3). With `fail_process: true` on the failing one,
+//! its failure stops the whole process by itself.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use spate::kafka_tools;
+
+/// Rows per topic and phase.
+const ROWS: u64 = 1_500;
+/// Partitions per topic.
+const PARTITIONS: i32 = 4;
+
+/// One pipeline of the test: its topic, group, table and row shape.
+struct Lane {
+    name: &'static str,
+    topic: String,
+    group: String,
+    table: String,
+    /// The table's columns (after `id`), for CREATE TABLE.
+    columns: &'static str,
+    /// Message `id` of this topic.
+    row: fn(u64) -> String,
+}
+
+fn row_a(id: u64) -> String {
+    format!(r#"{{"id":{id},"city":"a-{id}"}}"#)
+}
+
+fn row_b(id: u64) -> String {
+    format!(r#"{{"id":{id},"score":{}.5,"ok":{}}}"#, id * 2, id % 2)
+}
+
+fn row_c(id: u64) -> String {
+    format!(r#"{{"id":{id},"tags":["c","{id}"]}}"#)
+}
+
+fn lanes(test: &str) -> Vec<Lane> {
+    let pid = std::process::id();
+    let lane = |name, columns, row| Lane {
+        name,
+        topic: format!("{test}-{name}"),
+        group: format!("spate-{test}-{name}-{pid}"),
+        table: format!("spate_multi_{test}_{name}_{pid}"),
+        columns,
+        row,
+    };
+    vec![
+        lane("a", "city String", row_a as fn(u64) -> String),
+        lane("b", "score Float64, ok UInt8", row_b),
+        lane("c", "tags Array(String)", row_c),
+    ]
+}
+
+/// The tables, dropped on drop.
+struct Tables {
+    url: String,
+    names: Vec<String>,
+    ch: Table,
+}
+
+impl Tables {
+    fn create(url: &str, lanes: &[Lane]) -> Tables {
+        // A flight table only to borrow its client; the lanes' own tables
+        // follow.
+        let ch = Table::create(
+            url,
+            &format!("multi_client_{}", lanes[0].topic.replace('-', "_")),
+        );
+        for l in lanes {
+            ch.query(&format!("DROP TABLE IF EXISTS default.{}", l.table));
+            ch.query(&format!(
+                "CREATE TABLE default.{} (id UInt64, {}) ENGINE = MergeTree ORDER BY id",
+                l.table, l.columns
+            ));
+        }
+        Tables {
+            url: url.to_owned(),
+            names: lanes.iter().map(|l| l.table.clone()).collect(),
+            ch,
+        }
+    }
+
+    fn query(&self, sql: &str) -> String {
+        self.ch.query_at(&self.url, sql)
+    }
+
+    fn number(&self, sql: &str) -> u64 {
+        self.query(sql).parse().unwrap()
+    }
+}
+
+impl Drop for Tables {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            // Keep the tables to look at; a panic in a drop would abort.
+            return;
+        }
+        for t in &self.names {
+            self.ch
+                .query_at(&self.url, &format!("DROP TABLE IF EXISTS default.{t}"));
+        }
+    }
+}
+
+/// The multi-pipeline config: shared brokers, shards, commit interval and
+/// drain at the top level; one small entry per lane.
+fn config(brokers: &str, url: &str, port: u16, lanes: &[Lane], fail_process: &str) -> String {
+    let mut yaml = format!(
+        r#"
+admin: {{ listen: "127.0.0.1:{port}" }}
+checkpoint: {{ interval: 200ms }}
+source:
+  kafka:
+    brokers: "{brokers}"
+    properties: {{ session.timeout.ms: "6000", heartbeat.interval.ms: "500" }}
+sink:
+  clickhouse:
+    shards: [["{url}"]]
+    batch: {{ max_rows: 100000, linger: 100ms }}
+    retry: {{ initial: 50ms, max: 200ms, max_attempts: 3 }}
+shutdown: {{ drain_timeout: 10s }}
+pipelines:
+"#
+    );
+    for l in lanes {
+        let extra = if l.name == "c" { fail_process } else { "" };
+        yaml.push_str(&format!(
+            "  - {{ pipeline: {{ name: {} }}, source: {{ kafka: {{ topics: [{}], group_id: \"{}\" }} }}, \
+             sink: {{ clickhouse: {{ table: {} }} }}{extra} }}\n",
+            l.name, l.topic, l.group, l.table
+        ));
+    }
+    yaml
+}
+
+fn produce_phase(brokers: &str, lanes: &[Lane], ids: std::ops::Range<u64>) {
+    for l in lanes {
+        let lines: Vec<String> = ids.clone().map(l.row).collect();
+        produce(brokers, &l.topic, PARTITIONS, &lines);
+    }
+}
+
+fn ends(brokers: &str, topic: &str) -> std::collections::BTreeMap<i32, i64> {
+    kafka_tools::end_offsets(brokers, topic, PARTITIONS, RPC).unwrap()
+}
+
+/// Whether `lane`'s group has committed every partition's end.
+fn at_end(brokers: &str, lane: &Lane) -> bool {
+    let ends = ends(brokers, &lane.topic);
+    let c = committed(brokers, &lane.group, &lane.topic, PARTITIONS);
+    ends.iter().all(|(p, e)| c.get(p) == Some(&Some(*e)))
+}
+
+fn await_until(spate: &Spate, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + DELIVERY;
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not within {DELIVERY:?}\n{}",
+            spate.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Every row of `lane`'s table is one of its topic's rows, and every id
+/// in `ids` is there: nothing lost, nothing from another topic.
+fn assert_landed(t: &Tables, lane: &Lane, ids: std::ops::Range<u64>) {
+    let table = &lane.table;
+    let distinct = t.number(&format!("SELECT uniqExact(id) FROM default.{table}"));
+    assert_eq!(distinct, ids.end - ids.start, "{table}: distinct ids");
+    let (lo, hi) = (ids.start, ids.end - 1);
+    let range = t.number(&format!(
+        "SELECT count() FROM default.{table} WHERE id < {lo} OR id > {hi}"
+    ));
+    assert_eq!(range, 0, "{table}: ids outside {ids:?}");
+    // The values are this topic's own (each schema's columns checked).
+    let wrong = match lane.name {
+        "a" => t.number(&format!(
+            "SELECT count() FROM default.{table} WHERE city != concat('a-', toString(id))"
+        )),
+        "b" => t.number(&format!(
+            "SELECT count() FROM default.{table} WHERE score != id * 2 + 0.5 OR ok != id % 2"
+        )),
+        _ => t.number(&format!(
+            "SELECT count() FROM default.{table} WHERE tags != ['c', toString(id)]"
+        )),
+    };
+    assert_eq!(wrong, 0, "{table}: rows with another row's values");
+}
+
+#[test]
+fn three_pipelines_land_apart_one_failing_leaves_the_others_and_sigterm_drains_all() {
+    let Some(url) = clickhouse_url() else {
+        return;
+    };
+    let lanes = lanes("three");
+    let mock = kafka_tools::start_broker(&lanes[0].topic, PARTITIONS).unwrap();
+    for l in &lanes[1..] {
+        mock.create_topic(&l.topic, PARTITIONS, 1).unwrap();
+    }
+    let brokers = mock.bootstrap_servers();
+    let tables = Tables::create(&url, &lanes);
+    produce_phase(&brokers, &lanes, 0..ROWS);
+    let port = free_port();
+    let mut spate = Spate::start("multi-three", &config(&brokers, &url, port, &lanes, ""));
+
+    // Phase 1: all three land and commit; /readyz is 200 (all ready).
+    await_until(&spate, "phase 1 commits", || {
+        lanes.iter().all(|l| at_end(&brokers, l))
+    });
+    await_readyz(&spate, port, 200, DELIVERY);
+    for l in &lanes {
+        assert_landed(&tables, l, 0..ROWS);
+    }
+
+    // Every spate_ series carries a pipeline label; each pipeline's rows
+    // are counted under its own.
+    let (_, text) = get(port, "/metrics").expect("/metrics");
+    let series: Vec<&str> = text.lines().filter(|l| l.starts_with("spate_")).collect();
+    assert!(series.len() > 10, "few series: {text}");
+    let unlabelled: Vec<&&str> = series
+        .iter()
+        .filter(|l| !l.contains("pipeline=\""))
+        .collect();
+    assert!(
+        unlabelled.is_empty(),
+        "series without a pipeline label: {unlabelled:?}"
+    );
+    for l in &lanes {
+        let rows: f64 = series
+            .iter()
+            .filter(|s| s.starts_with("spate_sink_rows_written_total{"))
+            .filter(|s| s.contains(&format!("pipeline=\"{}\"", l.name)))
+            .filter_map(|s| s.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum();
+        assert!(
+            rows >= ROWS as f64,
+            "pipeline {}: rows_written {rows}\n{text}",
+            l.name
+        );
+    }
+
+    // Phase 2: pipeline c's table is dropped while it runs; a and b keep
+    // landing and committing, c never commits past its first phase (D1).
+    let c_ends = ends(&brokers, &lanes[2].topic);
+    tables.query(&format!("DROP TABLE default.{}", lanes[2].table));
+    produce_phase(&brokers, &lanes, ROWS..2 * ROWS);
+    await_until(&spate, "phase 2 commits of a and b", || {
+        lanes[..2].iter().all(|l| at_end(&brokers, l))
+    });
+    for l in &lanes[..2] {
+        assert_landed(&tables, l, 0..2 * ROWS);
+    }
+    await_until(&spate, "/readyz naming pipeline c", || {
+        get(port, "/readyz").is_some_and(|(s, body)| {
+            s == 503 && body.contains("pipeline c") && !body.contains("pipeline a")
+        })
+    });
+    let c = &lanes[2];
+    let c_committed = committed(&brokers, &c.group, &c.topic, PARTITIONS);
+    for (p, e) in &c_ends {
+        let at = c_committed[p].unwrap_or(0);
+        assert!(
+            at <= *e,
+            "pipeline c committed {at} past its failed rows at {e} (partition {p})"
+        );
+    }
+
+    // Phase 3: a and b still take new rows after c's failure.
+    produce_phase(&brokers, &lanes[..2], 2 * ROWS..3 * ROWS);
+    await_until(&spate, "phase 3 commits of a and b", || {
+        lanes[..2].iter().all(|l| at_end(&brokers, l))
+    });
+
+    // SIGTERM drains everything; the exit status is the worst (c: 3).
+    let logs = spate.logs();
+    spate.signal("-TERM");
+    let (code, out) = spate.wait_exit(EXIT);
+    println!("{out}");
+    assert_eq!(code, Some(3), "stdout: {out}\nlog: {logs}");
+    assert!(out.contains("pipeline=a status=Clean"), "{out}");
+    assert!(out.contains("pipeline=b status=Clean"), "{out}");
+    assert!(out.contains("pipeline=c status=Failed"), "{out}");
+    assert!(
+        out.contains("status=Failed (the worst of 3 pipelines)"),
+        "{out}"
+    );
+    for l in &lanes[..2] {
+        assert_landed(&tables, l, 0..3 * ROWS);
+        assert!(at_end(&brokers, l), "pipeline {} not drained", l.name);
+    }
+}
+
+/// `fail_process: true`: the failing pipeline stops the others (no signal
+/// sent), each drained, exit 3.
+#[test]
+fn a_fail_process_pipeline_stops_the_others_when_it_fails() {
+    let Some(url) = clickhouse_url() else {
+        return;
+    };
+    let lanes = lanes("failp");
+    let mock = kafka_tools::start_broker(&lanes[0].topic, PARTITIONS).unwrap();
+    for l in &lanes[1..] {
+        mock.create_topic(&l.topic, PARTITIONS, 1).unwrap();
+    }
+    let brokers = mock.bootstrap_servers();
+    let tables = Tables::create(&url, &lanes);
+    produce_phase(&brokers, &lanes, 0..ROWS);
+    let port = free_port();
+    let yaml = config(&brokers, &url, port, &lanes, ", fail_process: true");
+    let mut spate = Spate::start("multi-failp", &yaml);
+    await_until(&spate, "commits", || {
+        lanes.iter().all(|l| at_end(&brokers, l))
+    });
+    tables.query(&format!("DROP TABLE default.{}", lanes[2].table));
+    produce_phase(&brokers, &lanes[2..], ROWS..2 * ROWS);
+    let (code, out) = spate.wait_exit(DELIVERY);
+    let logs = spate.logs();
+    assert_eq!(code, Some(3), "stdout: {out}\nlog: {logs}");
+    assert!(
+        logs.contains("fail_process: true: shutting every pipeline down"),
+        "{logs}"
+    );
+    assert!(out.contains("pipeline=a status=Clean"), "{out}");
+    assert!(out.contains("pipeline=b status=Clean"), "{out}");
+    assert!(out.contains("pipeline=c status=Failed"), "{out}");
+}
+
+/// `spate check` on the `pipelines:` form checks every pipeline and prints
+/// each one's header and column mapping (each table's own columns); a
+/// pipeline whose table is missing is a problem (exit 3) and the others
+/// are still checked.
+#[test]
+fn check_shows_every_pipelines_mapping() {
+    let Some(url) = clickhouse_url() else {
+        return;
+    };
+    let lanes = lanes("check");
+    let mock = kafka_tools::start_broker(&lanes[0].topic, PARTITIONS).unwrap();
+    for l in &lanes[1..] {
+        mock.create_topic(&l.topic, PARTITIONS, 1).unwrap();
+    }
+    let brokers = mock.bootstrap_servers();
+    let tables = Tables::create(&url, &lanes);
+    let yaml = config(&brokers, &url, free_port(), &lanes, "");
+    let path = std::env::temp_dir().join(format!("spate-multi-check-{}.yaml", std::process::id()));
+    std::fs::write(&path, &yaml).unwrap();
+    let check = || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_spate"))
+            .args(["check", "-c"])
+            .arg(&path)
+            .output()
+            .expect("spawn spate check");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (code, out) = check();
+    assert_eq!(code, Some(0), "{out}");
+    for (l, column) in lanes.iter().zip(["city", "score", "tags"]) {
+        let header = format!(
+            "== pipeline {} (topics {}, group {}, table default.{}) ==",
+            l.name, l.topic, l.group, l.table
+        );
+        let at = out
+            .find(&header)
+            .unwrap_or_else(|| panic!("no `{header}` in\n{out}"));
+        let rest = &out[at..];
+        let mapping = format!("column mapping into default.{}:", l.table);
+        assert!(rest.contains(&mapping), "{out}");
+        // This table's own column, before the next pipeline's header.
+        let own = rest[header.len()..].split("== pipeline").next().unwrap();
+        assert!(
+            own.contains(column),
+            "pipeline {}: no column {column} in\n{own}",
+            l.name
+        );
+    }
+    tables.query(&format!("DROP TABLE default.{}", lanes[1].table));
+    let (code, out) = check();
+    assert_eq!(code, Some(3), "{out}");
+    assert!(out.contains("check: 1 problem(s)"), "{out}");
+    assert!(
+        out.contains(&format!("column mapping into default.{}:", lanes[2].table)),
+        "{out}"
+    );
+}
