@@ -128,7 +128,9 @@ checkpoint: {{ interval: 200ms }}
 source:
   kafka:
     brokers: "{brokers}"
-    properties: {{ session.timeout.ms: "6000", heartbeat.interval.ms: "500" }}
+    # statistics.interval.ms: the lag gauge is registered in librdkafka's
+    # statistics callback; it must carry the label too.
+    properties: {{ session.timeout.ms: "6000", heartbeat.interval.ms: "500", statistics.interval.ms: "200" }}
 sink:
   clickhouse:
     shards: [["{url}"]]
@@ -235,6 +237,10 @@ fn three_pipelines_land_apart_one_failing_leaves_the_others_and_sigterm_drains_a
     let (_, text) = get(port, "/metrics").expect("/metrics");
     let series: Vec<&str> = text.lines().filter(|l| l.starts_with("spate_")).collect();
     assert!(series.len() > 10, "few series: {text}");
+    assert!(
+        series.iter().any(|s| s.starts_with("spate_consumer_lag{")),
+        "no lag gauge: {text}"
+    );
     let unlabelled: Vec<&&str> = series
         .iter()
         .filter(|l| !l.contains("pipeline=\""))
