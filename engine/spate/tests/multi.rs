@@ -12,7 +12,10 @@
 //! names it, while the other two keep landing and committing; SIGTERM
 //! drains the two healthy ones to their ends and the exit status is the
 //! worst of the three (3). With `fail_process: true` on the failing one,
-//! its failure stops the whole process by itself.
+//! its failure stops the whole process by itself. A pipeline that cannot
+//! start is reported while the others run (or, with `fail_process`, stops
+//! the process before any runs); `spate check` shows every pipeline's
+//! mapping.
 
 mod common;
 
@@ -406,6 +409,64 @@ fn check_shows_every_pipelines_mapping() {
     assert!(out.contains("check: 1 problem(s)"), "{out}");
     assert!(
         out.contains(&format!("column mapping into default.{}:", lanes[2].table)),
+        "{out}"
+    );
+}
+
+/// A pipeline that cannot start (its table is missing) is reported and the
+/// others run (`/readyz` names it, exit 3 at SIGTERM); with `fail_process:
+/// true` the process stops before any pipeline runs.
+#[test]
+fn a_pipeline_that_cannot_start_is_reported_and_the_others_run() {
+    let Some(url) = clickhouse_url() else {
+        return;
+    };
+    let lanes = lanes("nostart");
+    let mock = kafka_tools::start_broker(&lanes[0].topic, PARTITIONS).unwrap();
+    for l in &lanes[1..] {
+        mock.create_topic(&l.topic, PARTITIONS, 1).unwrap();
+    }
+    let brokers = mock.bootstrap_servers();
+    let tables = Tables::create(&url, &lanes);
+    tables.query(&format!("DROP TABLE default.{}", lanes[2].table));
+    produce_phase(&brokers, &lanes[..2], 0..ROWS);
+
+    let port = free_port();
+    let yaml = config(&brokers, &url, port, &lanes, ", fail_process: true");
+    let mut spate = Spate::start("multi-nostart-fail", &yaml);
+    let (code, out) = spate.wait_exit(EXIT);
+    assert_eq!(code, Some(3), "stdout: {out}\nlog: {}", spate.logs());
+    assert!(
+        out.contains(
+            "status=Failed polled=0 error: pipeline c (fail_process: true) could not start"
+        ),
+        "{out}"
+    );
+    for l in &lanes[..2] {
+        let c = committed(&brokers, &l.group, &l.topic, PARTITIONS);
+        assert!(
+            c.values().all(Option::is_none),
+            "pipeline {} ran: {c:?}",
+            l.name
+        );
+    }
+
+    let port = free_port();
+    let mut spate = Spate::start("multi-nostart", &config(&brokers, &url, port, &lanes, ""));
+    await_until(&spate, "commits of a and b", || {
+        lanes[..2].iter().all(|l| at_end(&brokers, l))
+    });
+    for l in &lanes[..2] {
+        assert_landed(&tables, l, 0..ROWS);
+    }
+    let (status, body) = get(port, "/readyz").expect("/readyz");
+    assert_eq!((status, body.as_str()), (503, "not ready: pipeline c\n"));
+    spate.signal("-TERM");
+    let (code, out) = spate.wait_exit(EXIT);
+    assert_eq!(code, Some(3), "stdout: {out}\nlog: {}", spate.logs());
+    assert!(out.contains("pipeline=a status=Clean"), "{out}");
+    assert!(
+        out.contains("pipeline=c status=Failed polled=0 error:"),
         "{out}"
     );
 }
