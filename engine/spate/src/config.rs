@@ -1247,6 +1247,7 @@ fn did_you_mean(message: &str) -> String {
 }
 
 pub mod pipelines;
+pub mod tables;
 
 #[cfg(test)]
 mod tests;

@@ -6,6 +6,7 @@
 //! - [`admin`]: the admin HTTP server (`/metrics`, `/healthz`, `/readyz`).
 //! - [`kafka_tools`]: embedded broker, NDJSON producer, offsets.
 //! - [`process`]: several pipelines in one process (`pipelines:`).
+//! - [`routing`]: topic-to-table routing inside one pipeline (`tables:`).
 //! - [`service`]: assembling the Kafka source, the ClickHouse writer and
 //!   mapper and the pipeline from a [`config::Config`].
 #![forbid(unsafe_code)]
@@ -14,5 +15,6 @@ pub mod admin;
 pub mod config;
 pub mod kafka_tools;
 pub mod process;
+pub mod routing;
 pub mod sample;
 pub mod service;

@@ -192,7 +192,7 @@ fn run(path: &std::path::Path) -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
-    if process.multi {
+    if process.multi || !process.pipelines[0].tables.is_empty() {
         return run_pipelines(&process);
     }
     match run_config(&process.pipelines[0].config) {
@@ -305,7 +305,7 @@ fn check(path: &std::path::Path, sample: Option<usize>) -> ExitCode {
     };
     println!("config {}: ok", path.display());
     if !process.multi {
-        return match check_pipeline(&process.pipelines[0].config, sample) {
+        return match check_entry(&process.pipelines[0], sample) {
             Some(problems) => check_verdict(problems),
             None => {
                 println!("check: failed");
@@ -326,10 +326,53 @@ fn check(path: &std::path::Path, sample: Option<usize>) -> ExitCode {
             ch.database,
             ch.table
         );
-        problems += check_pipeline(&entry.config, sample).unwrap_or(1);
+        problems += check_entry(entry, sample).unwrap_or(1);
     }
     println!();
     check_verdict(problems)
+}
+
+/// `check` of one pipeline entry: [`check_pipeline`], or with `tables:`
+/// the topics once and each table's mapping and replicas under its own
+/// header (`--sample` is not built for routing yet and says so).
+fn check_entry(
+    entry: &spate::config::pipelines::PipelineEntry,
+    sample: Option<usize>,
+) -> Option<usize> {
+    if entry.tables.is_empty() {
+        return check_pipeline(&entry.config, sample);
+    }
+    let (mut problems, partitions) = check_topics(&entry.config);
+    let rt = current_thread();
+    for r in &entry.tables {
+        let ch = &r.config.sink.clickhouse;
+        println!(
+            "\n-- table route {} -> {}.{} --",
+            r.key, ch.database, ch.table
+        );
+        let plan = match rt.block_on(service::plan(&r.config)) {
+            Ok(p) => p,
+            Err(e) => {
+                println!("clickhouse: PROBLEM: {}", chain(&e));
+                problems += 1;
+                continue;
+            }
+        };
+        print_mapping(&r.config, &plan);
+        match service::writer_config(&r.config, plan.typed_columns()) {
+            Ok(w) => {
+                problems += probe_replicas(&rt, &r.config, &HttpWriter::new(w), partitions);
+            }
+            Err(e) => {
+                println!("clickhouse: PROBLEM: {}", chain(&e));
+                problems += 1;
+            }
+        }
+    }
+    if sample.is_some() {
+        println!("sample: NOTE: --sample is not built for `tables:` yet; nothing sampled");
+    }
+    Some(problems)
 }
 
 /// `check` of one pipeline: topics, mapping, replicas, the sample. The

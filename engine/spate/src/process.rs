@@ -34,8 +34,9 @@ use spate_core::metrics::Scope;
 use spate_core::pipeline::{ExitStatus, RunReport, Shutdown};
 
 use crate::admin::{self, AdminState};
-use crate::config::pipelines::ProcessConfig;
-use crate::service;
+use crate::config::pipelines::{PipelineEntry, ProcessConfig};
+use crate::routing::{self, RoutedPipeline};
+use crate::service::{self, KafkaDeadLetter, ServiceError, SpatePipeline};
 
 /// The metric label naming a pipeline on every one of its series.
 pub const PIPELINE_LABEL: &str = "pipeline";
@@ -118,6 +119,80 @@ pub fn worst(statuses: impl IntoIterator<Item = ExitStatus>) -> ExitStatus {
         .unwrap_or(ExitStatus::Clean)
 }
 
+/// A pipeline built from one entry: one table, or routed to several.
+pub enum Built {
+    /// One table ([`service::build`]).
+    One(SpatePipeline),
+    /// `tables:` ([`routing::build`]).
+    Routed(RoutedPipeline),
+}
+
+impl Built {
+    /// Builds `entry`'s pipeline (probing its table, or each routed table,
+    /// first), and its dead-letter producer when configured. Run it inside
+    /// the pipeline's metrics [`Scope`] so what it registers is labelled.
+    ///
+    /// # Errors
+    /// [`ServiceError`] from the probe, the mapping or the builders.
+    pub fn build(
+        rt: &tokio::runtime::Runtime,
+        entry: &PipelineEntry,
+    ) -> Result<(Built, Option<Arc<KafkaDeadLetter>>), ServiceError> {
+        let config = &entry.config;
+        let name = entry.name();
+        if entry.tables.is_empty() {
+            let plan = rt.block_on(service::plan(config))?;
+            for c in &plan.columns {
+                let (field, rule) = plan.describe(c);
+                tracing::info!(pipeline = %name, column = %c.name, source = %field, rule, "mapping");
+            }
+            let (p, dl) = service::build(config, &plan)?;
+            return Ok((Built::One(p), dl));
+        }
+        let plans = rt.block_on(routing::plans(&entry.tables))?;
+        for (r, plan) in entry.tables.iter().zip(&plans) {
+            for c in &plan.columns {
+                let (field, rule) = plan.describe(c);
+                tracing::info!(
+                    pipeline = %name,
+                    route = %r.key,
+                    table = %r.config.sink.clickhouse.table,
+                    column = %c.name,
+                    source = %field,
+                    rule,
+                    "mapping"
+                );
+            }
+        }
+        let (p, dl) = routing::build(config, &entry.tables, &plans)?;
+        Ok((Built::Routed(p), dl))
+    }
+
+    /// The pipeline's ready flag (`/readyz`).
+    pub fn ready_flag(&self) -> Arc<AtomicBool> {
+        match self {
+            Built::One(p) => p.ready_flag(),
+            Built::Routed(p) => p.ready_flag(),
+        }
+    }
+
+    /// See `Pipeline::set_metrics_scope`.
+    pub fn set_metrics_scope(&mut self, scope: Scope) {
+        match self {
+            Built::One(p) => p.set_metrics_scope(scope),
+            Built::Routed(p) => p.set_metrics_scope(scope),
+        }
+    }
+
+    /// See `Pipeline::run_threaded`.
+    pub fn run_threaded(self, shutdown: Shutdown, io_threads: usize) -> RunReport {
+        match self {
+            Built::One(p) => p.run_threaded(shutdown, io_threads),
+            Built::Routed(p) => p.run_threaded(shutdown, io_threads),
+        }
+    }
+}
+
 /// Installs the process's Prometheus recorder as the global one and
 /// returns its handle (for `/metrics`) and the recorder itself (`'static`,
 /// for the pipelines' labelled scopes).
@@ -158,16 +233,8 @@ pub fn run(process: &ProcessConfig) -> Result<ProcessReport, ProcessError> {
     let mut built = Vec::with_capacity(n);
     for (i, entry) in process.pipelines.iter().enumerate() {
         let name = entry.name().to_owned();
-        let config = &entry.config;
         let scope = scope(recorder, &name);
-        let result = scope.run(|| {
-            let plan = rt.block_on(service::plan(config))?;
-            for c in &plan.columns {
-                let (field, rule) = plan.describe(c);
-                tracing::info!(pipeline = %name, column = %c.name, source = %field, rule, "mapping");
-            }
-            service::build(config, &plan)
-        });
+        let result = scope.run(|| Built::build(&rt, entry));
         match result {
             Ok((mut pipeline, dead_letter)) => {
                 pipeline.set_metrics_scope(scope);

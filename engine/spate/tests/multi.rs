@@ -1,5 +1,6 @@
 //! Several pipelines in one `spate run` (the `pipelines:` form, issue 17
-//! part 1): the real binary, an embedded Kafka broker (librdkafka's mock
+//! part 1) and topic-to-table routing inside one (`tables:`, part 2, the
+//! last test): the real binary, an embedded Kafka broker (librdkafka's mock
 //! cluster) with one topic per pipeline, and the real ClickHouse at
 //! `SPATE_CLICKHOUSE_URL` (ci/test.sh starts one; without it the test
 //! prints `skipped: ...` and passes).
@@ -469,4 +470,187 @@ fn a_pipeline_that_cannot_start_is_reported_and_the_others_run() {
         out.contains("pipeline=c status=Failed polled=0 error:"),
         "{out}"
     );
+}
+
+/// Routing inside one pipeline (`tables:`, issue 17 part 2): one consumer
+/// subscribed to `^events\..*` routes `events.a` and `events.b` by regex
+/// into two tables of different schemas. Every row carries the topic and
+/// offset it came from, and every row of each table is checked: its origin
+/// is that table's topic (rows never cross), all ids land, and the values
+/// are its topic's. A third topic matching no entry is a record error:
+/// under `skip` each of its records is dead-lettered with the reason and
+/// counted, none lands anywhere. `spate check` shows both tables'
+/// mappings; every series has the pipeline label.
+#[test]
+fn routing_by_regex_lands_each_topic_in_its_table_and_rows_never_cross() {
+    let Some(url) = clickhouse_url() else {
+        return;
+    };
+    let pid = std::process::id();
+    let (ta, tb) = (
+        format!("spate_route_a_{pid}"),
+        format!("spate_route_b_{pid}"),
+    );
+    let (topic_a, topic_b, topic_c) = (
+        format!("events.a{pid}"),
+        format!("events.b{pid}"),
+        format!("events.c{pid}"),
+    );
+    let dlq = format!("route-dead-{pid}");
+    let mock = kafka_tools::start_broker(&topic_a, PARTITIONS).unwrap();
+    mock.create_topic(&topic_b, PARTITIONS, 1).unwrap();
+    mock.create_topic(&topic_c, PARTITIONS, 1).unwrap();
+    mock.create_topic(&dlq, 1, 1).unwrap();
+    let brokers = mock.bootstrap_servers();
+    let client = Table::create(&url, "route_client");
+    let _tables = Tables {
+        url: url.clone(),
+        names: vec![ta.clone(), tb.clone()],
+        ch: client,
+    };
+    let t = &_tables;
+    t.query(&format!(
+        "CREATE TABLE default.{ta} (id UInt64, src String, off UInt64, city String) \
+         ENGINE = MergeTree ORDER BY id"
+    ));
+    t.query(&format!(
+        "CREATE TABLE default.{tb} (id UInt64, src String, off UInt64, score Float64, tags Array(String)) \
+         ENGINE = MergeTree ORDER BY id"
+    ));
+    // `src` and `off` name each row's origin: its topic and its position
+    // in the produced sequence (line i goes to partition i % PARTITIONS).
+    let rows = |topic: &str, extra: &dyn Fn(u64) -> String| -> Vec<String> {
+        (0..ROWS)
+            .map(|i| format!(r#"{{"id":{i},"src":"{topic}","off":{i},{}}}"#, extra(i)))
+            .collect()
+    };
+    produce(
+        &brokers,
+        &topic_a,
+        PARTITIONS,
+        &rows(&topic_a, &|i| format!(r#""city":"a-{i}""#)),
+    );
+    produce(
+        &brokers,
+        &topic_b,
+        PARTITIONS,
+        &rows(&topic_b, &|i| {
+            format!(r#""score":{i}.25,"tags":["b","{i}"]"#)
+        }),
+    );
+    let strays = 40u64;
+    let stray_lines: Vec<String> = (0..strays)
+        .map(|i| format!(r#"{{"id":{i},"src":"{topic_c}","off":{i},"city":"c"}}"#))
+        .collect();
+    produce(&brokers, &topic_c, PARTITIONS, &stray_lines);
+
+    let port = free_port();
+    let group = format!("spate-route-{pid}");
+    let yaml = format!(
+        r#"
+pipeline: {{ name: routed, threads: 2 }}
+checkpoint: {{ interval: 200ms }}
+source:
+  kafka:
+    brokers: "{brokers}"
+    topics: ["^events\\..*"]
+    group_id: "{group}"
+    properties: {{ session.timeout.ms: "6000", heartbeat.interval.ms: "500", topic.metadata.refresh.interval.ms: "1000" }}
+on_error: {{ policy: skip, dead_letter: {{ topic: {dlq} }} }}
+sink:
+  clickhouse:
+    shards: [["{url}"]]
+    batch: {{ max_rows: 100000, linger: 100ms }}
+tables:
+  "^events\\.a": {ta}
+  "^events\\.b": {{ table: {tb} }}
+shutdown: {{ drain_timeout: 10s }}
+admin: {{ listen: "127.0.0.1:{port}" }}
+"#
+    );
+    let path = std::env::temp_dir().join(format!("spate-route-check-{pid}.yaml"));
+    std::fs::write(&path, &yaml).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_spate"))
+        .args(["check", "-c"])
+        .arg(&path)
+        .output()
+        .expect("spawn spate check");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let at_a = text.find(&format!("-- table route ^events\\.a -> default.{ta} --"));
+    let at_b = text.find(&format!("-- table route ^events\\.b -> default.{tb} --"));
+    let (Some(at_a), Some(at_b)) = (at_a, at_b) else {
+        panic!("no route headers in\n{text}");
+    };
+    assert!(text[at_a..at_b].contains("city"), "{text}");
+    assert!(text[at_b..].contains("tags"), "{text}");
+
+    let spate = Spate::start("route", &yaml);
+    let all_committed = || {
+        [&topic_a, &topic_b, &topic_c].iter().all(|topic| {
+            let ends = ends(&brokers, topic);
+            let c = committed(&brokers, &group, topic, PARTITIONS);
+            ends.iter().all(|(p, e)| c.get(p) == Some(&Some(*e)))
+        })
+    };
+    await_until(&spate, "commits of every topic", all_committed);
+    let (_, metrics) = get(port, "/metrics").expect("/metrics");
+    let unlabelled: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("spate_") && !l.contains("pipeline=\"routed\""))
+        .collect();
+    assert!(unlabelled.is_empty(), "{unlabelled:?}");
+    // Two tables over one shard: pool shards 0 (table a) and 1 (table b).
+    let written = |shard: &str| -> f64 {
+        metrics
+            .lines()
+            .filter(|l| l.starts_with("spate_sink_rows_written_total{"))
+            .filter(|l| l.contains(&format!("shard=\"{shard}\"")))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum()
+    };
+    assert_eq!(
+        (written("0"), written("1")),
+        (ROWS as f64, ROWS as f64),
+        "{metrics}"
+    );
+    let (code, out) = spate.terminate();
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains(&format!("skipped={strays}")), "{out}");
+
+    // Every row of each table, checked: origin, completeness, values.
+    for (table, topic) in [(&ta, &topic_a), (&tb, &topic_b)] {
+        let crossed = t.number(&format!(
+            "SELECT count() FROM default.{table} WHERE src != '{topic}' OR off != id"
+        ));
+        assert_eq!(crossed, 0, "{table}: rows from another topic");
+        let distinct = t.number(&format!("SELECT uniqExact(id) FROM default.{table}"));
+        assert_eq!(distinct, ROWS, "{table}");
+        let max = t.number(&format!("SELECT max(id) FROM default.{table}"));
+        assert_eq!(max, ROWS - 1, "{table}");
+    }
+    let wrong_a = t.number(&format!(
+        "SELECT count() FROM default.{ta} WHERE city != concat('a-', toString(id))"
+    ));
+    let wrong_b = t.number(&format!(
+        "SELECT count() FROM default.{tb} WHERE score != id + 0.25 OR tags != ['b', toString(id)]"
+    ));
+    assert_eq!((wrong_a, wrong_b), (0, 0));
+    // The topic matching no entry: every record dead-lettered, with the
+    // reason; none landed.
+    let dead = consume(
+        &brokers,
+        &format!("route-dlq-reader-{pid}"),
+        &dlq,
+        strays as usize,
+    );
+    assert_eq!(dead.len() as u64, strays, "dead letters");
+    for (payload, headers) in &dead {
+        assert!(
+            String::from_utf8_lossy(payload).contains(&topic_c),
+            "a dead letter not from {topic_c}"
+        );
+        let reason = header(&(payload.clone(), headers.clone()), "spate.reason").to_owned();
+        assert!(reason.contains("matches no entry of `tables`"), "{reason}");
+    }
 }

@@ -44,7 +44,8 @@ use std::path::Path;
 
 use serde_norway::{Mapping, Value};
 
-use super::{AdminSection, Config, ConfigError, interpolate, invalid, parse_error};
+use super::tables::{TABLES, TableRoute, describe, resolve_doc};
+use super::{AdminSection, Config, ConfigError, interpolate, invalid};
 
 /// The process-level key listing the pipelines.
 pub const PIPELINES: &str = "pipelines";
@@ -58,6 +59,9 @@ pub struct PipelineEntry {
     pub config: Config,
     /// `fail_process`: a failure of this pipeline shuts the others down.
     pub fail_process: bool,
+    /// `tables`: topic-to-table routes inside this pipeline (`tables.rs`);
+    /// empty without it. With routes, `config` is the first route's.
+    pub tables: Vec<TableRoute>,
 }
 
 impl PipelineEntry {
@@ -108,13 +112,19 @@ impl ProcessConfig {
         })?;
         let multi = root.as_mapping().is_some_and(|m| m.contains_key(PIPELINES));
         if !multi {
-            // The single form, read exactly as before.
-            let config = Config::from_yaml(text, &env)?;
+            let routed = root.as_mapping().is_some_and(|m| m.contains_key(TABLES));
+            let (config, tables) = match root {
+                // The single form with routes to several tables.
+                Value::Mapping(doc) if routed => resolve_doc("", doc)?,
+                // The single form, read exactly as before.
+                _ => (Config::from_yaml(text, &env)?, Vec::new()),
+            };
             return Ok(ProcessConfig {
                 admin: config.admin.clone(),
                 pipelines: vec![PipelineEntry {
                     config,
                     fail_process: false,
+                    tables,
                 }],
                 multi: false,
             });
@@ -178,39 +188,12 @@ fn resolve(
     if let Some(a) = admin {
         merged.insert(Value::String("admin".into()), a.clone());
     }
-    let within = |e: ConfigError| match e {
-        ConfigError::Parse { key, reason } => ConfigError::Parse {
-            key: join(&at, &key),
-            reason,
-        },
-        ConfigError::Invalid { key, reason } => ConfigError::Invalid {
-            key: join(&at, &key),
-            reason,
-        },
-        other => other,
-    };
-    let config: Config = serde_path_to_error::deserialize(Value::Mapping(merged))
-        .map_err(|e| within(parse_error(e)))?;
-    config.validate().map_err(within)?;
+    let (config, tables) = resolve_doc(&at, merged)?;
     Ok(PipelineEntry {
         config,
         fail_process,
+        tables,
     })
-}
-
-/// `at.key` (`at` alone for the root key `.`).
-fn join(at: &str, key: &str) -> String {
-    if key == "." || key.is_empty() {
-        at.to_owned()
-    } else {
-        format!("{at}.{key}")
-    }
-}
-
-fn describe(v: &Value) -> String {
-    serde_norway::to_string(v)
-        .map(|s| format!("`{}`", s.trim()))
-        .unwrap_or_else(|_| "another type".into())
 }
 
 /// `over` deep-merged onto `base`: mappings key by key (`over` wins),
@@ -410,6 +393,9 @@ admin: {listen: 'off'}
         let text = include_str!("../../../../examples/multi-table.yaml");
         let p = ProcessConfig::from_yaml(text, no_env).unwrap();
         assert!(p.multi);
-        assert!(p.pipelines.len() >= 3, "{}", p.pipelines.len());
+        assert!(p.pipelines.len() >= 4, "{}", p.pipelines.len());
+        let events = p.pipelines.iter().find(|e| e.name() == "events").unwrap();
+        assert_eq!(events.tables.len(), 3);
+        assert_eq!(events.tables[1].config.mapping.rename["url"], "page");
     }
 }
