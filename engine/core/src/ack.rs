@@ -121,6 +121,20 @@ impl AckIssuer {
     /// Panics when `first > last`, or when the range does not start after the
     /// previously issued one (poll batches of one lane are ordered).
     pub fn issue(&mut self, first: Offset, last: Offset) -> AckHandle {
+        self.issue_at(first, last, None)
+    }
+
+    /// [`AckIssuer::issue`], remembering the Kafka timestamp (milliseconds
+    /// since the Unix epoch) of the poll batch's first record: what the
+    /// end-to-end latency histogram measures from
+    /// ([`AckSet::oldest_timestamp_ms`]). One value per poll batch, no
+    /// per-record work.
+    pub fn issue_at(
+        &mut self,
+        first: Offset,
+        last: Offset,
+        timestamp_ms: Option<i64>,
+    ) -> AckHandle {
         assert!(first <= last, "ack range {first}..={last} is empty");
         if let Some(prev) = self.last_issued {
             assert!(
@@ -138,6 +152,7 @@ impl AckIssuer {
             seq,
             first,
             last,
+            timestamp_ms,
             failed: AtomicBool::new(false),
             tx: self.tx.clone(),
         }))
@@ -182,6 +197,8 @@ struct AckInner {
     seq: u64,
     first: Offset,
     last: Offset,
+    /// The Kafka timestamp of the batch's first record, if it had one.
+    timestamp_ms: Option<i64>,
     failed: AtomicBool,
     tx: AckSender,
 }
@@ -249,6 +266,12 @@ impl AckHandle {
         (self.0.first, self.0.last)
     }
 
+    /// The Kafka timestamp (ms since the Unix epoch) of the poll batch's
+    /// first record, when issued with one ([`AckIssuer::issue_at`]).
+    pub fn timestamp_ms(&self) -> Option<i64> {
+        self.0.timestamp_ms
+    }
+
     /// Whether both handles are clones of the same batch's ack.
     pub fn same_batch(&self, other: &AckHandle) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
@@ -314,6 +337,17 @@ impl AckSet {
     /// Whether the set holds no handle.
     pub fn is_empty(&self) -> bool {
         self.handles.is_empty()
+    }
+
+    /// The smallest first-record timestamp over the poll batches held
+    /// (ms since the Unix epoch), `None` when none has one. Work per poll
+    /// batch held, not per record: the end-to-end latency of a sink batch
+    /// is measured from it.
+    pub fn oldest_timestamp_ms(&self) -> Option<i64> {
+        self.handles
+            .iter()
+            .filter_map(AckHandle::timestamp_ms)
+            .min()
     }
 
     /// The handles held, in push order.

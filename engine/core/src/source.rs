@@ -249,6 +249,13 @@ pub trait Source: Send {
         true
     }
 
+    /// Why [`Source::consumer_ready`] is false, for `/readyz`'s body (e.g.
+    /// the standing error and how long ago it came). Called at most every
+    /// [`crate::pipeline::REASON_REFRESH`] while not ready.
+    fn consumer_not_ready_reason(&self) -> String {
+        "the consumer reports an error".to_owned()
+    }
+
     /// Commits `offsets` synchronously.
     ///
     /// # Errors

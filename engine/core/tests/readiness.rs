@@ -76,6 +76,75 @@ async fn not_ready_while_every_replica_of_a_shard_is_down() {
     assert!(!ready.load(Ordering::Acquire), "not ready after shutdown");
 }
 
+/// A steady fault reads as steadily not ready: `/readyz` answered 200, 503,
+/// 200, 503 while one shard stayed down, because a breaker counted as closed
+/// from its cooldown's end until its half-open trial failed. Sampled every
+/// 10 ms over ten cooldowns, readiness never comes back while every write
+/// fails, and the reason names the shard and each replica's error.
+#[tokio::test(start_paused = true)]
+async fn steadily_not_ready_during_a_steady_fault_with_the_reason() {
+    let (source, script) = ScriptedSource::new(10);
+    let writer = CaptureWriter::new();
+    let tp = TopicPartition::new("t", 0);
+    script.assign(&tp);
+    let mut sink = SinkConfig::new("ready", vec![vec!["a".into(), "b".into()]]);
+    sink.batch.linger = Duration::from_millis(10);
+    sink.retry.initial = Duration::from_millis(10);
+    sink.retry.max = Duration::from_millis(100);
+    sink.retry.max_attempts = 0;
+    sink.breaker = BreakerConfig {
+        failure_threshold: 2,
+        cooldown: Duration::from_millis(500),
+    };
+    let mut config = PipelineConfig::new(sink);
+    config.checkpoint_interval = Duration::from_millis(50);
+    let pipeline = Pipeline::builder(config, source, writer.clone(), |buffers: ChunkBuffers| {
+        ChainProcessor::new(
+            PayloadDecoder,
+            Terminal::new(LineEncoder, RoundRobin::default(), buffers),
+        )
+    })
+    .nonce(RunNonce::from_u64(5))
+    .build()
+    .expect("valid config");
+    let readiness = pipeline.readiness();
+    let shutdown = Shutdown::new();
+    let run = tokio::spawn(pipeline.run_inline(shutdown.clone()));
+    eventually("ready after the probe", || readiness.is_ready()).await;
+
+    writer.set_mode(WriterMode::FailRetryable);
+    script.append(&tp, "r0");
+    eventually("not ready with both replicas' breakers open", || {
+        !readiness.is_ready()
+    })
+    .await;
+    for i in 0..500 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let why = readiness
+            .check()
+            .expect_err(&format!("ready again {} ms into a steady fault", i * 10));
+        assert!(
+            why.contains("shard 0: every replica's breaker open (r0 a: ")
+                && why.contains("; r1 b: "),
+            "the reason names the shard and its replicas: {why}"
+        );
+    }
+
+    writer.set_mode(WriterMode::Accept);
+    eventually("ready and caught up once a replica answers", || {
+        readiness.is_ready() && script.committed(&tp) == Some(1)
+    })
+    .await;
+    shutdown.trigger();
+    let report = run.await.expect("pipeline task");
+    assert_eq!(report.status, ExitStatus::Clean, "{}", report.summary());
+    assert!(
+        readiness.reason().starts_with("shutting down"),
+        "{}",
+        readiness.reason()
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn not_ready_while_the_consumer_reports_an_error() {
     let (source, script) = ScriptedSource::new(10);
@@ -95,6 +164,7 @@ async fn not_ready_while_the_consumer_reports_an_error() {
     .build()
     .expect("valid config");
     let ready = pipeline.ready_flag();
+    let pipeline_readiness = pipeline.readiness();
     let shutdown = Shutdown::new();
     let run = tokio::spawn(pipeline.run_inline(shutdown.clone()));
     // Waiting for an assignment without an error: ready.
@@ -108,6 +178,8 @@ async fn not_ready_while_the_consumer_reports_an_error() {
         !ready.load(Ordering::Acquire)
     })
     .await;
+    let why = pipeline_readiness.reason();
+    assert!(why.starts_with("consumer: "), "{why}");
 
     // The error is over and the group hands out a partition: ready, and the
     // data flows.

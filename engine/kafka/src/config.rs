@@ -164,6 +164,11 @@ impl KafkaSourceConfig {
     pub(crate) fn client_properties(&self) -> BTreeMap<String, String> {
         debug_assert!(self.validate().is_ok(), "client_properties before validate");
         let mut props = self.properties.clone();
+        // The lag series without a setting (an explicit value, 0 included,
+        // is kept).
+        props
+            .entry("statistics.interval.ms".to_owned())
+            .or_insert_with(|| crate::DEFAULT_STATISTICS_INTERVAL_MS.to_owned());
         for (key, value, _) in OWNED_PROPERTIES {
             props.insert(key.to_owned(), value.to_owned());
         }
@@ -247,6 +252,17 @@ mod tests {
         for (key, value, _) in OWNED_PROPERTIES {
             assert_eq!(props[key], value);
         }
+    }
+
+    #[test]
+    fn statistics_default_to_5_s_and_an_explicit_value_is_kept() {
+        let c = base();
+        c.validate().unwrap();
+        assert_eq!(c.client_properties()["statistics.interval.ms"], "5000");
+        let mut c = base();
+        c.set("statistics.interval.ms", "0");
+        c.validate().unwrap();
+        assert_eq!(c.client_properties()["statistics.interval.ms"], "0");
     }
 
     #[test]

@@ -15,7 +15,10 @@
 //! applies the rebalance at once, as librdkafka's default handler would.
 //!
 //! The statistics callback publishes `spate_consumer_lag{topic,partition}`
-//! (requires `statistics.interval.ms`); librdkafka's log lines go to
+//! with `spate_consumer_lag_stale` and
+//! `spate_consumer_lag_updated_timestamp_seconds` (every
+//! `statistics.interval.ms`, which spate sets to 5 s unless configured; see
+//! [`crate::CONSUMER_LAG_STALE`]); librdkafka's log lines go to
 //! `tracing` under the target `librdkafka`. rdkafka forwards them through
 //! the client's main queue, which the consumer poll serves (the main queue
 //! is forwarded to the consumer queue), so they keep flowing for the whole
@@ -38,7 +41,7 @@ use rdkafka::statistics::Statistics;
 use rdkafka::topic_partition_list::TopicPartitionList;
 use rdkafka::types::RDKafkaRespErr;
 
-use crate::CONSUMER_LAG;
+use crate::{CONSUMER_LAG, CONSUMER_LAG_STALE, CONSUMER_LAG_UPDATED};
 
 /// A rebalance recorded by the callback, for the source to carry out.
 #[derive(Debug)]
@@ -60,12 +63,44 @@ pub(crate) enum Rebalance {
     Error(RDKafkaRespErr),
 }
 
+/// The lag series of one partition, registered at its first lag report.
+#[derive(Debug)]
+struct LagGauges {
+    lag: Gauge,
+    stale: Gauge,
+    updated: Gauge,
+}
+
+impl LagGauges {
+    fn register(topic: &str, partition: i32) -> Self {
+        let labels = || {
+            [
+                ("topic", topic.to_owned()),
+                ("partition", partition.to_string()),
+            ]
+        };
+        Self {
+            lag: metrics::gauge!(CONSUMER_LAG, &labels()),
+            stale: metrics::gauge!(CONSUMER_LAG_STALE, &labels()),
+            updated: metrics::gauge!(CONSUMER_LAG_UPDATED, &labels()),
+        }
+    }
+}
+
+/// Whether a partition's lag in a statistics report is current: its leader
+/// broker is known and `UP` in the same report (librdkafka keeps the last
+/// high watermark it fetched while the leader is away, so the lag it
+/// reports then is a frozen old value), and the lag is known (>= 0).
+pub(crate) fn lag_is_current(leader: i32, consumer_lag: i64, up_brokers: &[i32]) -> bool {
+    leader >= 0 && consumer_lag >= 0 && up_brokers.contains(&leader)
+}
+
 /// State shared by the context (librdkafka's callbacks) and the source.
 #[derive(Debug, Default)]
 pub(crate) struct Shared {
     rebalances: Mutex<Vec<Rebalance>>,
     closing: AtomicBool,
-    lag: Mutex<BTreeMap<(String, i32), Gauge>>,
+    lag: Mutex<BTreeMap<(String, i32), LagGauges>>,
     /// librdkafka's text of the last `UnknownTopicOrPartition` error (it
     /// names the topic or pattern: "Subscribed topic not available:
     /// ^logs\..*: Broker: Unknown topic or partition"), which the error
@@ -174,22 +209,43 @@ impl ClientContext for SpateContext {
     }
 
     fn stats(&self, statistics: Statistics) {
+        // Once per statistics interval (5 s by default), not per record.
+        let up: Vec<i32> = statistics
+            .brokers
+            .values()
+            .filter(|b| b.state == "UP")
+            .map(|b| b.nodeid)
+            .collect();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
         let mut gauges = Shared::lock(&self.shared.lag);
         for (topic, t) in &statistics.topics {
             for (&partition, p) in &t.partitions {
-                // -1 is librdkafka's internal "unassigned" partition; a lag of
-                // -1 means unknown (not assigned here, or no offsets yet).
-                if partition < 0 || p.consumer_lag < 0 {
+                // -1 is librdkafka's internal "unassigned" partition.
+                if partition < 0 {
                     continue;
                 }
-                gauges
-                    .entry((topic.clone(), partition))
-                    .or_insert_with(|| {
-                        metrics::gauge!(CONSUMER_LAG,
-                            "topic" => topic.clone(),
-                            "partition" => partition.to_string())
-                    })
-                    .set(p.consumer_lag as f64);
+                let current = lag_is_current(p.leader, p.consumer_lag, &up);
+                let key = (topic.clone(), partition);
+                if !gauges.contains_key(&key) {
+                    // A lag of -1 means unknown (not assigned here, or no
+                    // offsets yet): nothing to show until one is known.
+                    if !current {
+                        continue;
+                    }
+                    gauges.insert(key.clone(), LagGauges::register(topic, partition));
+                }
+                let g = &gauges[&key];
+                if current {
+                    g.lag.set(p.consumer_lag as f64);
+                    g.stale.set(0.0);
+                    g.updated.set(now.floor());
+                } else {
+                    // Leader away or lag unknown (revoked): the lag keeps its
+                    // last value, marked stale; its timestamp stops moving.
+                    g.stale.set(1.0);
+                }
             }
         }
     }
@@ -238,5 +294,20 @@ impl ConsumerContext for SpateContext {
         };
         tracing::debug!(?op, "rebalance recorded");
         Shared::lock(&self.shared.rebalances).push(op);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lag_is_current;
+
+    #[test]
+    fn lag_is_current_only_with_an_up_leader_and_a_known_lag() {
+        assert!(lag_is_current(1, 10, &[1, 2]));
+        assert!(lag_is_current(2, 0, &[1, 2]));
+        assert!(!lag_is_current(3, 10, &[1, 2]), "leader not up");
+        assert!(!lag_is_current(-1, 10, &[1, 2]), "no leader");
+        assert!(!lag_is_current(1, -1, &[1, 2]), "lag unknown");
+        assert!(!lag_is_current(1, 10, &[]), "every broker down");
     }
 }

@@ -68,8 +68,28 @@ pub use source::{CLOSE_TIMEOUT, COMMIT_TIMEOUT, CONSUMER_ERROR_HOLD, KafkaSource
 /// partition's high watermark minus this group's committed offset, as
 /// librdkafka's statistics report it (`consumer_lag`, see librdkafka's
 /// [STATISTICS.md](https://github.com/confluentinc/librdkafka/blob/master/STATISTICS.md)).
-/// Published every `statistics.interval.ms` (off unless set).
+/// Published every `statistics.interval.ms`, which spate sets to
+/// [`DEFAULT_STATISTICS_INTERVAL_MS`] unless the config sets it (`0` turns
+/// statistics, and with them the lag, off). While the partition's leader
+/// broker is not up the value is the last known one and
+/// [`CONSUMER_LAG_STALE`] reads 1.
 pub const CONSUMER_LAG: &str = "spate_consumer_lag";
+
+/// Gauge (0/1) per `topic` and `partition`: 1 when the last statistics
+/// report found the partition's leader broker not `UP` (or no leader, or the
+/// lag unknown, as after a revoke): [`CONSUMER_LAG`] then holds its last
+/// known value, not a current one.
+pub const CONSUMER_LAG_STALE: &str = "spate_consumer_lag_stale";
+
+/// Gauge per `topic` and `partition`: unix seconds of the last statistics
+/// report that refreshed [`CONSUMER_LAG`] from an up leader. `time() -` it
+/// is the lag's age; it keeps growing while the brokers are down or
+/// statistics stop.
+pub const CONSUMER_LAG_UPDATED: &str = "spate_consumer_lag_updated_timestamp_seconds";
+
+/// The `statistics.interval.ms` spate sets when the config does not: the
+/// lag series then appear without any setting.
+pub const DEFAULT_STATISTICS_INTERVAL_MS: &str = "5000";
 
 /// Counter: consumer errors by `kind` (`transient`: logged and retried by
 /// librdkafka; fatal errors stop the pipeline instead of being counted here).
@@ -87,6 +107,48 @@ pub const REBALANCES: &str = "spate_consumer_rebalances_total";
 /// Gauge: partitions this process owns now (assigned, and not yet released
 /// after a revoke).
 pub const ASSIGNED_PARTITIONS: &str = "spate_consumer_assigned_partitions";
+
+/// Registers the `# HELP` text and unit of every series this crate emits
+/// (the Prometheus exporter renders them). Call once after installing the
+/// recorder.
+pub fn describe_metrics() {
+    use metrics::{Unit, describe_counter, describe_gauge};
+    describe_gauge!(
+        CONSUMER_LAG,
+        Unit::Count,
+        "Consumer lag in messages per partition: high watermark minus the group's committed offset, from librdkafka's statistics (see spate_consumer_lag_stale)."
+    );
+    describe_gauge!(
+        CONSUMER_LAG_STALE,
+        Unit::Count,
+        "1 when the partition's leader broker was not up at the last statistics report: spate_consumer_lag is then its last known value."
+    );
+    describe_gauge!(
+        CONSUMER_LAG_UPDATED,
+        Unit::Seconds,
+        "Unix time in seconds of the last statistics report that refreshed spate_consumer_lag from an up leader."
+    );
+    describe_counter!(
+        SOURCE_ERRORS,
+        Unit::Count,
+        "Consumer errors by kind (transient: logged and retried by librdkafka)."
+    );
+    describe_counter!(
+        REBALANCES,
+        Unit::Count,
+        "Rebalances this process took part in, by kind: assigned (it got partitions), revoked (it lost some)."
+    );
+    describe_gauge!(
+        ASSIGNED_PARTITIONS,
+        Unit::Count,
+        "Partitions this process owns now."
+    );
+    describe_counter!(
+        COMMITTED_OUT_OF_RANGE,
+        Unit::Count,
+        "Committed offsets found outside the partition's valid range at assignment (librdkafka resets them per auto.offset.reset)."
+    );
+}
 
 /// Counter: committed offsets found outside their partition's valid range
 /// `[low watermark, high watermark]` when the partition was assigned, per

@@ -53,7 +53,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use metrics::{Counter, Gauge};
+use metrics::{Counter, Gauge, Histogram};
 use rdkafka::Message;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -140,6 +140,13 @@ pub struct KafkaSource {
     revoked_events: Counter,
     /// `spate_consumer_assigned_partitions`: `owned.len()`.
     assigned_partitions: Gauge,
+    /// `spate_commit_duration_seconds`: one record per successful commit.
+    commit_duration: Histogram,
+    /// `spate_last_commit_timestamp_seconds{topic,partition}`, registered
+    /// at a partition's first successful commit.
+    commit_stamps: BTreeMap<TopicPartition, Gauge>,
+    /// The text of the last transient consumer error, for `/readyz`.
+    last_error_text: String,
     /// When the consumer last reported a transient error; cleared by an
     /// assignment. Read by [`Source::consumer_ready`].
     last_error: Option<std::time::Instant>,
@@ -221,6 +228,9 @@ impl KafkaSource {
             assigned_events: metrics::counter!(REBALANCES, "kind" => "assigned"),
             revoked_events: metrics::counter!(REBALANCES, "kind" => "revoked"),
             assigned_partitions: metrics::gauge!(ASSIGNED_PARTITIONS),
+            commit_duration: metrics::histogram!(spate_core::metrics::COMMIT_DURATION),
+            commit_stamps: BTreeMap::new(),
+            last_error_text: String::new(),
             last_error: None,
             deferred: None,
             patterns: config
@@ -273,6 +283,25 @@ impl KafkaSource {
             }
         }
         Ok(())
+    }
+
+    /// Sets `spate_last_commit_timestamp_seconds` of every partition in
+    /// `list` (just committed) to now, in unix seconds. Once per commit.
+    fn stamp_commits(&mut self, list: &TopicPartitionList) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        for elem in list.elements() {
+            let tp = TopicPartition::new(elem.topic(), elem.partition());
+            self.commit_stamps
+                .entry(tp)
+                .or_insert_with(|| {
+                    metrics::gauge!(spate_core::metrics::LAST_COMMIT_TIMESTAMP,
+                        "topic" => elem.topic().to_owned(),
+                        "partition" => elem.partition().to_string())
+                })
+                .set(now.floor());
+        }
     }
 
     fn assign(
@@ -499,6 +528,7 @@ impl KafkaSource {
                     _ => {
                         self.transient_errors.increment(1);
                         self.last_error = Some(std::time::Instant::now());
+                        self.last_error_text = error.to_string();
                         tracing::warn!(%error, "transient consumer error; librdkafka retries");
                         true
                     }
@@ -595,6 +625,24 @@ impl Source for KafkaSource {
     fn consumer_ready(&self) -> bool {
         self.last_error
             .is_none_or(|at| at.elapsed() >= CONSUMER_ERROR_HOLD)
+    }
+
+    /// The standing transient error, how long ago it came and when
+    /// readiness returns without another, e.g. `transient error 2.1 s ago
+    /// (ready 10 s after the last one, or at an assignment): poll group g:
+    /// ... all brokers are down`; with the partitions held.
+    fn consumer_not_ready_reason(&self) -> String {
+        let held = self.owned.len();
+        match self.last_error {
+            Some(at) => format!(
+                "transient error {:.1} s ago (ready {} s after the last one, or at an \
+                 assignment): {}; {held} partition(s) assigned",
+                at.elapsed().as_secs_f64(),
+                CONSUMER_ERROR_HOLD.as_secs(),
+                self.last_error_text
+            ),
+            None => format!("no error standing; {held} partition(s) assigned"),
+        }
     }
 
     /// Serves the consumer queue (group membership, rebalances, statistics,
@@ -713,6 +761,7 @@ impl Source for KafkaSource {
                 // Answered: whatever it said, this newer commit decides.
                 self.unanswered = None;
             }
+            let sent_at = Instant::now();
             let commit = crate::native::Commit::send(&self.consumer, &list);
             let result = match commit {
                 Ok(commit) => match commit.answer(COMMIT_TIMEOUT) {
@@ -727,8 +776,10 @@ impl Source for KafkaSource {
                 Err(e) => Err(e),
             };
             match result {
-                Ok(()) => {}
-                Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
+                Ok(()) | Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {
+                    self.commit_duration.record(sent_at.elapsed().as_secs_f64());
+                    self.stamp_commits(&list);
+                }
                 Err(KafkaError::ConsumerCommit(code)) if errors::commit_rejected(code) => {
                     return Err(SourceError::CommitRejected {
                         partition: first.partition.clone(),

@@ -20,7 +20,7 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use spate_core::metrics::{COMMIT_FAILURES, COMMITTED_OFFSET};
 use spate_core::pipeline::ExitStatus;
-use spate_kafka::{CONSUMER_LAG, KafkaSource};
+use spate_kafka::{CONSUMER_LAG, CONSUMER_LAG_STALE, CONSUMER_LAG_UPDATED, KafkaSource};
 use spate_testkit::{CaptureWriter, WriterMode};
 
 mod common;
@@ -146,6 +146,46 @@ fn lag_gauge_is_reported_per_partition() {
     let zero: BTreeMap<i32, f64> = ends.keys().map(|&p| (p, 0.0)).collect();
     until("the lag to reach 0", || {
         values.gauges(CONSUMER_LAG, topic) == zero
+    });
+    let report = running.stop();
+    assert_eq!(report.status, ExitStatus::Clean, "{}", report.summary());
+}
+
+/// Issue 18: the lag is not shown as current while the brokers are down.
+/// Caught up, every partition's lag reads 0 and `spate_consumer_lag_stale`
+/// 0; with the mock's only broker down the stale gauge turns 1 for each
+/// partition and the lag's update timestamp stops; with the broker back it
+/// reads 0 again.
+#[test]
+fn lag_is_marked_stale_while_the_broker_is_down() {
+    let (values, _serial) = recorder();
+    let (topic, group) = ("stale", "g-stale");
+    let (mock, bootstrap) = mock(topic, 2);
+    produce(&bootstrap, topic, 2, 0..100);
+    let ends = end_offsets(&bootstrap, topic, 2);
+    let writer = CaptureWriter::new();
+    let source = KafkaSource::new(source_config(&bootstrap, topic, group, "range")).unwrap();
+    let running = run(source, writer, 1);
+    await_committed(&bootstrap, group, topic, &ends);
+    let zero: BTreeMap<i32, f64> = ends.keys().map(|&p| (p, 0.0)).collect();
+    until("the lag to read 0, current", || {
+        values.gauges(CONSUMER_LAG, topic) == zero
+            && values.gauges(CONSUMER_LAG_STALE, topic) == zero
+    });
+    let one: BTreeMap<i32, f64> = ends.keys().map(|&p| (p, 1.0)).collect();
+    mock.broker_down(1).expect("broker down");
+    until("the lag to be marked stale", || {
+        values.gauges(CONSUMER_LAG_STALE, topic) == one
+    });
+    let stamps = values.gauges(CONSUMER_LAG_UPDATED, topic);
+    assert_eq!(stamps.len(), 2, "{stamps:?}");
+    // Statistics come every 500 ms here; 1.5 s of them move no timestamp.
+    thread::sleep(Duration::from_millis(1500));
+    assert_eq!(values.gauges(CONSUMER_LAG_UPDATED, topic), stamps);
+    assert_eq!(values.gauges(CONSUMER_LAG_STALE, topic), one);
+    mock.broker_up(1).expect("broker up");
+    until("the lag to be current again", || {
+        values.gauges(CONSUMER_LAG_STALE, topic) == zero
     });
     let report = running.stop();
     assert_eq!(report.status, ExitStatus::Clean, "{}", report.summary());

@@ -1,12 +1,15 @@
 //! The admin HTTP server: `/metrics` (Prometheus text from the installed
-//! `metrics` recorder), `/healthz` (200 while the process serves) and
-//! `/readyz` (200 only while the pipeline's ready flag is set, with
-//! several pipelines while every one's is, the 503 body naming those that
-//! are not: after the
-//! start-up probe of every replica and until shutdown begins, while every
-//! shard has a replica whose breaker is closed and the consumer holds an
-//! assignment or waits for one without an error; see
-//! `spate_core::pipeline::Pipeline::ready_flag`).
+//! `metrics` recorder, families sorted by name and each counter's and
+//! gauge's samples by labels, so scrapes list series in a stable order),
+//! `/healthz` (200 while the process serves) and `/readyz` (200 `ready`
+//! only while the pipeline is ready: after the start-up probe of every
+//! replica and until shutdown begins, while every shard has a replica whose
+//! breaker is closed and the consumer holds an assignment or waits for one
+//! without an error; else 503 `not ready: <why>`, naming the shard and each
+//! replica's last error, or the consumer's standing error; see
+//! `spate_core::pipeline::Readiness`). With several pipelines in the process
+//! (`pipelines:`), `/readyz` is 200 only while every one is ready, and its
+//! 503 body names each one that is not with its reason.
 //!
 //! It runs on its own thread with a current-thread tokio runtime, so it
 //! never competes with the pipeline threads or the sink's I/O runtime, and
@@ -15,7 +18,6 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
@@ -25,6 +27,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use metrics_exporter_prometheus::PrometheusHandle;
+use spate_core::pipeline::Readiness;
 
 /// The admin server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -42,33 +45,58 @@ pub enum AdminError {
     Start(std::io::Error),
 }
 
+/// A function run before each `/metrics` render (refreshes gauges read
+/// from elsewhere: `process_*`, the in-flight budget).
+pub type Collector = Arc<dyn Fn() + Send + Sync>;
+
 /// What the admin endpoints read.
 #[derive(Clone)]
 pub struct AdminState {
     /// Renders the Prometheus text.
     pub metrics: PrometheusHandle,
-    /// The pipeline's ready flag (the single-pipeline form).
-    pub ready: Arc<AtomicBool>,
-    /// With several pipelines (`pipelines:`): each one's name and ready
-    /// flag; `/readyz` is 200 when every flag is set (then `ready` is not
-    /// read) and its 503 body names those that are not.
-    pub pipelines: Vec<(String, Arc<AtomicBool>)>,
+    /// The pipeline's readiness and why it is not ready (the single form;
+    /// not read when `pipelines` is not empty).
+    pub ready: Readiness,
+    /// With several pipelines (`pipelines:`): each one's name and state.
+    pub pipelines: Vec<(String, PipelineState)>,
+    /// Run before each render, in order.
+    pub collectors: Vec<Collector>,
+}
+
+/// One pipeline's state, as `/readyz` reads it with several pipelines.
+#[derive(Clone, Debug)]
+pub enum PipelineState {
+    /// Built: its own readiness (down while starting, degraded, stopped).
+    Running(Readiness),
+    /// It could not start; why.
+    Failed(String),
 }
 
 impl AdminState {
-    /// The pipelines not ready now, by name (empty when all are; the
-    /// single form reads `ready` and names none).
-    fn not_ready(&self) -> Option<Vec<&str>> {
+    /// `Ok(())` when ready, else why not: the single pipeline's reason, or
+    /// with several each pipeline that is not ready and its reason,
+    /// `; `-separated.
+    fn check(&self) -> Result<(), String> {
         if self.pipelines.is_empty() {
-            return (!self.ready.load(Ordering::Acquire)).then(Vec::new);
+            return self.ready.check();
         }
-        let names: Vec<&str> = self
+        let down: Vec<String> = self
             .pipelines
             .iter()
-            .filter(|(_, f)| !f.load(Ordering::Acquire))
-            .map(|(n, _)| n.as_str())
+            .filter_map(|(name, state)| match state {
+                PipelineState::Running(r) => {
+                    r.check().err().map(|why| format!("pipeline {name}: {why}"))
+                }
+                PipelineState::Failed(why) => {
+                    Some(format!("pipeline {name}: could not start: {why}"))
+                }
+            })
             .collect();
-        (!names.is_empty()).then_some(names)
+        if down.is_empty() {
+            Ok(())
+        } else {
+            Err(down.join("; "))
+        }
     }
 }
 
@@ -78,16 +106,18 @@ pub fn respond(state: &AdminState, method: &Method, path: &str) -> (StatusCode, 
         return (StatusCode::METHOD_NOT_ALLOWED, "GET only\n".into());
     }
     match path {
-        "/metrics" => (StatusCode::OK, state.metrics.render()),
-        "/healthz" => (StatusCode::OK, "ok\n".into()),
-        "/readyz" => match state.not_ready() {
-            None => (StatusCode::OK, "ready\n".into()),
-            Some(names) if names.is_empty() => {
-                (StatusCode::SERVICE_UNAVAILABLE, "not ready\n".into())
+        "/metrics" => {
+            for collect in &state.collectors {
+                collect();
             }
-            Some(names) => (
+            (StatusCode::OK, stable_order(&state.metrics.render()))
+        }
+        "/healthz" => (StatusCode::OK, "ok\n".into()),
+        "/readyz" => match state.check() {
+            Ok(()) => (StatusCode::OK, "ready\n".into()),
+            Err(why) => (
                 StatusCode::SERVICE_UNAVAILABLE,
-                format!("not ready: pipeline {}\n", names.join(", pipeline ")),
+                format!("not ready: {why}\n"),
             ),
         },
         _ => (
@@ -95,6 +125,74 @@ pub fn respond(state: &AdminState, method: &Method, path: &str) -> (StatusCode, 
             "not found; try /metrics, /healthz, /readyz\n".into(),
         ),
     }
+}
+
+/// The labels of a histogram or summary sample line without its `le` or
+/// `quantile` label: the key its label set sorts by.
+fn series_labels(line: &str) -> String {
+    let Some((_, rest)) = line.split_once('{') else {
+        return String::new();
+    };
+    let labels = rest.rsplit_once('}').map_or(rest, |(l, _)| l);
+    labels
+        .split(',')
+        .filter(|l| !l.starts_with("le=") && !l.starts_with("quantile="))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The exporter's text with its families (a `# HELP`/`# TYPE` header and
+/// its samples, separated by blank lines) sorted by name, and the samples
+/// of each counter and gauge family sorted by their text (labels). The
+/// exporter walks hash maps, so its own order changes between scrapes.
+/// Histogram and summary families are sorted by label set, each keeping
+/// its samples' order (the buckets in `le` order, then `_sum`, `_count`).
+pub fn stable_order(text: &str) -> String {
+    let mut families: Vec<(String, Vec<&str>)> = Vec::new();
+    for block in text.split("\n\n") {
+        let lines: Vec<&str> = block.lines().filter(|l| !l.is_empty()).collect();
+        if lines.is_empty() {
+            continue;
+        }
+        let (header, mut samples): (Vec<&str>, Vec<&str>) =
+            lines.into_iter().partition(|l| l.starts_with('#'));
+        let kind = header
+            .iter()
+            .find_map(|l| l.strip_prefix("# TYPE "))
+            .and_then(|t| t.split_whitespace().nth(1))
+            .unwrap_or("untyped");
+        let name = header
+            .iter()
+            .find_map(|l| l.strip_prefix("# TYPE "))
+            .and_then(|t| t.split_whitespace().next())
+            .map(str::to_owned)
+            .or_else(|| {
+                samples
+                    .first()
+                    .map(|l| l.split(['{', ' ']).next().unwrap_or("").to_owned())
+            })
+            .unwrap_or_default();
+        if matches!(kind, "counter" | "gauge" | "untyped") {
+            samples.sort_unstable();
+        } else {
+            // Label sets in order, each keeping its buckets' order (stable
+            // sort on the labels without `le`/`quantile`).
+            samples.sort_by_cached_key(|l| series_labels(l));
+        }
+        let mut lines = header;
+        lines.extend(samples);
+        families.push((name, lines));
+    }
+    families.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut out = String::with_capacity(text.len() + 1);
+    for (_, lines) in families {
+        for l in lines {
+            out.push_str(l);
+            out.push('\n');
+        }
+        out.push('\n');
+    }
+    out
 }
 
 async fn handle(
@@ -176,16 +274,14 @@ mod tests {
         let recorder = PrometheusBuilder::new().build_recorder();
         let state = AdminState {
             metrics: recorder.handle(),
-            ready: Arc::new(AtomicBool::new(false)),
+            ready: Readiness::new(),
             pipelines: Vec::new(),
+            collectors: Vec::new(),
         };
         assert_eq!(respond(&state, &Method::GET, "/healthz").0, StatusCode::OK);
-        assert_eq!(
-            respond(&state, &Method::GET, "/readyz").0,
-            StatusCode::SERVICE_UNAVAILABLE
-        );
-        state.ready.store(true, Ordering::Release);
-        assert_eq!(respond(&state, &Method::GET, "/readyz").0, StatusCode::OK);
+        let (status, body) = respond(&state, &Method::GET, "/readyz");
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(body.starts_with("not ready: starting"), "{body}");
         assert_eq!(respond(&state, &Method::GET, "/metrics").0, StatusCode::OK);
         assert_eq!(respond(&state, &Method::GET, "/x").0, StatusCode::NOT_FOUND);
         assert_eq!(
@@ -194,34 +290,79 @@ mod tests {
         );
     }
 
-    /// With several pipelines, `/readyz` is 200 only when every one is
-    /// ready, and its 503 body names each one that is not.
     #[test]
-    fn readyz_with_pipelines_names_those_not_ready() {
+    fn metrics_runs_the_collectors_before_rendering() {
         let recorder = PrometheusBuilder::new().build_recorder();
-        let flag = |b| Arc::new(AtomicBool::new(b));
+        let runs = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counted = Arc::clone(&runs);
         let state = AdminState {
             metrics: recorder.handle(),
-            ready: flag(false),
+            ready: Readiness::new(),
+            pipelines: Vec::new(),
+            collectors: vec![Arc::new(move || {
+                counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            })],
+        };
+        respond(&state, &Method::GET, "/metrics");
+        respond(&state, &Method::GET, "/healthz");
+        respond(&state, &Method::GET, "/metrics");
+        assert_eq!(runs.load(std::sync::atomic::Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn histogram_label_sets_sort_and_keep_their_bucket_order() {
+        let text = "# TYPE h histogram\nh_bucket{shard=\"1\",le=\"1\"} 1\nh_bucket{shard=\"1\",le=\"+Inf\"} 1\n\
+                    h_sum{shard=\"1\"} 1\nh_count{shard=\"1\"} 1\nh_bucket{shard=\"0\",le=\"1\"} 2\n\
+                    h_bucket{shard=\"0\",le=\"+Inf\"} 2\nh_sum{shard=\"0\"} 2\nh_count{shard=\"0\"} 2\n\n";
+        let want = "# TYPE h histogram\nh_bucket{shard=\"0\",le=\"1\"} 2\nh_bucket{shard=\"0\",le=\"+Inf\"} 2\n\
+                    h_sum{shard=\"0\"} 2\nh_count{shard=\"0\"} 2\nh_bucket{shard=\"1\",le=\"1\"} 1\n\
+                    h_bucket{shard=\"1\",le=\"+Inf\"} 1\nh_sum{shard=\"1\"} 1\nh_count{shard=\"1\"} 1\n\n";
+        assert_eq!(stable_order(text), want);
+    }
+
+    #[test]
+    fn stable_order_sorts_families_and_counter_samples_keeps_histograms() {
+        let a = "# HELP b_total B.\n# TYPE b_total counter\nb_total{shard=\"1\"} 2\nb_total{shard=\"0\"} 1\n\n\
+                 # TYPE a_seconds histogram\na_seconds_bucket{le=\"1\"} 1\na_seconds_bucket{le=\"+Inf\"} 1\n\
+                 a_seconds_sum 0.5\na_seconds_count 1\n\n\
+                 # HELP c C.\n# TYPE c gauge\nc 0\n\n";
+        let b = "# HELP c C.\n# TYPE c gauge\nc 0\n\n\
+                 # HELP b_total B.\n# TYPE b_total counter\nb_total{shard=\"0\"} 1\nb_total{shard=\"1\"} 2\n\n\
+                 # TYPE a_seconds histogram\na_seconds_bucket{le=\"1\"} 1\na_seconds_bucket{le=\"+Inf\"} 1\n\
+                 a_seconds_sum 0.5\na_seconds_count 1\n\n";
+        let want = "# TYPE a_seconds histogram\na_seconds_bucket{le=\"1\"} 1\na_seconds_bucket{le=\"+Inf\"} 1\n\
+                    a_seconds_sum 0.5\na_seconds_count 1\n\n\
+                    # HELP b_total B.\n# TYPE b_total counter\nb_total{shard=\"0\"} 1\nb_total{shard=\"1\"} 2\n\n\
+                    # HELP c C.\n# TYPE c gauge\nc 0\n\n";
+        assert_eq!(stable_order(a), want);
+        assert_eq!(stable_order(b), want);
+    }
+
+    /// With several pipelines, `/readyz` names each one that is not ready
+    /// with its reason (one that could not start included); the 200 when
+    /// every one is ready is in `tests/multi.rs` (a Readiness is only set
+    /// ready by its controller).
+    #[test]
+    fn readyz_with_pipelines_names_each_one_not_ready_and_why() {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let state = AdminState {
+            metrics: recorder.handle(),
+            ready: Readiness::new(),
             pipelines: vec![
-                ("a".into(), flag(true)),
-                ("b".into(), flag(false)),
-                ("c".into(), flag(false)),
+                ("a".into(), PipelineState::Running(Readiness::new())),
+                ("b".into(), PipelineState::Failed("no table".into())),
             ],
+            collectors: Vec::new(),
         };
         let (status, body) = respond(&state, &Method::GET, "/readyz");
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(body, "not ready: pipeline b, pipeline c\n");
-        state.pipelines[1].1.store(true, Ordering::Release);
-        state.pipelines[2].1.store(true, Ordering::Release);
-        assert_eq!(
-            respond(&state, &Method::GET, "/readyz"),
-            (StatusCode::OK, "ready\n".to_owned())
+        assert!(
+            body.starts_with("not ready: pipeline a: starting"),
+            "{body}"
         );
-        state.pipelines[0].1.store(false, Ordering::Release);
-        assert_eq!(
-            respond(&state, &Method::GET, "/readyz").1,
-            "not ready: pipeline a\n"
+        assert!(
+            body.ends_with("; pipeline b: could not start: no table\n"),
+            "{body}"
         );
     }
 }

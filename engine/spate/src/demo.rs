@@ -153,7 +153,7 @@ fn run(args: &DemoArgs) -> Result<ExitCode, DemoError> {
     let config = Config::from_yaml(&yaml, |_| None)?;
     // Always recorded: the demo reads the polled count to time the run from
     // the first polled row (after the group join).
-    let metrics = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
+    let metrics = spate::telemetry::install()?;
     let plan = rt.block_on(service::plan(&config))?;
     let (pipeline, _) = service::build(&config, &plan)?;
     if args.admin != "off" {
@@ -162,8 +162,12 @@ fn run(args: &DemoArgs) -> Result<ExitCode, DemoError> {
             config.admin.listen.parse()?,
             spate::admin::AdminState {
                 metrics,
-                ready: pipeline.ready_flag(),
+                ready: pipeline.readiness(),
                 pipelines: Vec::new(),
+                collectors: vec![
+                    spate::telemetry::process_collector(),
+                    spate::telemetry::budget_collector(pipeline.budget()),
+                ],
             },
         )?;
         eprintln!("admin server on http://{bound}");

@@ -7,6 +7,8 @@
 //! - [`kafka_tools`]: embedded broker, NDJSON producer, offsets.
 //! - [`process`]: several pipelines in one process (`pipelines:`).
 //! - [`routing`]: topic-to-table routing inside one pipeline (`tables:`).
+//! - [`telemetry`]: the Prometheus recorder, `# HELP` text, build and
+//!   process metrics (every series: `docs/METRICS.md`).
 //! - [`service`]: assembling the Kafka source, the ClickHouse writer and
 //!   mapper and the pipeline from a [`config::Config`].
 #![forbid(unsafe_code)]
@@ -18,3 +20,4 @@ pub mod process;
 pub mod routing;
 pub mod sample;
 pub mod service;
+pub mod telemetry;

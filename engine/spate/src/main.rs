@@ -223,15 +223,20 @@ pub(crate) fn run_config(config: &Config) -> Result<ExitCode, Box<dyn std::error
         }
         service::build(config, &plan)
     })?;
-    pipeline.set_metrics_scope(scope);
+    pipeline.set_metrics_scope(scope.clone());
     if config.admin.listen != "off" {
         let addr = config.admin.listen.parse()?;
         let bound = admin::spawn(
             addr,
             AdminState {
                 metrics,
-                ready: pipeline.ready_flag(),
+                ready: pipeline.readiness(),
                 pipelines: Vec::new(),
+                collectors: vec![
+                    spate::telemetry::process_collector(),
+                    // In the pipeline's scope: its budget gauges carry its label.
+                    scope.run(|| spate::telemetry::budget_collector(pipeline.budget())),
+                ],
             },
         )?;
         tracing::info!("admin server on http://{bound} (/metrics /healthz /readyz)");

@@ -25,15 +25,14 @@
 //! failure to start stops the process before any pipeline runs.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
+use metrics_exporter_prometheus::{PrometheusHandle, PrometheusRecorder};
 use spate_core::error::chain;
 use spate_core::metrics::Scope;
-use spate_core::pipeline::{ExitStatus, RunReport, Shutdown};
+use spate_core::pipeline::{ExitStatus, Readiness, RunReport, Shutdown};
 
-use crate::admin::{self, AdminState};
+use crate::admin::{self, AdminState, Collector, PipelineState};
 use crate::config::pipelines::{PipelineEntry, ProcessConfig};
 use crate::routing::{self, RoutedPipeline};
 use crate::service::{self, KafkaDeadLetter, ServiceError, SpatePipeline};
@@ -168,11 +167,19 @@ impl Built {
         Ok((Built::Routed(p), dl))
     }
 
-    /// The pipeline's ready flag (`/readyz`).
-    pub fn ready_flag(&self) -> Arc<AtomicBool> {
+    /// The pipeline's readiness (`/readyz`).
+    pub fn readiness(&self) -> Readiness {
         match self {
-            Built::One(p) => p.ready_flag(),
-            Built::Routed(p) => p.ready_flag(),
+            Built::One(p) => p.readiness(),
+            Built::Routed(p) => p.readiness(),
+        }
+    }
+
+    /// The pipeline's in-flight budget (for its gauges).
+    pub fn budget(&self) -> Arc<spate_core::budget::Budget> {
+        match self {
+            Built::One(p) => p.budget(),
+            Built::Routed(p) => p.budget(),
         }
     }
 
@@ -200,11 +207,7 @@ impl Built {
 /// # Errors
 /// [`ProcessError::Metrics`] when a recorder is already installed.
 pub fn install_metrics() -> Result<(PrometheusHandle, &'static PrometheusRecorder), ProcessError> {
-    let recorder = PrometheusBuilder::new().build_recorder();
-    let handle = recorder.handle();
-    let recorder: &'static PrometheusRecorder = Box::leak(Box::new(recorder));
-    metrics::set_global_recorder(recorder).map_err(|e| ProcessError::Metrics(e.to_string()))?;
-    Ok((handle, recorder))
+    crate::telemetry::install_static().map_err(ProcessError::Metrics)
 }
 
 /// The metrics scope of pipeline `name`: `pipeline="NAME"` on every series.
@@ -229,7 +232,8 @@ pub fn run(process: &ProcessConfig) -> Result<ProcessReport, ProcessError> {
         .map_err(|e| ProcessError::Io(format!("runtime: {e}")))?;
     let n = process.pipelines.len();
     let mut outcomes: Vec<Option<Outcome>> = (0..n).map(|_| None).collect();
-    let mut flags = Vec::with_capacity(n);
+    let mut states = Vec::with_capacity(n);
+    let mut collectors: Vec<Collector> = vec![crate::telemetry::process_collector()];
     let mut built = Vec::with_capacity(n);
     for (i, entry) in process.pipelines.iter().enumerate() {
         let name = entry.name().to_owned();
@@ -237,8 +241,11 @@ pub fn run(process: &ProcessConfig) -> Result<ProcessReport, ProcessError> {
         let result = scope.run(|| Built::build(&rt, entry));
         match result {
             Ok((mut pipeline, dead_letter)) => {
+                // In the pipeline's scope: its budget gauges carry its label.
+                collectors
+                    .push(scope.run(|| crate::telemetry::budget_collector(pipeline.budget())));
                 pipeline.set_metrics_scope(scope);
-                flags.push((name, pipeline.ready_flag()));
+                states.push((name, PipelineState::Running(pipeline.readiness())));
                 built.push((i, pipeline, dead_letter));
             }
             Err(e) => {
@@ -247,7 +254,7 @@ pub fn run(process: &ProcessConfig) -> Result<ProcessReport, ProcessError> {
                     return Err(ProcessError::Start { name, why });
                 }
                 tracing::error!(pipeline = %name, "cannot start: {why}; the other pipelines run");
-                flags.push((name.clone(), Arc::new(AtomicBool::new(false))));
+                states.push((name.clone(), PipelineState::Failed(why.clone())));
                 outcomes[i] = Some(Outcome {
                     name,
                     result: Err(why),
@@ -265,8 +272,19 @@ pub fn run(process: &ProcessConfig) -> Result<ProcessReport, ProcessError> {
             addr,
             AdminState {
                 metrics: handle,
-                ready: Arc::new(AtomicBool::new(false)),
-                pipelines: flags,
+                // Not read with `pipelines` set; a running pipeline's, so no
+                // extra `spate_ready` series is registered.
+                ready: states
+                    .iter()
+                    .find_map(|(_, s)| match s {
+                        PipelineState::Running(r) => Some(r.clone()),
+                        PipelineState::Failed(_) => None,
+                    })
+                    .unwrap_or_else(|| {
+                        scope(recorder, process.pipelines[0].name()).run(Readiness::new)
+                    }),
+                pipelines: states,
+                collectors,
             },
         )
         .map_err(|e| ProcessError::Io(e.to_string()))?;

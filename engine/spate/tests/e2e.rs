@@ -147,7 +147,8 @@ fn poison_messages_are_skipped_counted_by_reason_and_dead_lettered() {
     let label = format!("pipeline=\"{}\"", feed.group);
     let unlabelled: Vec<&str> = metrics
         .lines()
-        .filter(|l| l.starts_with("spate_") && !l.contains(&label))
+        .filter(|l| l.starts_with("spate_") && !l.starts_with("spate_build_info"))
+        .filter(|l| !l.contains(&label))
         .collect();
     assert!(
         unlabelled.is_empty(),

@@ -17,7 +17,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -30,10 +30,11 @@ use crate::pipeline::driver::RecordCounters;
 use crate::pipeline::eo::Recorder;
 use crate::pipeline::threads::{LaneEvent, LaneHost};
 use crate::pipeline::{
-    ExitStatus, IdleBackoff, PipelineConfig, PipelineError, RunReport, Shutdown,
+    ExitStatus, IdleBackoff, PipelineConfig, PipelineError, REASON_REFRESH, Readiness, RunReport,
+    Shutdown,
 };
 use crate::record::{Epoch, TopicPartition};
-use crate::sink::{SinkPool, Writer};
+use crate::sink::{PoolHandle, SinkPool, Writer};
 use crate::source::{AssignmentEvent, CommitOffset, OffsetReset, Source, SourceError};
 
 pub(crate) struct Controller<S: Source, W: Writer, H> {
@@ -45,7 +46,7 @@ pub(crate) struct Controller<S: Source, W: Writer, H> {
     pub(crate) events: UnboundedReceiver<LaneEvent<S::Lane>>,
     pub(crate) config: Arc<PipelineConfig>,
     pub(crate) counters: Arc<RecordCounters>,
-    pub(crate) ready: Arc<AtomicBool>,
+    pub(crate) ready: Readiness,
     pub(crate) commit_failures: Counter,
     pub(crate) committed: BTreeMap<TopicPartition, CommitOffset>,
     pub(crate) revoked: BTreeMap<(TopicPartition, Epoch), Option<u64>>,
@@ -82,14 +83,38 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
         let pool = self.pool.as_ref().map(SinkPool::handle);
         let started = self.error.is_none();
         let mut backoff = IdleBackoff::new(self.config.idle_poll, self.config.idle_poll_max);
+        let mut reason_at: Option<Instant> = None;
         while self.error.is_none() && !shutdown.is_triggered() {
             // Ready (what /readyz reports): started, every shard has a replica
             // whose breaker is closed, and the consumer holds an assignment
             // or waits for one without an error standing.
-            let reachable = pool.as_ref().is_some_and(|p| p.reachable(Instant::now()));
+            // A breaker that reached its threshold counts as open until a
+            // write succeeds (not only during its cooldown), so a steady
+            // fault reads as steadily not ready.
+            let reachable = pool.as_ref().is_some_and(PoolHandle::reachable);
             let consumer = self.source.consumer_ready();
-            self.ready
-                .store(started && reachable && consumer, Ordering::Release);
+            if started && reachable && consumer {
+                self.ready.set_ready();
+                reason_at = None;
+            } else if reason_at.is_none_or(|at| Instant::now() >= at) {
+                // The reason is written before the flag drops, then
+                // refreshed every REASON_REFRESH while it stays down.
+                reason_at = Some(Instant::now() + REASON_REFRESH);
+                let mut why = pool
+                    .as_ref()
+                    .map(PoolHandle::unreachable_reasons)
+                    .unwrap_or_default();
+                if !consumer {
+                    why.push(format!(
+                        "consumer: {}",
+                        self.source.consumer_not_ready_reason()
+                    ));
+                }
+                if !started {
+                    why.insert(0, "the start-up probe failed".to_owned());
+                }
+                self.ready.set_not_ready(why.join("; "));
+            }
             let busy = self.host.step(Instant::now());
             self.take_events();
             self.checkpointer.apply_ready();
@@ -151,7 +176,7 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
                 errors: errors.join("; "),
             });
         }
-        self.ready.store(true, Ordering::Release);
+        self.ready.set_ready();
         tracing::info!("every shard has a reachable replica; pipeline ready");
         Ok(())
     }
@@ -379,7 +404,8 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
         let deadline =
             self.shutdown_at.unwrap_or_else(Instant::now) + self.config.shutdown_drain_timeout;
         tracing::info!(timeout = ?self.config.shutdown_drain_timeout, "stopping: sealing and draining");
-        self.ready.store(false, Ordering::Release);
+        self.ready
+            .set_not_ready("shutting down: sealing and draining".to_owned());
         {
             // The ranges shutdown seals are recorded while threads hand them
             // over (effectively_once, D9); nothing to do otherwise.

@@ -369,7 +369,12 @@ impl<L: Lane, P: Processor> Driver<L, P> {
             }
             busy = true;
             polled += n as u64;
-            let ack = issuer.issue(batch.payload(0).offset, batch.payload(n - 1).offset);
+            let first = batch.payload(0);
+            let ack = issuer.issue_at(
+                first.offset,
+                batch.payload(n - 1).offset,
+                first.timestamp_ms,
+            );
             // A plan published since the last poll batch applies from here:
             // never inside a poll batch, never per record.
             self.processor.begin_poll_batch();

@@ -19,6 +19,7 @@ mod controller;
 pub mod driver;
 mod eo;
 pub mod lines;
+mod readiness;
 mod runner;
 pub mod terminal;
 mod threads;
@@ -29,6 +30,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
+pub use readiness::{REASON_REFRESH, Readiness};
 pub use runner::{Pipeline, PipelineBuilder};
 
 use crate::checkpoint::FailedBatch;

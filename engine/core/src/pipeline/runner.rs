@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
+use crate::pipeline::Readiness;
+
 use tokio::runtime::Handle;
 
 use crate::ack::ack_channel;
@@ -70,7 +72,7 @@ where
             factory: Arc::new(self.factory),
             dead_letter: self.dead_letter,
             nonce: self.nonce,
-            ready: Arc::new(AtomicBool::new(false)),
+            ready: Readiness::new(),
             counters: Arc::new(RecordCounters::default()),
             budget,
             metrics: crate::metrics::Scope::none(),
@@ -86,7 +88,7 @@ pub struct Pipeline<S, W, F> {
     factory: Arc<F>,
     dead_letter: Option<Arc<dyn DeadLetter>>,
     nonce: Option<RunNonce>,
-    ready: Arc<AtomicBool>,
+    ready: Readiness,
     counters: Arc<RecordCounters>,
     budget: Arc<Budget>,
     metrics: crate::metrics::Scope,
@@ -131,7 +133,14 @@ where
     /// error ([`crate::source::Source::consumer_ready`]): what `/readyz`
     /// reports.
     pub fn ready_flag(&self) -> Arc<AtomicBool> {
-        Arc::clone(&self.ready)
+        self.ready.flag()
+    }
+
+    /// The flag with the reason it is down ([`Readiness::check`]): what
+    /// `/readyz` answers, e.g. `shard 1: every replica's breaker open (r0
+    /// http://..: connection refused)` or the consumer's standing error.
+    pub fn readiness(&self) -> Readiness {
+        self.ready.clone()
     }
 
     /// Registers every series of the run in `scope` (its labels on each):

@@ -80,6 +80,17 @@ impl ReplicaSet {
         }
     }
 
+    /// Whether `replica`'s breaker is open in the sense readiness and the
+    /// `spate_sink_replica_breaker_open` gauge report: its consecutive
+    /// failures reached the threshold and no write succeeded since. Unlike
+    /// [`ReplicaSet::is_open`] this stays true after the cooldown, while
+    /// the replica waits for (or runs) its half-open trial: a replica that
+    /// keeps failing reads as down steadily, not as up for the moment
+    /// between a cooldown's end and its trial's failure.
+    pub fn is_tripped(&self, replica: usize) -> bool {
+        self.breakers[replica].consecutive_failures >= self.config.failure_threshold
+    }
+
     /// Whether `replica`'s breaker is open at `now`.
     pub fn is_open(&self, replica: usize, now: Instant) -> bool {
         self.breakers[replica]
@@ -117,6 +128,23 @@ mod tests {
         assert_eq!(s.pick(now), Pick::Replica(1));
         let later = now + Duration::from_secs(5);
         assert_eq!(s.pick(later), Pick::Replica(2), "half-open after cooldown");
+    }
+
+    #[test]
+    fn tripped_stays_through_the_cooldown_until_a_success() {
+        let mut s = set(1);
+        let t0 = Instant::now();
+        s.failure(0, t0);
+        assert!(!s.is_tripped(0), "below the threshold");
+        s.failure(0, t0);
+        assert!(s.is_tripped(0));
+        let later = t0 + Duration::from_secs(3600);
+        assert!(!s.is_open(0, later), "cooled down: half-open");
+        assert!(s.is_tripped(0), "still tripped until a trial succeeds");
+        s.failure(0, later);
+        assert!(s.is_tripped(0), "a failed trial keeps it tripped");
+        s.success(0);
+        assert!(!s.is_tripped(0));
     }
 
     #[test]

@@ -24,6 +24,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::task::JoinError;
+use tokio::time::Instant;
 
 use crate::metrics::{Gauge, ShardMetrics};
 use crate::sink::{Endpoint, ReplicaSet, SealedBatch, WriteError};
@@ -103,19 +104,117 @@ pub(crate) struct ShardShared {
     pub(crate) replicas: Mutex<ReplicaSet>,
     metrics: ShardMetrics,
     stats: ShardStats,
+    /// Backoff being slept now, in nanoseconds, summed over the shard's
+    /// writes: the gauge is set from this integer under the lock, so it
+    /// reads exactly 0 when no write sleeps (adding and subtracting floats
+    /// left residues such as 2.77e-17). Taken only when a backoff starts or
+    /// ends.
+    backoff_nanos: Mutex<u64>,
+    /// The last failure of each replica (endpoint order), for the
+    /// not-ready reason; cleared by a success. Written only on a failed or
+    /// first successful attempt after a failure.
+    last_errors: Mutex<Vec<Option<String>>>,
 }
 
 impl ShardShared {
     /// The state of shard `shard` writing to `endpoints` through `replicas`;
     /// registers the shard's metric handles.
     pub(crate) fn new(shard: usize, endpoints: Vec<Endpoint>, replicas: ReplicaSet) -> Self {
+        let n = endpoints.len();
         Self {
             shard,
             endpoints,
             replicas: Mutex::new(replicas),
-            metrics: ShardMetrics::register(shard),
+            metrics: ShardMetrics::register(shard, n),
             stats: ShardStats::default(),
+            backoff_nanos: Mutex::new(0),
+            last_errors: Mutex::new(vec![None; n]),
         }
+    }
+
+    /// A write to `replica` succeeded: its breaker closes (and its gauge
+    /// and the shard's readiness follow).
+    pub(crate) fn replica_succeeded(&self, replica: usize) {
+        let mut set = self.replicas.lock().expect("replica set lock");
+        let was_tripped = set.is_tripped(replica);
+        set.success(replica);
+        if was_tripped {
+            self.publish_breakers(&set);
+        }
+        drop(set);
+        let mut errors = self
+            .last_errors
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        errors[replica] = None;
+    }
+
+    /// A write to `replica` failed at `now` with `err`: counts against its
+    /// breaker; the error is kept for the not-ready reason.
+    pub(crate) fn replica_failed(&self, replica: usize, now: Instant, err: &WriteError) {
+        let mut set = self.replicas.lock().expect("replica set lock");
+        let was_tripped = set.is_tripped(replica);
+        set.failure(replica, now);
+        if !was_tripped && set.is_tripped(replica) {
+            self.publish_breakers(&set);
+        }
+        drop(set);
+        let mut errors = self
+            .last_errors
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        errors[replica] = Some(err.to_string());
+    }
+
+    /// Sets every breaker gauge and the shard's readiness gauge from `set`.
+    fn publish_breakers(&self, set: &ReplicaSet) {
+        let mut any_closed = false;
+        for (r, g) in self.metrics.breaker_open.iter().enumerate() {
+            let tripped = set.is_tripped(r);
+            any_closed |= !tripped;
+            g.set(if tripped { 1.0 } else { 0.0 });
+        }
+        self.metrics
+            .shard_ready
+            .set(if any_closed { 1.0 } else { 0.0 });
+    }
+
+    /// Whether the shard has a replica whose breaker is closed
+    /// ([`ReplicaSet::is_tripped`]): what readiness requires of it.
+    pub(crate) fn healthy(&self) -> bool {
+        let set = self.replicas.lock().expect("replica set lock");
+        (0..self.endpoints.len()).any(|r| !set.is_tripped(r))
+    }
+
+    /// Why the shard is not healthy, naming each replica and its last
+    /// error, e.g. `shard 1: every replica's breaker open (r0
+    /// http://..: connection refused)`; `None` when it is healthy.
+    pub(crate) fn unhealthy_reason(&self) -> Option<String> {
+        if self.healthy() {
+            return None;
+        }
+        let errors = self
+            .last_errors
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let replicas: Vec<String> = self
+            .endpoints
+            .iter()
+            .zip(errors.iter())
+            .map(|(e, err)| {
+                format!(
+                    "r{} {}: {}",
+                    e.replica,
+                    e.url,
+                    err.as_deref().unwrap_or("no error recorded")
+                )
+            })
+            .collect();
+        Some(format!(
+            "shard {}: every replica's breaker open ({})",
+            self.shard,
+            replicas.join("; ")
+        ))
     }
 
     /// A pipeline thread queued `rows` rows for the shard.
@@ -143,14 +242,46 @@ impl ShardShared {
 
     /// A write sleeps `delay` before its next attempt, for as long as the
     /// guard lives.
-    pub(crate) fn backing_off(&self, delay: Duration) -> GaugeGuard<'_> {
-        GaugeGuard::new(&self.metrics.backoff_seconds, delay.as_secs_f64())
+    pub(crate) fn backing_off(&self, delay: Duration) -> BackoffGuard<'_> {
+        let nanos = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
+        self.adjust_backoff(|total| total.saturating_add(nanos));
+        BackoffGuard { shard: self, nanos }
+    }
+
+    /// Applies `f` to the backoff total and sets the gauge from the result
+    /// under the lock (so concurrent writes cannot leave it stale).
+    fn adjust_backoff(&self, f: impl FnOnce(u64) -> u64) {
+        let mut total = self
+            .backoff_nanos
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *total = f(*total);
+        self.metrics
+            .backoff_seconds
+            .set(backoff_gauge_value(*total));
     }
 
     /// `batch` was acknowledged by a replica, after `ambiguous` attempts
     /// whose outcome is unknown (each may have landed: possible duplicates).
-    pub(crate) fn flushed(&self, batch: &SealedBatch, ambiguous: u64) {
+    /// `started` is when its first attempt began, `oldest_ms` the Kafka
+    /// timestamp its end-to-end latency counts from
+    /// ([`crate::ack::AckSet::oldest_timestamp_ms`]). One record per
+    /// histogram per batch.
+    pub(crate) fn flushed(
+        &self,
+        batch: &SealedBatch,
+        ambiguous: u64,
+        started: Instant,
+        oldest_ms: Option<i64>,
+    ) {
         let (st, m) = (&self.stats, &self.metrics);
+        m.insert_duration.record(started.elapsed().as_secs_f64());
+        m.batch_rows.record(batch.rows() as f64);
+        m.batch_bytes.record(batch.bytes() as f64);
+        if let (Some(ts), Some(clock)) = (oldest_ms, crate::metrics::wall_clock()) {
+            // A producer clock ahead of ours reads as 0, not negative.
+            m.end_to_end.record((clock() - ts).max(0) as f64 / 1000.0);
+        }
         st.batches_flushed.fetch_add(1, Ordering::Relaxed);
         st.rows_flushed.fetch_add(batch.rows(), Ordering::Relaxed);
         st.bytes_flushed.fetch_add(batch.bytes(), Ordering::Relaxed);
@@ -351,6 +482,27 @@ impl ShardShared {
     }
 }
 
+/// The backoff gauge's value for `nanos` of total backoff: exactly 0.0 for
+/// 0 (the gauge is always set from the integer total, never accumulated).
+fn backoff_gauge_value(nanos: u64) -> f64 {
+    Duration::from_nanos(nanos).as_secs_f64()
+}
+
+/// Adds a backoff to its shard's total for as long as it lives (also when
+/// the task holding it is aborted).
+pub(crate) struct BackoffGuard<'a> {
+    shard: &'a ShardShared,
+    nanos: u64,
+}
+
+impl Drop for BackoffGuard<'_> {
+    fn drop(&mut self) {
+        let nanos = self.nanos;
+        self.shard
+            .adjust_backoff(|total| total.saturating_sub(nanos));
+    }
+}
+
 /// Raises a gauge by `amount` for as long as the guard lives (also when the
 /// task holding it is aborted).
 pub(crate) struct GaugeGuard<'a> {
@@ -368,5 +520,146 @@ impl<'a> GaugeGuard<'a> {
 impl Drop for GaugeGuard<'_> {
     fn drop(&mut self) {
         self.gauge.decrement(self.amount);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::sink::BreakerConfig;
+
+    fn shard(replicas: usize) -> ShardShared {
+        let endpoints = (0..replicas)
+            .map(|replica| Endpoint {
+                shard: 1,
+                replica,
+                url: format!("http://h{replica}:8123").into(),
+            })
+            .collect();
+        ShardShared::new(
+            1,
+            endpoints,
+            ReplicaSet::new(
+                replicas,
+                BreakerConfig {
+                    failure_threshold: 1,
+                    cooldown: Duration::from_millis(1),
+                },
+            ),
+        )
+    }
+
+    /// Every gauge of shard 1 from one snapshot, keyed by name and
+    /// replica label ("" without). The debugging recorder resets values
+    /// at each snapshot, so a test reads what was set since the last one.
+    fn gauges(
+        snapshotter: &metrics_util::debugging::Snapshotter,
+    ) -> BTreeMap<(String, String), f64> {
+        use metrics_util::debugging::DebugValue;
+        snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .filter_map(|(key, _, _, value)| {
+                let k = key.key();
+                let label = |name: &str| {
+                    k.labels()
+                        .find(|l| l.key() == name)
+                        .map(|l| l.value().to_owned())
+                };
+                match value {
+                    DebugValue::Gauge(v) if label("shard").as_deref() == Some("1") => Some((
+                        (k.name().to_owned(), label("replica").unwrap_or_default()),
+                        v.0,
+                    )),
+                    _ => None,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_backoff_gauge_returns_to_exactly_zero_and_breakers_show() {
+        use crate::metrics as m;
+        let recorder = metrics_util::debugging::DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let s = ::metrics::with_local_recorder(&recorder, || shard(2));
+        // 0.1 + 0.2 - 0.1 - 0.2 is 2.77e-17 in f64: the residue a scrape
+        // showed when the gauge was incremented and decremented.
+        let a = s.backing_off(Duration::from_millis(100));
+        let b = s.backing_off(Duration::from_millis(200));
+        drop(a);
+        drop(b);
+        let g = gauges(&snapshotter);
+        let v = g[&(m::BACKOFF_SECONDS.to_owned(), String::new())];
+        assert_eq!(v.to_bits(), 0.0f64.to_bits(), "backoff gauge {v:e}");
+        assert_eq!(g[&(m::SHARD_READY.to_owned(), String::new())], 1.0);
+
+        let breaker = |g: &BTreeMap<(String, String), f64>, r: &str| {
+            g[&(m::REPLICA_BREAKER_OPEN.to_owned(), r.to_owned())]
+        };
+        let ready =
+            |g: &BTreeMap<(String, String), f64>| g[&(m::SHARD_READY.to_owned(), String::new())];
+        let now = Instant::now();
+        s.replica_failed(0, now, &WriteError::retryable("refused"));
+        let g = gauges(&snapshotter);
+        assert_eq!(
+            (breaker(&g, "0"), breaker(&g, "1"), ready(&g)),
+            (1.0, 0.0, 1.0)
+        );
+        s.replica_failed(1, now, &WriteError::retryable("refused"));
+        let g = gauges(&snapshotter);
+        assert_eq!(
+            (breaker(&g, "0"), breaker(&g, "1"), ready(&g)),
+            (1.0, 1.0, 0.0)
+        );
+        s.replica_succeeded(0);
+        let g = gauges(&snapshotter);
+        assert_eq!(
+            (breaker(&g, "0"), breaker(&g, "1"), ready(&g)),
+            (0.0, 1.0, 1.0)
+        );
+    }
+
+    #[test]
+    fn backoff_total_returns_to_exactly_zero() {
+        let s = shard(1);
+        // Delays whose float sum does not cancel exactly: 0.1 + 0.2 - 0.1 - 0.2
+        // is 2.77e-17 in f64, the residue seen on a scrape.
+        let a = s.backing_off(Duration::from_millis(100));
+        let b = s.backing_off(Duration::from_millis(200));
+        assert_eq!(*s.backoff_nanos.lock().unwrap(), 300_000_000);
+        drop(a);
+        drop(b);
+        assert_eq!(*s.backoff_nanos.lock().unwrap(), 0);
+        assert_eq!(backoff_gauge_value(0).to_bits(), 0.0f64.to_bits());
+        assert_eq!(backoff_gauge_value(300_000_000), 0.3);
+    }
+
+    #[test]
+    fn unhealthy_reason_names_the_shard_and_each_replica() {
+        let s = shard(2);
+        let now = Instant::now();
+        assert!(s.healthy());
+        assert_eq!(s.unhealthy_reason(), None);
+        s.replica_failed(0, now, &WriteError::retryable("connection refused"));
+        assert!(s.healthy(), "r1 still closed");
+        s.replica_failed(1, now, &WriteError::retryable("timed out"));
+        assert!(!s.healthy());
+        let why = s.unhealthy_reason().expect("unhealthy");
+        assert!(
+            why.starts_with("shard 1: every replica's breaker open ("),
+            "{why}"
+        );
+        assert!(why.contains("r0 http://h0:8123: "), "{why}");
+        assert!(why.contains("connection refused"), "{why}");
+        assert!(why.contains("r1 http://h1:8123: "), "{why}");
+        assert!(why.contains("timed out"), "{why}");
+        // A cooldown over is not health: still unhealthy until a success.
+        assert!(!s.healthy());
+        s.replica_succeeded(1);
+        assert!(s.healthy());
     }
 }

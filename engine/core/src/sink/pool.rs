@@ -78,15 +78,27 @@ impl PoolHandle {
         self.shared[shard].dropped(rows);
     }
 
-    /// Whether every shard has a replica whose circuit breaker is closed (or
-    /// has cooled down) at `now`: what readiness reports once started. A
-    /// shard whose every replica keeps failing makes this false until one
-    /// cools down.
-    pub fn reachable(&self, now: Instant) -> bool {
-        self.shared.iter().all(|s| {
-            let replicas = s.replicas.lock().expect("replica set lock");
-            (0..s.endpoints.len()).any(|r| !replicas.is_open(r, now))
-        })
+    /// Whether every shard has a replica whose circuit breaker is closed:
+    /// what readiness reports once started. A breaker that reached its
+    /// failure threshold counts as open until a write to it succeeds, its
+    /// cooldown and half-open trial included
+    /// ([`crate::sink::ReplicaSet::is_tripped`]), so a shard whose every
+    /// replica keeps failing reads as unreachable steadily (it used to read
+    /// reachable for each moment between a cooldown's end and the trial's
+    /// failure, and `/readyz` flapped).
+    pub fn reachable(&self) -> bool {
+        self.shared.iter().all(|s| s.healthy())
+    }
+
+    /// Why [`PoolHandle::reachable`] is false: one entry per unhealthy
+    /// shard, naming the shard and each replica's last error (e.g. `shard 1:
+    /// every replica's breaker open (r0 http://..: connection refused)`).
+    /// Empty when reachable. Formats strings: not for a hot path.
+    pub fn unreachable_reasons(&self) -> Vec<String> {
+        self.shared
+            .iter()
+            .filter_map(|s| s.unhealthy_reason())
+            .collect()
     }
 
     /// Chunks waiting in `shard`'s queue.

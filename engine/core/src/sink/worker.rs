@@ -279,6 +279,7 @@ async fn write_batch<W: Writer>(
     seed: u64,
 ) {
     let _inflight = shared.write_in_flight();
+    let started = Instant::now();
     let mut attempts = Attempts::new(seed);
     let mut batch = Arc::clone(&pending.batch);
     let outcome = loop {
@@ -287,11 +288,7 @@ async fn write_batch<W: Writer>(
         batch.debug_assert_unchanged();
         let err = match attempt(&*writer, endpoint, &batch, &config).await {
             Ok(()) => {
-                shared
-                    .replicas
-                    .lock()
-                    .expect("replica set lock")
-                    .success(replica);
+                shared.replica_succeeded(replica);
                 break Ok(());
             }
             Err(e) => e,
@@ -320,7 +317,8 @@ async fn write_batch<W: Writer>(
     };
     match outcome {
         Ok(()) => {
-            shared.flushed(&batch, attempts.ambiguous);
+            let oldest = pending.acks.oldest_timestamp_ms();
+            shared.flushed(&batch, attempts.ambiguous, started, oldest);
             // D1: delivered only after a replica acknowledged the insert.
             pending.acks.deliver();
         }
@@ -457,11 +455,7 @@ impl Attempts {
         replica: usize,
     ) -> Option<Abandon> {
         self.waits = 0;
-        shared
-            .replicas
-            .lock()
-            .expect("replica set lock")
-            .failure(replica, Instant::now());
+        shared.replica_failed(replica, Instant::now(), &err);
         self.failures = self.failures.saturating_add(1);
         if err.kind == WriteErrorKind::Ambiguous {
             self.ambiguous += 1;
