@@ -1,16 +1,38 @@
 #!/usr/bin/env bash
-# Side-by-side benchmark: spate, ClickHouse's own Kafka table engine, and a
-# plain Python consumer loop, each moving the same ROWS flight rows from one
-# embedded Kafka broker into the same ClickHouse, one after another.
+# Side-by-side benchmark (second edition, issue 22): spate (at_least_once
+# and effectively_once), ClickHouse's own Kafka table engine, a plain Python
+# consumer loop and clickhouse_sinker, each moving the same ROWS flight rows
+# from one pre-filled topic into the same ClickHouse, one arm at a time,
+# arms interleaved over PEER_BENCH_REPS repetitions (rotated: rep 1 runs
+# A B C, rep 2 B C A, ...), reported as medians with ranges.
 #
-#   bash ci/peer-bench.sh [ROWS]      ROWS defaults to 1,000,000
-#   bash ci/peer-bench.sh --kafka real [ROWS]
-#                                     the same against a real Apache Kafka
-#                                     4.4 cluster instead of the mock:
-#                                     ci/kafka.sh start 3 (KRaft, RF 3,
-#                                     min.insync.replicas 2), a topic of
-#                                     PEER_BENCH_PARTITIONS (default 12)
-#                                     partitions, stopped at the end
+#   bash ci/peer-bench.sh [--kafka real|mock] [--reps N] [ROWS]
+#       --kafka real (default): a real Apache Kafka 4.4 cluster,
+#                     ci/kafka.sh start 3 (KRaft, RF 3, min.insync.replicas
+#                     2), a topic of PEER_BENCH_PARTITIONS (default 12)
+#                     partitions, stopped at the end
+#       --kafka mock: the embedded broker (librdkafka's mock cluster)
+#       --reps N:     repetitions (default 3)
+#       ROWS:         flight rows (default 1,000,000)
+#
+# Gates: a run passes when every row landed exactly once (count() = ROWS
+# and uniqExact(id) = ROWS) and the arm did not stall, time out or exit. A
+# run that fails a gate is reported as failed with its reason, never as a
+# number: medians and ranges are over the passing runs only, and the table
+# says how many of the repetitions passed.
+#
+# clickhouse_sinker: `go install github.com/housepower/clickhouse_sinker/
+# cmd/clickhouse_sinker@$PEER_BENCH_SINKER_VERSION` (the ordinary Go
+# tooling through the Go module proxy). Where the proxy does not serve the
+# module (measured 2026-12-01 on this machine kind: HTTP 403 "This module
+# version is not available" for every version and for the version list),
+# the arm is reported as not run with the go command's own message.
+#
+# The table: every arm writes into the same ReplicatedMergeTree (one
+# replica, replicated_deduplication_window = 10000, on ClickHouse 18.16 with
+# a local ZooKeeper): effectively_once needs a table that deduplicates, and
+# the same table for every arm keeps the comparison fair. 18.16 needs no
+# other adaptation for flights (no DateTime64, no LowCardinality used).
 #
 # What it does (everything it needs is installed here; it is a benchmark, not
 # part of ci/test.sh):
@@ -60,34 +82,37 @@
 #   PEER_BENCH_KAFKA_CONSUMERS=2  kafka_num_consumers of the Kafka engine
 #   PEER_BENCH_KAFKA_BLOCK=1048576 kafka_max_block_size of the Kafka engine
 #   PEER_BENCH_PY_BATCH=100000    rows per Python insert
-#   PEER_BENCH_SYSTEMS="spate kafka python"  which systems run (any subset)
+#   PEER_BENCH_SYSTEMS="spate spate-eo kafka python sinker"  which arms run
+#   PEER_BENCH_REPS=3             repetitions (or --reps)
+#   PEER_BENCH_SINKER_VERSION=v3.1.9  clickhouse_sinker version for go install
 #   PEER_BENCH_SPATE_THREADS=2    spate's pipeline.threads
-#   PEER_BENCH_DELIVERY=at_least_once  spate's pipeline.delivery
-#                                 (effectively_once needs a table that
-#                                 deduplicates: set PEER_BENCH_REPLICATED=1)
-#   PEER_BENCH_REPLICATED=0       1: one ClickHouse of `ci/clickhouse.sh
-#                                 start-replicated 1 1` (with a ZooKeeper on
-#                                 $SPATE_ZK_PORT) and every table a
-#                                 ReplicatedMergeTree with
-#                                 replicated_deduplication_window = 10000
+#   PEER_BENCH_REPLICATED=1       0: a plain ClickHouse and MergeTree tables
+#                                 (then the spate-eo arm cannot run: its
+#                                 runs fail spate's own refusal)
 #   --kafka real: SPATE_KAFKA_DIR=/tmp/spate-kafka-peer-bench
 #   SPATE_KAFKA_BASE_PORT=17292 (clients 17292.., quorum 17392..)
 #   PEER_BENCH_PARTITIONS=12
 #
-# Output: a Markdown table on stdout and in $CARGO_TARGET_DIR/peer-bench.md;
-# logs of every process under $CARGO_TARGET_DIR/peer-bench/.
+# Output: a Markdown table on stdout and in $CARGO_TARGET_DIR/peer-bench.md
+# (medians [min-max] per arm), every run's measurements in
+# $CARGO_TARGET_DIR/peer-bench/runs.tsv, logs of every process under
+# $CARGO_TARGET_DIR/peer-bench/.
 set -euo pipefail
 
-KAFKA_KIND=mock
+KAFKA_KIND=real
 ROWS=1000000
+REPS="${PEER_BENCH_REPS:-3}"
+usage() { echo "usage: $0 [--kafka real|mock] [--reps N] [ROWS]" >&2; exit 2; }
 while (($#)); do
   case "$1" in
-    --kafka) KAFKA_KIND="${2:-}"; shift 2 || true ;;
+    --kafka) KAFKA_KIND="${2:-}"; shift 2 || usage ;;
+    --reps) REPS="${2:-}"; shift 2 || usage ;;
     *) ROWS="$1"; shift ;;
   esac
 done
-[[ "$KAFKA_KIND" == mock || "$KAFKA_KIND" == real ]] || { echo "usage: $0 [--kafka mock|real] [ROWS]" >&2; exit 2; }
-[[ "$ROWS" =~ ^[1-9][0-9]*$ ]] || { echo "usage: $0 [--kafka mock|real] [ROWS]" >&2; exit 2; }
+[[ "$KAFKA_KIND" == mock || "$KAFKA_KIND" == real ]] || usage
+[[ "$ROWS" =~ ^[1-9][0-9]*$ ]] || usage
+[[ "$REPS" =~ ^[1-9][0-9]*$ ]] || usage
 export SPATE_KAFKA_DIR="${SPATE_KAFKA_DIR:-/tmp/spate-kafka-peer-bench}"
 export SPATE_KAFKA_BASE_PORT="${SPATE_KAFKA_BASE_PORT:-17292}"
 
@@ -102,13 +127,13 @@ STALL="${PEER_BENCH_STALL:-60}"
 KAFKA_CONSUMERS="${PEER_BENCH_KAFKA_CONSUMERS:-2}"
 KAFKA_BLOCK="${PEER_BENCH_KAFKA_BLOCK:-1048576}"
 PY_BATCH="${PEER_BENCH_PY_BATCH:-100000}"
-SYSTEMS="${PEER_BENCH_SYSTEMS:-spate kafka python}"
+SYSTEMS="${PEER_BENCH_SYSTEMS:-spate spate-eo kafka python sinker}"
 SPATE_THREADS="${PEER_BENCH_SPATE_THREADS:-2}"
-DELIVERY="${PEER_BENCH_DELIVERY:-at_least_once}"
-REPLICATED="${PEER_BENCH_REPLICATED:-0}"
-[[ "$DELIVERY" == at_least_once || "$DELIVERY" == effectively_once ]] ||
-  { echo "PEER_BENCH_DELIVERY: at_least_once or effectively_once, not $DELIVERY" >&2; exit 2; }
-runs() { [[ " $SYSTEMS " == *" $1 "* ]]; }
+REPLICATED="${PEER_BENCH_REPLICATED:-1}"
+SINKER_VERSION="${PEER_BENCH_SINKER_VERSION:-v3.1.9}"
+for a in $SYSTEMS; do
+  case "$a" in spate | spate-eo | kafka | python | sinker) ;; *) echo "PEER_BENCH_SYSTEMS: unknown arm $a (known: spate spate-eo kafka python sinker)" >&2; exit 2 ;; esac
+done
 CONFLUENT_KAFKA="confluent-kafka==2.16.1"
 
 WORK="$CARGO_TARGET_DIR/peer-bench"
@@ -269,14 +294,49 @@ COLUMNS_DDL="id UInt64, date DateTime, delay Int32, distance UInt32, origin Stri
 fresh_table() {
   ch "DROP TABLE IF EXISTS $1" >/dev/null
   if [[ "$REPLICATED" == 1 ]]; then
-    ch "CREATE TABLE $1 ($COLUMNS_DDL) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/$1_$RUN_ID', '{replica}') ORDER BY id SETTINGS replicated_deduplication_window = 10000" >/dev/null
+    ch "CREATE TABLE $1 ($COLUMNS_DDL) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/$1_${RUN_ID}_${REP:-0}', '{replica}') ORDER BY id SETTINGS replicated_deduplication_window = 10000" >/dev/null
   else
     ch "CREATE TABLE $1 ($COLUMNS_DDL) ENGINE = MergeTree ORDER BY id" >/dev/null
   fi
 }
 
 # --- 5. measurements ------------------------------------------------------------
-ROWS_MD=()
+# report NAME TABLE CPU_CONSUMER RSS_CONSUMER CPU_SERVER RSS_SERVER NOTE: one
+# line of $RUNS (TSV): arm, rep, gate (pass, or why not), landed, dups,
+# wall s, rows/s, CPU s/M (arm, server), peak RSS MiB (arm, server), note.
+RUNS="$WORK/runs.tsv"
+report() {
+  local name=$1 table=$2 cpu_c=$3 rss_c=$4 cpu_s=$5 rss_s=$6 note=$7
+  local landed distinct dups wall rate first per_m_c per_m_s gate
+  landed="$(count_of "$table")"
+  distinct="$(ch "SELECT uniqExact(id) FROM $table")"
+  dups=$((landed - distinct))
+  first="${M_FIRST:-$M_FIRST_LANDED}"
+  # The rate counts the rows landed when the watch ended (ROWS, or fewer
+  # after a stall or timeout); "rows landed" is the count after the stop.
+  if [[ -z "$first" ]] || (($(calc "$M_DONE <= $first"))) || ((M_LANDED == 0)); then
+    wall="-"; rate="-"
+  else
+    wall="$(printf '%.2f' "$(calc "$M_DONE - $first")")"
+    rate="$(calc "int($M_LANDED / ($M_DONE - $first))")"
+  fi
+  per_m() { if [[ "$1" == "-" ]] || ((distinct == 0)); then echo "-"; else printf '%.2f' "$(calc "$1 * 1000000 / $distinct")"; fi; }
+  per_m_c="$(per_m "$cpu_c")"
+  per_m_s="$(per_m "$cpu_s")"
+  gate=pass
+  if [[ "$M_STATUS" != complete ]]; then gate="$M_STATUS"
+  elif ((distinct != ROWS)); then gate="lost $((ROWS - distinct)) rows"
+  elif ((dups != 0)); then gate="$dups duplicate rows"
+  elif [[ "$rate" == "-" ]]; then gate="no first-row time"
+  fi
+  [[ "$gate" == pass ]] || log "$name rep $REP: FAILED a gate: $gate"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+    "$name" "$REP" "$gate" "$landed" "$dups" "$wall" "$rate" "$per_m_c" "$rss_c" "$per_m_s" "$rss_s" "$note" >>"$RUNS"
+}
+# not_run NAME WHY: an arm that could not run at all (every repetition).
+not_run() {
+  printf '%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t%s\n' "$1" "$REP" "not run: $2" "$2" >>"$RUNS"
+}
 
 # measure NAME TABLE CONSUMER_PID FIRST_ROW_CMD: poll until ROWS landed, the
 # timeout, or a stall; sets M_* for report().
@@ -314,30 +374,6 @@ measure() {
   log "$name: $M_STATUS"
 }
 
-# report NAME TABLE CPU_CONSUMER RSS_CONSUMER CPU_SERVER RSS_SERVER FIRST_NOTE
-report() {
-  local name=$1 table=$2 cpu_c=$3 rss_c=$4 cpu_s=$5 rss_s=$6 first_note=$7
-  local landed distinct dups wall rate first per_m_c per_m_s
-  landed="$(count_of "$table")"
-  distinct="$(ch "SELECT uniqExact(id) FROM $table")"
-  dups=$((landed - distinct))
-  first="${M_FIRST:-$M_FIRST_LANDED}"
-  # The rate counts the rows landed when the watch ended (ROWS, or fewer
-  # after a stall or timeout); "rows landed" is the count after the stop.
-  if [[ -z "$first" ]] || (($(calc "$M_DONE <= $first"))) || ((M_LANDED == 0)); then
-    wall="-"; rate="-"
-  else
-    wall="$(printf '%.2f' "$(calc "$M_DONE - $first")")"
-    rate="$(calc "int($M_LANDED / ($M_DONE - $first))")"
-  fi
-  per_m() { if [[ "$1" == "-" ]] || ((distinct == 0)); then echo "-"; else printf '%.2f' "$(calc "$1 * 1000000 / $distinct")"; fi; }
-  per_m_c="$(per_m "$cpu_c")"
-  per_m_s="$(per_m "$cpu_s")"
-  local status=""
-  [[ "$M_STATUS" == complete ]] || status="**$M_STATUS**; "
-  ROWS_MD+=("| $name | $landed | $dups | $wall | $rate | $per_m_c | $rss_c | $per_m_s | $rss_s | $status$first_note |")
-}
-
 check_retention() {
   local n
   n="$("$PY" ci/peer_bench.py watermarks "$BROKERS" "$TOPIC")" || die "broker retention deleted data before $1"
@@ -347,160 +383,194 @@ check_retention() {
 server_cpu() { cpu_of "$CH_PID"; }
 reset_server_hwm() { echo 5 >"/proc/$CH_PID/clear_refs" 2>/dev/null || log "cannot reset the server's VmHWM; its peak RSS includes earlier runs"; }
 
-# 5.1 spate -----------------------------------------------------------------------
-if runs spate; then
-check_retention spate
-fresh_table peer_spate
-DELIVERY_KEY=""
-[[ "$DELIVERY" == at_least_once ]] || DELIVERY_KEY=", delivery: $DELIVERY"
-cat >"$WORK/spate.yaml" <<EOF
+# --- arms: each runs once for repetition $REP -------------------------------------
+arm_spate() {
+  local name=$1 delivery=$2 table=$3
+  check_retention "$name"
+  fresh_table "$table"
+  local DELIVERY_KEY=""
+  [[ "$delivery" == at_least_once ]] || DELIVERY_KEY=", delivery: $delivery"
+  cat >"$WORK/$table-$REP.yaml" <<EOF
 pipeline: { name: "peer-bench-$RUN_ID", threads: $SPATE_THREADS, io_threads: 2$DELIVERY_KEY }
 checkpoint: { interval: 200ms }
 source:
   kafka:
     brokers: "$BROKERS"
     topics: [$TOPIC]
-    group_id: "peer-spate-$RUN_ID"
+    group_id: "peer-$table-$RUN_ID-$REP"
     properties: { session.timeout.ms: "6000", heartbeat.interval.ms: "500" }
 format: { json: { time_formats: ["%Y/%m/%d %H:%M"] } }
 on_error: { policy: fail }
 sink:
   clickhouse:
     shards: [["$CH_URL"]]
-    table: peer_spate
+    table: $table
     batch: { max_rows: 1000000, max_bytes: 64MiB, linger: 200ms }
     inflight: { max_inflight: 2, max_bytes: 256MiB }
 shutdown: { drain_timeout: 30s }
 admin: { listen: "127.0.0.1:$ADMIN_PORT" }
 EOF
-log "spate: running"
-reset_server_hwm
-s_cpu0="$(server_cpu)"
-"$SPATE" run -c "$WORK/spate.yaml" >"$WORK/spate.out" 2>"$WORK/spate.log" &
-CONSUMER_PID=$!
-spate_first() {
-  local polled
-  polled="$(curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" 2>/dev/null |
-    awk '/^spate_records_polled_total/ { s += $NF } END { print s + 0 }')"
-  ((polled > 0)) && now
-}
-measure spate peer_spate "$CONSUMER_PID" spate_first
-c_cpu="$(cpu_of "$CONSUMER_PID")"; c_rss="$(hwm_of "$CONSUMER_PID")"
-c_threads="$(thread_cpu_of "$CONSUMER_PID")"
-# Inserts made (batches flushed) while the rows landed, per second.
-inserts="$(curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" 2>/dev/null |
-  awk '/^spate_sink_batches_flushed_total/ { s += $NF } END { print s + 0 }')"
-ins_rate="-"
-if [[ -n "${M_FIRST:-}" && -n "$M_DONE" ]] && (($(calc "$M_DONE > $M_FIRST"))); then
-  ins_rate="$(printf '%.1f' "$(calc "$inserts / ($M_DONE - $M_FIRST)")")"
-fi
-s_cpu="$(calc "$(server_cpu) - $s_cpu0")"; s_rss="$(hwm_of "$CH_PID")"
-kill -TERM "$CONSUMER_PID"
-spate_rc=0; wait "$CONSUMER_PID" || spate_rc=$?
-CONSUMER_PID=""
-note="delivery $DELIVERY; $inserts inserts ($ins_rate/s); threads $SPATE_THREADS, io_threads 2, batch max_rows 1M / 64 MiB / linger 200ms, max_inflight 2; CPU s by thread (whole run): $c_threads; exit $spate_rc after SIGTERM"
-report spate peer_spate "$c_cpu" "$c_rss" "$s_cpu" "$s_rss" "$note"
-fi
-
-# 5.2 ClickHouse Kafka engine ----------------------------------------------------
-if runs kafka; then
-check_retention "the Kafka engine"
-fresh_table peer_kafka
-ch "DROP TABLE IF EXISTS peer_kafka_mv" >/dev/null
-ch "DROP TABLE IF EXISTS peer_kafka_queue" >/dev/null
-# The queue reads the date as String (JSONEachRow in 18.16 parses DateTime
-# only as YYYY-MM-DD hh:mm:ss); the view converts it.
-KAFKA_SETTINGS="kafka_broker_list = '$BROKERS', kafka_topic_list = '$TOPIC', kafka_group_name = 'peer-ch-kafka-$RUN_ID', kafka_format = 'JSONEachRow', kafka_num_consumers = $KAFKA_CONSUMERS, kafka_max_block_size = $KAFKA_BLOCK"
-ch "CREATE TABLE peer_kafka_queue (id UInt64, date String, delay Int32, distance UInt32, origin String, destination String) ENGINE = Kafka SETTINGS $KAFKA_SETTINGS" >/dev/null
-log_lines_before="$(wc -l <"$CH_LOG")"
-log "Kafka engine: running ($KAFKA_SETTINGS)"
-reset_server_hwm
-s_cpu0="$(server_cpu)"
-ch "CREATE MATERIALIZED VIEW peer_kafka_mv TO peer_kafka AS SELECT id, parseDateTimeBestEffort(date) AS date, delay, distance, origin, destination FROM peer_kafka_queue" >/dev/null
-measure "ClickHouse Kafka engine" peer_kafka "" false
-s_cpu="$(calc "$(server_cpu) - $s_cpu0")"; s_rss="$(hwm_of "$CH_PID")"
-# The engine logs no line per poll. Two lower bounds on its first consumed
-# row, the later of which is taken (it errs early, against the engine):
-# - the start of its first background stream that committed rows: each
-#   stream logs "Started streaming" when it starts and "Committing N
-#   messages" when it ends (server log; the commit comes at the end of the
-#   stream, so wait for it before dropping the view);
-# - its consumers' first partition assignment, from librdkafka's own
-#   debug=cgrp log on the server's stderr (epoch seconds in the second
-#   |-field): a stream that starts before the group join blocks through it.
-# (awk reads the file itself: `tail | awk '...exit'` would end in SIGPIPE,
-# which pipefail and errexit turn into the end of this script.)
-kafka_stream_start() {
-  awk -v skip="$log_lines_before" '
-    NR <= skip || !/StorageKafka \(peer_kafka_queue\)/ { next }
-    /Started streaming/ { last = $1 " " $2 }
-    /Committing [1-9][0-9]* messages/ { print last; exit }' "$CH_LOG"
-}
-for _ in $(seq 1 150); do
-  [[ -n "$(kafka_stream_start)" ]] && break
-  sleep 0.1
-done
-stream_start="$(kafka_stream_start)"
-assigned="$(grep -m1 -a "assigned topic $TOPIC partitions" "$CH_STDOUT" | cut -d'|' -f2 || true)"
-if [[ -n "$stream_start" ]]; then
-  # "2026.11.29 18:40:01.123456": the server's local time, as date(1)'s.
-  d="${stream_start%% *}"
-  M_FIRST="$(date -d "${d//./-} ${stream_start#* }" +%s.%N)"
-  if [[ -n "$assigned" ]] && (($(calc "$assigned > $M_FIRST"))); then
-    M_FIRST="$assigned"
+  log "$name rep $REP: running"
+  reset_server_hwm
+  s_cpu0="$(server_cpu)"
+  "$SPATE" run -c "$WORK/$table-$REP.yaml" >"$WORK/$table-$REP.out" 2>"$WORK/$table-$REP.log" &
+  CONSUMER_PID=$!
+  spate_first() {
+    local polled
+    polled="$(curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" 2>/dev/null |
+      awk '/^spate_records_polled_total/ { s += $NF } END { print s + 0 }')"
+    ((polled > 0)) && now
+  }
+  measure "$name" "$table" "$CONSUMER_PID" spate_first
+  c_cpu="$(cpu_of "$CONSUMER_PID")"; c_rss="$(hwm_of "$CONSUMER_PID")"
+  c_threads="$(thread_cpu_of "$CONSUMER_PID")"
+  # Inserts made (batches flushed) while the rows landed, per second.
+  inserts="$(curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" 2>/dev/null |
+    awk '/^spate_sink_batches_flushed_total/ { s += $NF } END { print s + 0 }')"
+  ins_rate="-"
+  if [[ -n "${M_FIRST:-}" && -n "$M_DONE" ]] && (($(calc "$M_DONE > $M_FIRST"))); then
+    ins_rate="$(printf '%.1f' "$(calc "$inserts / ($M_DONE - $M_FIRST)")")"
   fi
-fi
-ch "DROP TABLE peer_kafka_mv" >/dev/null
-ch "DROP TABLE peer_kafka_queue" >/dev/null
-KAFKA_REASON=""
-if [[ "$M_STATUS" != complete ]]; then
-  KAFKA_REASON="$(awk -v skip="$log_lines_before" 'NR > skip' "$CH_LOG" | grep -E '<(Error|Warning)>|Exception' | grep -iE 'kafka|rdk' | tail -n 3 | cut -c1-300 || true)"
-  printf '%s\n' "$KAFKA_REASON" >"$WORK/kafka-engine-errors.log"
-fi
-# Rebalances of the engine's group (librdkafka's cgrp log): a partition
-# left unassigned after one is a way for the engine to stall short of ROWS.
-rebalances="$(grep -a -c 'initiating rebalance' "$CH_STDOUT" || true)"
-if [[ -n "$M_FIRST" ]]; then
-  first_note="first row: the later of its first partition assignment (librdkafka debug log) and the start of its first stream that committed rows (server log)"
-else
-  first_note="first row: first count() > 0 (no committed stream in the server log)"
-fi
-note="kafka_num_consumers $KAFKA_CONSUMERS, kafka_max_block_size $KAFKA_BLOCK, stream_flush_interval_ms 7500 (default); server librdkafka $(dpkg-query -W -f '${Version}' librdkafka1 2>/dev/null || echo unknown); $first_note; CPU and RSS are the server's"
-note="$note; librdkafka log: ${rebalances:-0} rebalance starts over its $KAFKA_CONSUMERS consumer(s) (the first join counts one each)"
-[[ -n "$KAFKA_REASON" ]] && note="$note; server log: $(tr '\n|' '  ' <<<"$KAFKA_REASON")"
-report "ClickHouse Kafka engine + MV" peer_kafka "-" "(in server)" "$s_cpu" "$s_rss" "$note"
-fi
+  s_cpu="$(calc "$(server_cpu) - $s_cpu0")"; s_rss="$(hwm_of "$CH_PID")"
+  kill -TERM "$CONSUMER_PID"
+  spate_rc=0; wait "$CONSUMER_PID" || spate_rc=$?
+  CONSUMER_PID=""
+  note="delivery $delivery; $inserts inserts ($ins_rate/s); threads $SPATE_THREADS, io_threads 2, batch max_rows 1M / 64 MiB / linger 200ms, max_inflight 2; CPU s by thread (whole run): $c_threads; exit $spate_rc after SIGTERM"
+  report "$name" "$table" "$c_cpu" "$c_rss" "$s_cpu" "$s_rss" "$note"
+}
 
-# 5.3 Python consumer loop -------------------------------------------------------
-if runs python; then
-check_retention "the Python loop"
-fresh_table peer_python
-log "Python loop: running"
-reset_server_hwm
-s_cpu0="$(server_cpu)"
-"$PY" ci/peer_bench.py consume "$BROKERS" "$TOPIC" "peer-python-$RUN_ID" "$CH_URL" peer_python "$PY_BATCH" "$WORK/python.first" \
-  >"$WORK/python.out" 2>"$WORK/python.log" &
-CONSUMER_PID=$!
-python_first() { [[ -s "$WORK/python.first" ]] && cat "$WORK/python.first"; }
-measure "Python loop" peer_python "$CONSUMER_PID" python_first
-c_cpu="$(cpu_of "$CONSUMER_PID" 2>/dev/null || echo -)"; c_rss="$(hwm_of "$CONSUMER_PID" 2>/dev/null || echo -)"
-s_cpu="$(calc "$(server_cpu) - $s_cpu0")"; s_rss="$(hwm_of "$CH_PID")"
-kill -TERM "$CONSUMER_PID" 2>/dev/null || true
-py_rc=0; wait "$CONSUMER_PID" || py_rc=$?
-CONSUMER_PID=""
-note="confluent-kafka $("$PY" -c 'import importlib.metadata as m, confluent_kafka as c; print(m.version("confluent-kafka"), "(librdkafka", c.libversion()[0] + ")")'), $PY_BATCH-row JSONEachRow HTTP inserts, sync commit after each; exit $py_rc"
-report "Python loop (confluent-kafka)" peer_python "$c_cpu" "$c_rss" "$s_cpu" "$s_rss" "$note"
-fi
+arm_kafka() {
+  check_retention "the Kafka engine"
+  fresh_table peer_kafka
+  ch "DROP TABLE IF EXISTS peer_kafka_mv" >/dev/null
+  ch "DROP TABLE IF EXISTS peer_kafka_queue" >/dev/null
+  # The queue reads the date as String (JSONEachRow in 18.16 parses DateTime
+  # only as YYYY-MM-DD hh:mm:ss); the view converts it.
+  KAFKA_SETTINGS="kafka_broker_list = '$BROKERS', kafka_topic_list = '$TOPIC', kafka_group_name = 'peer-ch-kafka-$RUN_ID-$REP', kafka_format = 'JSONEachRow', kafka_num_consumers = $KAFKA_CONSUMERS, kafka_max_block_size = $KAFKA_BLOCK"
+  ch "CREATE TABLE peer_kafka_queue (id UInt64, date String, delay Int32, distance UInt32, origin String, destination String) ENGINE = Kafka SETTINGS $KAFKA_SETTINGS" >/dev/null
+  log_lines_before="$(wc -l <"$CH_LOG")"
+  log "Kafka engine rep $REP: running ($KAFKA_SETTINGS)"
+  reset_server_hwm
+  s_cpu0="$(server_cpu)"
+  ch "CREATE MATERIALIZED VIEW peer_kafka_mv TO peer_kafka AS SELECT id, parseDateTimeBestEffort(date) AS date, delay, distance, origin, destination FROM peer_kafka_queue" >/dev/null
+  measure "ClickHouse Kafka engine" peer_kafka "" false
+  s_cpu="$(calc "$(server_cpu) - $s_cpu0")"; s_rss="$(hwm_of "$CH_PID")"
+  # The engine logs no line per poll. Two lower bounds on its first consumed
+  # row, the later of which is taken (it errs early, against the engine):
+  # - the start of its first background stream that committed rows: each
+  #   stream logs "Started streaming" when it starts and "Committing N
+  #   messages" when it ends (server log; the commit comes at the end of the
+  #   stream, so wait for it before dropping the view);
+  # - its consumers' first partition assignment, from librdkafka's own
+  #   debug=cgrp log on the server's stderr (epoch seconds in the second
+  #   |-field): a stream that starts before the group join blocks through it.
+  # (awk reads the file itself: `tail | awk '...exit'` would end in SIGPIPE,
+  # which pipefail and errexit turn into the end of this script.)
+  kafka_stream_start() {
+    awk -v skip="$log_lines_before" '
+      NR <= skip || !/StorageKafka \(peer_kafka_queue\)/ { next }
+      /Started streaming/ { last = $1 " " $2 }
+      /Committing [1-9][0-9]* messages/ { print last; exit }' "$CH_LOG"
+  }
+  for _ in $(seq 1 150); do
+    [[ -n "$(kafka_stream_start)" ]] && break
+    sleep 0.1
+  done
+  stream_start="$(kafka_stream_start)"
+  assigned="$(grep -m1 -a "assigned topic $TOPIC partitions" "$CH_STDOUT" | cut -d'|' -f2 || true)"
+  if [[ -n "$stream_start" ]]; then
+    # "2026.11.29 18:40:01.123456": the server's local time, as date(1)'s.
+    d="${stream_start%% *}"
+    M_FIRST="$(date -d "${d//./-} ${stream_start#* }" +%s.%N)"
+    if [[ -n "$assigned" ]] && (($(calc "$assigned > $M_FIRST"))); then
+      M_FIRST="$assigned"
+    fi
+  fi
+  ch "DROP TABLE peer_kafka_mv" >/dev/null
+  ch "DROP TABLE peer_kafka_queue" >/dev/null
+  KAFKA_REASON=""
+  if [[ "$M_STATUS" != complete ]]; then
+    KAFKA_REASON="$(awk -v skip="$log_lines_before" 'NR > skip' "$CH_LOG" | grep -E '<(Error|Warning)>|Exception' | grep -iE 'kafka|rdk' | tail -n 3 | cut -c1-300 || true)"
+    printf '%s\n' "$KAFKA_REASON" >"$WORK/kafka-engine-errors.log"
+  fi
+  # Rebalances of the engine's group (librdkafka's cgrp log): a partition
+  # left unassigned after one is a way for the engine to stall short of ROWS.
+  rebalances="$(grep -a -c 'initiating rebalance' "$CH_STDOUT" || true)"
+  if [[ -n "$M_FIRST" ]]; then
+    first_note="first row: the later of its first partition assignment (librdkafka debug log) and the start of its first stream that committed rows (server log)"
+  else
+    first_note="first row: first count() > 0 (no committed stream in the server log)"
+  fi
+  note="kafka_num_consumers $KAFKA_CONSUMERS, kafka_max_block_size $KAFKA_BLOCK, stream_flush_interval_ms 7500 (default); server librdkafka $(dpkg-query -W -f '${Version}' librdkafka1 2>/dev/null || echo unknown); $first_note; CPU and RSS are the server's"
+  note="$note; librdkafka log: ${rebalances:-0} rebalance starts over its $KAFKA_CONSUMERS consumer(s) (the first join counts one each)"
+  [[ -n "$KAFKA_REASON" ]] && note="$note; server log: $(tr '\n|' '  ' <<<"$KAFKA_REASON")"
+  report "ClickHouse Kafka engine + MV" peer_kafka "-" "(in server)" "$s_cpu" "$s_rss" "$note"
+}
+
+arm_python() {
+  check_retention "the Python loop"
+  fresh_table peer_python
+  log "Python loop rep $REP: running"
+  reset_server_hwm
+  s_cpu0="$(server_cpu)"
+  "$PY" ci/peer_bench.py consume "$BROKERS" "$TOPIC" "peer-python-$RUN_ID-$REP" "$CH_URL" peer_python "$PY_BATCH" "$WORK/python-$REP.first" \
+    >"$WORK/python-$REP.out" 2>"$WORK/python-$REP.log" &
+  CONSUMER_PID=$!
+  python_first() { [[ -s "$WORK/python-$REP.first" ]] && cat "$WORK/python-$REP.first"; }
+  measure "Python loop" peer_python "$CONSUMER_PID" python_first
+  c_cpu="$(cpu_of "$CONSUMER_PID" 2>/dev/null || echo -)"; c_rss="$(hwm_of "$CONSUMER_PID" 2>/dev/null || echo -)"
+  s_cpu="$(calc "$(server_cpu) - $s_cpu0")"; s_rss="$(hwm_of "$CH_PID")"
+  kill -TERM "$CONSUMER_PID" 2>/dev/null || true
+  py_rc=0; wait "$CONSUMER_PID" || py_rc=$?
+  CONSUMER_PID=""
+  note="confluent-kafka $("$PY" -c 'import importlib.metadata as m, confluent_kafka as c; print(m.version("confluent-kafka"), "(librdkafka", c.libversion()[0] + ")")'), $PY_BATCH-row JSONEachRow HTTP inserts, sync commit after each; exit $py_rc"
+  report "Python loop (confluent-kafka)" peer_python "$c_cpu" "$c_rss" "$s_cpu" "$s_rss" "$note"
+}
+
+arm_sinker() {
+  # clickhouse_sinker (Go), built once with the ordinary Go tooling.
+  if [[ -z "${SINKER_BIN:-}" ]]; then
+    SINKER_GOBIN="$CARGO_TARGET_DIR/peer-bench-go/bin"
+    mkdir -p "$SINKER_GOBIN"
+    if GOBIN="$SINKER_GOBIN" go install "github.com/housepower/clickhouse_sinker/cmd/clickhouse_sinker@$SINKER_VERSION" >"$WORK/sinker-install.log" 2>&1; then
+      SINKER_BIN="$SINKER_GOBIN/clickhouse_sinker"
+    else
+      SINKER_BIN="unavailable"
+      SINKER_WHY="go install ...clickhouse_sinker@$SINKER_VERSION failed: $(grep -v '^\s*$' "$WORK/sinker-install.log" | head -n 2 | tr '\n\t|' '   ')"
+      log "clickhouse_sinker: $SINKER_WHY"
+    fi
+  fi
+  if [[ "$SINKER_BIN" == unavailable ]]; then
+    not_run "clickhouse_sinker" "$SINKER_WHY"
+    return 0
+  fi
+  not_run "clickhouse_sinker" "built at $SINKER_BIN, but this script has no configuration for it yet"
+}
+
+# --- repetitions, interleaved ------------------------------------------------------
+read -r -a ARMS <<<"$SYSTEMS"
+: >"$RUNS"
+for ((REP = 1; REP <= REPS; REP++)); do
+  n=${#ARMS[@]}
+  for ((k = 0; k < n; k++)); do
+    arm="${ARMS[$(((k + REP - 1) % n))]}"
+    case "$arm" in
+      spate) arm_spate spate at_least_once peer_spate ;;
+      spate-eo) arm_spate "spate (effectively_once)" effectively_once peer_spate_eo ;;
+      kafka) arm_kafka ;;
+      python) arm_python ;;
+      sinker) arm_sinker ;;
+    esac
+  done
+done
 
 # Retention must still be intact: otherwise a short count could be the broker's.
 check_retention "the end"
 
 # --- 6. table -------------------------------------------------------------------
 {
-  echo "$ROWS flight rows ($BYTES bytes NDJSON) pre-loaded once into $BROKER_DESC (every low watermark checked 0 before each run), then moved into ClickHouse $CH_VERSION on the same machine ($(nproc) cores, $(awk '/^model name/ { $1=$2=$3=""; print; exit }' /proc/cpuinfo | sed 's/^ *//')), one system after another, each in its own consumer group and into a fresh $TABLE_DESC. Command: \`PEER_BENCH_DELIVERY=$DELIVERY PEER_BENCH_REPLICATED=$REPLICATED bash ci/peer-bench.sh --kafka $KAFKA_KIND $ROWS\`."
+  echo "$ROWS flight rows ($BYTES bytes NDJSON) pre-loaded once into $BROKER_DESC (every low watermark checked 0 before each run), then moved into ClickHouse $CH_VERSION on the same machine ($(nproc) cores, $(awk '/^model name/ { $1=$2=$3=""; print; exit }' /proc/cpuinfo | sed 's/^ *//')), one arm at a time, $REPS repetitions interleaved, each run in its own consumer group and into a fresh $TABLE_DESC. Medians over the runs that passed the gates, [min-max] beside them. Command: \`PEER_BENCH_REPLICATED=$REPLICATED bash ci/peer-bench.sh --kafka $KAFKA_KIND --reps $REPS $ROWS\`."
   echo
-  echo "| system | rows landed | duplicates | wall s (first row consumed -> all landed) | rows/s | consumer CPU s / M rows | consumer peak RSS MiB | ClickHouse CPU s / M rows | ClickHouse peak RSS MiB | notes |"
-  echo "|---|---|---|---|---|---|---|---|---|---|"
-  printf '%s\n' "${ROWS_MD[@]}"
+  "$PY" ci/peer_bench.py summarize "$RUNS" "$REPS"
 } | tee "$OUT"
-log "table written to $OUT"
+log "table written to $OUT; every run in $RUNS"

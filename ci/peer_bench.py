@@ -19,6 +19,11 @@
       only after ClickHouse answered 200 (at least once). The wall-clock time
       of the first message goes to FIRST_ROW_FILE (seconds since the epoch).
       SIGTERM: flush what is buffered, commit, exit.
+
+  peer_bench.py summarize RUNS_TSV REPS
+      The Markdown table of ci/peer-bench.sh from its runs.tsv: per arm the
+      median [min-max] of each measurement over the runs that passed the
+      gates, how many passed, and every failed run's reason.
 """
 
 import http.client
@@ -141,8 +146,72 @@ def consume(brokers, topic, group, url, table, batch_rows, first_file):
         c.close()
 
 
+def summarize(runs_tsv: str, reps: int) -> None:
+    """Prints one Markdown table: per arm (in first-run order), the median
+    and [min-max] of every measurement over the runs that passed the gates,
+    how many of the repetitions passed, and each failed run's reason (a
+    failed run is never a number)."""
+    import statistics
+
+    arms = {}
+    with open(runs_tsv) as f:
+        for line in f:
+            cols = line.rstrip("\n").split("\t")
+            if len(cols) != 12:
+                continue
+            arms.setdefault(cols[0], []).append(cols)
+
+    def stat(runs, i, fmt):
+        vals = []
+        for r in runs:
+            try:
+                vals.append(float(r[i]))
+            except ValueError:
+                pass  # "-", "(in server)": not measured for this arm
+        if not vals:
+            return runs[0][i] if runs[0][i] != "" else "-"
+        med = statistics.median(vals)
+        if len(vals) == 1:
+            return fmt.format(med)
+        return f"{fmt.format(med)} [{fmt.format(min(vals))}-{fmt.format(max(vals))}]"
+
+    print(
+        "| arm | runs passed | rows/s | CPU s / M rows: arm | CPU s / M rows: server "
+        "| peak RSS MiB: arm | peak RSS MiB: server | loss, dups | notes |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for arm, runs in arms.items():
+        ok = [r for r in runs if r[2] == "pass"]
+        failed = [r for r in runs if r[2] != "pass"]
+        notes = []
+        for r in failed:
+            notes.append(f"rep {r[1]} **{r[2]}**")
+        if ok:
+            notes.append(ok[-1][11])
+        elif failed and failed[-1][2].startswith("not run"):
+            notes = [f"**{failed[-1][2]}**"]
+        if ok:
+            lossdups = "0, 0"
+            cells = [
+                stat(ok, 6, "{:,.0f}"),
+                stat(ok, 7, "{:.2f}"),
+                stat(ok, 9, "{:.2f}"),
+                stat(ok, 8, "{:.0f}"),
+                stat(ok, 10, "{:.0f}"),
+            ]
+        else:
+            lossdups = "-"
+            not_run = failed and all(r[2].startswith("not run") for r in failed)
+            cells = ["not run" if not_run else "failed"] + ["-"] * 4
+        passed = f"{len(ok)} of {reps}"
+        note = "; ".join(n.replace("|", "/") for n in notes)
+        print(f"| {arm} | {passed} | " + " | ".join(cells) + f" | {lossdups} | {note} |")
+
+
 def main():
-    if len(sys.argv) == 4 and sys.argv[1] == "watermarks":
+    if len(sys.argv) == 4 and sys.argv[1] == "summarize":
+        summarize(sys.argv[2], int(sys.argv[3]))
+    elif len(sys.argv) == 4 and sys.argv[1] == "watermarks":
         print(watermarks(sys.argv[2], sys.argv[3]))
     elif len(sys.argv) == 6 and sys.argv[1] == "create-topic":
         create_topic(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
