@@ -128,9 +128,16 @@ pub struct RoutedRouter {
 }
 
 impl<'a> Router<Payload<'a>> for RoutedRouter {
+    /// Only for callers that cannot take a record error; the terminal
+    /// stage calls [`Router::try_route`]. A record with no table (its topic
+    /// matches no route, or it lacks its shard key) has no right answer, so
+    /// this panics rather than guess one (a guessed table would be wrong
+    /// data).
     fn route(&mut self, record: &Payload<'a>, cx: &RecordCx<'_>, shards: usize) -> usize {
-        // The terminal calls try_route; this is for callers without errors.
-        self.try_route(record, cx, shards).unwrap_or(0)
+        match self.try_route(record, cx, shards) {
+            Ok(shard) => shard,
+            Err(e) => panic!("RoutedRouter::route without a table or shard: {e}"),
+        }
     }
 
     #[inline]
