@@ -339,7 +339,8 @@ fn check(path: &std::path::Path, sample: Option<usize>) -> ExitCode {
 
 /// `check` of one pipeline entry: [`check_pipeline`], or with `tables:`
 /// the topics once and each table's mapping and replicas under its own
-/// header (`--sample` is not built for routing yet and says so).
+/// header, and with `--sample` each sampled message analyzed with its
+/// topic's table.
 fn check_entry(
     entry: &spate::config::pipelines::PipelineEntry,
     sample: Option<usize>,
@@ -349,6 +350,7 @@ fn check_entry(
     }
     let (mut problems, partitions) = check_topics(&entry.config);
     let rt = current_thread();
+    let mut plans = Vec::with_capacity(entry.tables.len());
     for r in &entry.tables {
         let ch = &r.config.sink.clickhouse;
         println!(
@@ -360,6 +362,7 @@ fn check_entry(
             Err(e) => {
                 println!("clickhouse: PROBLEM: {}", chain(&e));
                 problems += 1;
+                plans.push(None);
                 continue;
             }
         };
@@ -373,11 +376,59 @@ fn check_entry(
                 problems += 1;
             }
         }
+        plans.push(Some(plan));
     }
-    if sample.is_some() {
-        println!("sample: NOTE: --sample is not built for `tables:` yet; nothing sampled");
+    if let Some(n) = sample {
+        problems += check_routed_sample(entry, &plans, n);
     }
     Some(problems)
+}
+
+/// `check --sample N` with `tables:`: one read of the plain topics, each
+/// message analyzed with its topic's table's plan (a report per table); a
+/// message whose topic matches no entry is a problem.
+fn check_routed_sample(
+    entry: &spate::config::pipelines::PipelineEntry,
+    plans: &[Option<service::Plan>],
+    n: usize,
+) -> usize {
+    let messages = match spate::sample::read(&entry.config, n, SAMPLE_WITHIN) {
+        Ok(m) => m,
+        Err(e) => {
+            println!("sample: PROBLEM: {}", chain(&e));
+            return 1;
+        }
+    };
+    let route = |m: &spate::sample::SampledMessage| {
+        spate::config::tables::route_of(&entry.tables, &m.topic)
+    };
+    let mut problems = 0;
+    let unrouted = messages.iter().filter(|m| route(m).is_none()).count();
+    if unrouted > 0 {
+        problems += 1;
+        println!(
+            "sample: PROBLEM: {unrouted} of {} sampled message(s) from topics matching no entry \
+             of `tables` (record errors at run time)",
+            messages.len()
+        );
+    }
+    for (t, (r, plan)) in entry.tables.iter().zip(plans).enumerate() {
+        let Some(plan) = plan else {
+            continue;
+        };
+        let mine: Vec<_> = messages
+            .iter()
+            .filter(|m| route(m) == Some(t))
+            .cloned()
+            .collect();
+        println!(
+            "\nsample of table route {} ({} message(s)):",
+            r.key,
+            mine.len()
+        );
+        problems += analyze_sample(&r.config, plan, &mine);
+    }
+    problems
 }
 
 /// `check` of one pipeline: topics, mapping, replicas, the sample. The
@@ -630,17 +681,32 @@ fn dedup_line(
 /// `check --sample N`: reads, maps and routes up to `n` messages; prints the
 /// report; returns the number of problems.
 fn check_sample(config: &Config, plan: &service::Plan, n: usize) -> usize {
-    let spec = match config.sink.clickhouse.shard_spec() {
-        Ok(s) => s,
-        Err(e) => {
-            println!("sample: PROBLEM: {e}");
-            return 1;
-        }
-    };
+    // A bad shard key is reported before anything is read.
+    if let Err(e) = config.sink.clickhouse.shard_spec() {
+        println!("sample: PROBLEM: {e}");
+        return 1;
+    }
     let messages = match spate::sample::read(config, n, SAMPLE_WITHIN) {
         Ok(m) => m,
         Err(e) => {
             println!("sample: PROBLEM: {}", chain(&e));
+            return 1;
+        }
+    };
+    analyze_sample(config, plan, &messages)
+}
+
+/// Analyzes `messages` with `plan` (routed by `config`'s shard key) and
+/// prints the report; returns the number of problems.
+fn analyze_sample(
+    config: &Config,
+    plan: &service::Plan,
+    messages: &[spate::sample::SampledMessage],
+) -> usize {
+    let spec = match config.sink.clickhouse.shard_spec() {
+        Ok(s) => s,
+        Err(e) => {
+            println!("sample: PROBLEM: {e}");
             return 1;
         }
     };
@@ -649,7 +715,7 @@ fn check_sample(config: &Config, plan: &service::Plan, n: usize) -> usize {
         &spec,
         config.sink.clickhouse.shards.len(),
         config.format.json.mode,
-        &messages,
+        messages,
     );
     print!("{}", report.render());
     let problems = report.problems();

@@ -592,6 +592,43 @@ admin: {{ listen: "127.0.0.1:{port}" }}
     };
     assert!(text[at_a..at_b].contains("city"), "{text}");
     assert!(text[at_b..].contains("tags"), "{text}");
+    // `check --sample` over the plain topics: each message analyzed with
+    // its own table's mapping (nothing refused: every row fits its table).
+    let check_with = |topics: &str, args: &[&str]| {
+        let plain = yaml.replace(
+            r#"topics: ["^events\\..*"]"#,
+            &format!("topics: [{topics}]"),
+        );
+        assert_ne!(plain, yaml);
+        std::fs::write(&path, &plain).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_spate"))
+            .args(["check", "-c"])
+            .arg(&path)
+            .args(args)
+            .output()
+            .expect("spawn spate check");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.code(), text)
+    };
+    let (code, text) = check_with(&format!("{topic_a}, {topic_b}"), &["--sample", "400"]);
+    assert_eq!(code, Some(0), "{text}");
+    for key in ["^events\\.a", "^events\\.b"] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("sample of table route {key} (")))
+            .unwrap_or_else(|| panic!("no sample of {key} in\n{text}"));
+        assert!(!line.contains("(0 message(s))"), "{line}\n{text}");
+    }
+    assert!(!text.contains("PROBLEM"), "{text}");
+    // A plain topic of the subscription that matches no entry: a config
+    // error at load (exit 1) naming it.
+    let (code, text) = check_with(&format!("{topic_a}, {topic_c}"), &[]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("source.kafka.topics[1]") && text.contains("matches no entry"),
+        "{text}"
+    );
 
     let spate = Spate::start("route", &yaml);
     let all_committed = || {
