@@ -28,6 +28,7 @@
 #![forbid(unsafe_code)]
 
 pub mod dedup;
+pub mod filter;
 pub mod mapping;
 pub mod native;
 pub mod num;

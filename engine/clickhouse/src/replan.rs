@@ -24,6 +24,7 @@ use spate_core::pipeline::chain::{Encoder, RecordCx, RecordError};
 use spate_core::record::Payload;
 use spate_core::sink::Layout;
 
+use crate::mapping::explode::{ExplodeEncoder, JsonElement};
 use crate::mapping::{ColumnSpec, JsonRowEncoder, MappingOptions, MissingValue};
 use crate::schema::{InsertOptions, RowFormat, TableSchema, plan_insert, row_format};
 
@@ -156,6 +157,119 @@ impl LivePlan {
     }
 }
 
+impl LivePlan {
+    /// A fan-out encoder for a pipeline thread (`mapping.explode` at
+    /// `path`), of the current plan.
+    ///
+    /// # Errors
+    /// The mapper's error (cannot happen for a plan the start-up checked).
+    pub fn explode_encoder(
+        self: &Arc<Self>,
+        path: Vec<String>,
+    ) -> Result<LiveExplodeEncoder, crate::mapping::MappingError> {
+        let plan = self.current();
+        Ok(LiveExplodeEncoder {
+            inner: self.build_explode(&plan.columns, &path)?,
+            layout: plan.layout,
+            live: Arc::clone(self),
+            path,
+            refused: None,
+        })
+    }
+
+    fn build_explode(
+        &self,
+        columns: &[ColumnSpec],
+        path: &[String],
+    ) -> Result<ExplodeEncoder, crate::mapping::MappingError> {
+        let pointed = self.insert.pointers.keys().cloned().collect();
+        ExplodeEncoder::new(columns.to_vec(), self.options.clone(), path, &pointed)
+    }
+}
+
+/// [`LiveEncoder`] for fan-out records ([`JsonElement`]): the
+/// [`ExplodeEncoder`] of the plan it last saw.
+#[derive(Debug)]
+pub struct LiveExplodeEncoder {
+    inner: ExplodeEncoder,
+    layout: Layout,
+    live: Arc<LivePlan>,
+    path: Vec<String>,
+    /// A published layout this encoder could not follow (not retried).
+    refused: Option<Layout>,
+}
+
+impl LiveExplodeEncoder {
+    /// The current plan's fan-out encoder.
+    pub fn encoder(&mut self) -> &mut ExplodeEncoder {
+        &mut self.inner
+    }
+}
+
+impl<'a> Encoder<JsonElement<'a>> for LiveExplodeEncoder {
+    #[inline]
+    fn encode(
+        &mut self,
+        record: &JsonElement<'a>,
+        cx: &RecordCx<'_>,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), RecordError> {
+        self.inner.encode(record, cx, buf)
+    }
+
+    fn replan(&mut self) -> Option<Layout> {
+        if self.live.generation() == self.layout {
+            return None;
+        }
+        let plan = self.live.current();
+        if self.refused == Some(plan.layout) {
+            return None;
+        }
+        // The writer checked a one-row encoder of these columns; their
+        // fan-out split can still fail (a new column reading the element
+        // path a pointed one reads). Then keep encoding the old layout,
+        // whose batches the writer re-seals into the new one (ADR 0005),
+        // rather than stop the thread; say so once.
+        match self.live.build_explode(&plan.columns, &self.path) {
+            Ok(inner) => {
+                self.inner = inner;
+                self.layout = plan.layout;
+                self.refused = None;
+                Some(plan.layout)
+            }
+            Err(e) => {
+                tracing::error!(
+                    layout = plan.layout,
+                    error = %e,
+                    "mapping.explode cannot follow the new INSERT plan; rows keep the old layout"
+                );
+                self.refused = Some(plan.layout);
+                None
+            }
+        }
+    }
+}
+
+impl crate::filter::RowColumns for LiveExplodeEncoder {
+    fn row_columns(&self) -> &[ColumnSpec] {
+        self.inner.columns()
+    }
+
+    fn row_format(&self) -> RowFormat {
+        row_format(self.inner.columns())
+    }
+}
+
+impl crate::filter::RowColumns for ExplodeEncoder {
+    fn row_columns(&self) -> &[ColumnSpec] {
+        self.columns()
+    }
+
+    fn row_format(&self) -> RowFormat {
+        row_format(self.columns())
+    }
+}
+
 /// A pipeline thread's encoder that follows the [`LivePlan`]: the JSON
 /// mapper of the plan it last saw, and that plan's layout.
 #[derive(Debug)]
@@ -174,6 +288,16 @@ impl LiveEncoder {
     /// The mapper of the current plan.
     pub fn mapper(&mut self) -> &mut JsonRowEncoder {
         &mut self.inner
+    }
+
+    /// The current plan's INSERT columns.
+    pub fn columns(&self) -> &[ColumnSpec] {
+        self.inner.columns()
+    }
+
+    /// Whether the current plan's rows are `RowBinaryWithDefaults`.
+    pub fn with_defaults(&self) -> bool {
+        self.inner.with_defaults()
     }
 }
 

@@ -431,6 +431,16 @@ impl ShardRouter {
         }
     }
 
+    /// Whether the JSON `value` holds this router's key field (non-null):
+    /// always false for a key that is not a field. The fan-out router asks
+    /// it to pick the element or the record ([`crate::mapping::explode`]).
+    pub(crate) fn has_field(&mut self, value: &[u8]) -> bool {
+        match &self.spec.key {
+            ShardKey::Field(path) => field_value(value, path, &mut self.scratch).is_some(),
+            _ => false,
+        }
+    }
+
     /// The record error for a route error, naming the key.
     pub fn record_error(&self, e: &RouteError) -> RecordError {
         let name = match &self.spec.key {

@@ -256,6 +256,12 @@ pub struct InsertOptions {
     pub server_defaults: bool,
     /// Column -> per-column mapping options.
     pub column_options: BTreeMap<String, ColumnOptions>,
+    /// Column -> the SQL literal (`'unknown'`, `0`) a record without the
+    /// field gets (`mapping.defaults`): [`MissingValue::Literal`], which
+    /// wins over the table's DEFAULT and a Nullable column's NULL. Checked
+    /// against the column's type when the encoder is built
+    /// ([`crate::mapping::MappingError::BadDefault`], naming the column).
+    pub defaults: BTreeMap<String, String>,
 }
 
 /// The wire format of the INSERT's rows, decided by the plan: the writer
@@ -335,6 +341,7 @@ pub fn plan_insert(
         .keys()
         .chain(options.pointers.keys())
         .chain(options.column_options.keys())
+        .chain(options.defaults.keys())
     {
         match schema.columns.iter().find(|c| &c.name == name) {
             None => return Err(SchemaError::UnknownColumn(name.clone())),
@@ -387,6 +394,14 @@ pub fn plan_insert(
             MissingValue::Null
         } else {
             MissingValue::Reject
+        };
+        let mut column_options = column_options;
+        let missing = match options.defaults.get(&c.name) {
+            Some(lit) => {
+                column_options.null_as_missing = true;
+                MissingValue::Literal(lit.clone())
+            }
+            None => missing,
         };
         out.push(ColumnSpec {
             name: c.name.clone(),
@@ -510,6 +525,24 @@ mod tests {
         assert_eq!(plan[3].missing, MissingValue::ServerDefault);
         assert_eq!(plan[2].missing, MissingValue::Literal("'n/a'".into()));
         assert_eq!(row_format(&plan), RowFormat::RowBinaryWithDefaults);
+
+        // mapping.defaults: a literal wins over the table's rule (a
+        // per-row DEFAULT, a Nullable's NULL, none at all).
+        let mut opts = InsertOptions::default();
+        for c in ["id", "mag", "ingested"] {
+            opts.defaults.insert(c.into(), "'x'".into());
+        }
+        let with = plan_insert(&schema(), &opts).unwrap();
+        for i in [0, 1, 3] {
+            assert_eq!(with[i].missing, MissingValue::Literal("'x'".into()));
+        }
+        assert_eq!(row_format(&with), RowFormat::RowBinary);
+        let mut opts = InsertOptions::default();
+        opts.defaults.insert("nope".into(), "1".into());
+        assert!(matches!(
+            plan_insert(&schema(), &opts),
+            Err(SchemaError::UnknownColumn(c)) if c == "nope"
+        ));
         assert!(per_row_defaults_refused(&schema(), &plan).is_empty());
         assert!(insert_statement("d", "t", &plan).ends_with("FORMAT RowBinaryWithDefaults"));
     }

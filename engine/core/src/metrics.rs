@@ -162,6 +162,11 @@ pub fn describe() {
     );
     describe_counter!(ROWS_WRITTEN, Unit::Count, "Rows acknowledged by a shard.");
     describe_counter!(
+        RECORDS_FILTERED,
+        Unit::Count,
+        "Rows dropped on purpose, by reason: filter (mapping.filter refused the row, after fan-out), explode_empty (a record whose mapping.explode array was empty); their messages still commit."
+    );
+    describe_counter!(
         BYTES_WRITTEN,
         Unit::Bytes,
         "Encoded payload bytes acknowledged by a shard."
@@ -359,6 +364,18 @@ impl ShardMetrics {
 
 /// Counter: payloads polled from lanes.
 pub const RECORDS_POLLED: &str = "spate_records_polled_total";
+/// Counter: records dropped on purpose, by `reason`: `filter` (a row the
+/// encoder's filter refused, [`crate::pipeline::chain::Encoder::keep`]: one
+/// per row after fan-out) and `explode_empty` (a message whose fan-out
+/// array was empty, so it yields no row: one per message). Their messages
+/// still commit (D6: filtered, counted).
+pub const RECORDS_FILTERED: &str = "spate_records_filtered_total";
+
+/// Registers the [`RECORDS_FILTERED`] handle of `reason` (once, when a
+/// stage is built; never per record).
+pub fn records_filtered(reason: &'static str) -> Counter {
+    ::metrics::counter!(RECORDS_FILTERED, "reason" => reason)
+}
 /// Counter: payloads skipped by the `on_error: skip` policy, by `reason`
 /// (`decode`, `operator`, `encode`).
 pub const RECORDS_SKIPPED: &str = "spate_records_skipped_total";

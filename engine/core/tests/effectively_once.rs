@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use spate_core::checkpoint::ranges::{self, MAX_PENDING_RANGES};
-use spate_core::pipeline::chain::{PayloadDecoder, RecordCx, Router};
+use spate_core::pipeline::chain::{Encoder, PayloadDecoder, RecordCx, Router};
 use spate_core::pipeline::driver::{ChainProcessor, Processor};
 use spate_core::pipeline::terminal::{ChunkBuffers, Terminal};
 use spate_core::pipeline::{Delivery, ExitStatus, Pipeline, PipelineConfig, RunReport, Shutdown};
@@ -443,4 +443,74 @@ async fn open_ranges_take_budget_as_they_grow_so_a_stalled_sink_stalls_intake() 
     // The budget (2048 bytes, about 290 rows) plus a chunk's worth and a
     // poll batch, not the 2,000 records of the log.
     assert!(report.polled < 400, "{}", report.summary());
+}
+
+/// Encodes as [`LineEncoder`]; refuses (on the encoded bytes) the rows of
+/// offsets divisible by 3.
+struct KeepLines;
+
+impl<'a> Encoder<spate_core::record::Payload<'a>> for KeepLines {
+    fn encode(
+        &mut self,
+        record: &spate_core::record::Payload<'a>,
+        cx: &RecordCx<'_>,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), spate_core::pipeline::chain::RecordError> {
+        LineEncoder.encode(record, cx, buf)
+    }
+
+    fn keep(&mut self, row: &[u8]) -> bool {
+        let text = std::str::from_utf8(row).unwrap().trim_end();
+        let offset: u64 = text.rsplit('-').next().unwrap().parse().unwrap();
+        offset % 3 != 0
+    }
+}
+
+/// effectively_once with rows refused by Encoder::keep (mapping.filter's
+/// hook): the kept rows land once each, the refused ones never, and the
+/// committed offset reaches the end past the filtered ones (D1, D6, D9).
+#[tokio::test(start_paused = true)]
+async fn rows_refused_by_keep_are_left_out_of_their_ranges_and_still_commit() {
+    const N: usize = 300;
+    let (source, script) = ScriptedSource::new(7);
+    fill(&script, N);
+    script.assign(&tp());
+    let writer = CaptureWriter::new();
+    let chain = |buffers: ChunkBuffers| {
+        ChainProcessor::new(PayloadDecoder, Terminal::new(KeepLines, ByOffset, buffers))
+    };
+    let pipeline = Pipeline::builder(config(40), source, writer.clone(), chain)
+        .nonce(RunNonce::from_u64(3))
+        .build()
+        .expect("valid config");
+    let shutdown = Shutdown::new();
+    let run = tokio::spawn(pipeline.run_inline(shutdown.clone()));
+    for _ in 0..6_000 {
+        if script.committed(&tp()) == Some(N as Offset) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(script.committed(&tp()), Some(N as Offset));
+    shutdown.trigger();
+    let report = run.await.expect("pipeline task");
+    assert_eq!(report.status, ExitStatus::Clean, "{}", report.summary());
+    let mut got: Vec<String> = writer
+        .accepted_lines()
+        .iter()
+        .map(|l| String::from_utf8(l.to_vec()).unwrap())
+        .collect();
+    got.sort();
+    got.dedup();
+    let mut want: Vec<String> = (0..N)
+        .filter(|o| o % 3 != 0)
+        .map(|o| format!("0-{o}"))
+        .collect();
+    want.sort();
+    assert_eq!(got, want);
+    assert_eq!(
+        writer.accepted_lines().len(),
+        want.len(),
+        "each kept row once"
+    );
 }

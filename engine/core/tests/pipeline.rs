@@ -170,6 +170,74 @@ async fn filter_and_flat_map_write_each_row_once_and_commit_to_the_end() {
     assert!(accepted_offsets(writer, 3).is_empty());
 }
 
+/// Encodes as [`RowEncoder`], then refuses (on the bytes) every row whose
+/// offset ends in 5.
+struct KeepEncoder;
+
+impl Encoder<Row> for KeepEncoder {
+    fn encode(&mut self, r: &Row, cx: &RecordCx<'_>, buf: &mut Vec<u8>) -> Result<(), RecordError> {
+        RowEncoder.encode(r, cx, buf)
+    }
+
+    fn keep(&mut self, row: &[u8]) -> bool {
+        // "{p}-{offset}-{copy}\n": refuse offsets ending in 5.
+        row.len() < 5 || row[row.len() - 4] != b'5'
+    }
+}
+
+/// Encoder::keep (the hook `mapping.filter` uses): a row refused after it
+/// was encoded is not written, is not counted as encoded, and its payload's
+/// offset still commits (D1, D6: filtered rows deliver).
+#[tokio::test(start_paused = true)]
+async fn rows_refused_by_keep_are_dropped_and_their_offsets_commit() {
+    const N: Offset = 301;
+    let chain = |buffers: ChunkBuffers| {
+        ChainProcessor::new(
+            PayloadDecoder,
+            flat_map(
+                |p: Payload<'_>| {
+                    let (partition, offset) = (p.partition.partition(), p.offset);
+                    (0..copies(offset)).map(move |copy| Row {
+                        partition,
+                        offset,
+                        copy,
+                    })
+                },
+                Terminal::new(KeepEncoder, RoundRobin::default(), buffers),
+            ),
+        )
+    };
+    let mut run = Harness::new(64)
+        .partitions(2, N as usize)
+        .shards(2, 1)
+        .with(|c| c.chunk.max_rows = 50)
+        .nonce(1)
+        .start(chain);
+    run.until_committed(N).await;
+    let report = run.stop().await;
+    let mut expected = Vec::new();
+    let mut refused = 0u64;
+    for tp in &run.partitions {
+        for offset in 0..N {
+            for copy in 0..copies(offset) {
+                if offset % 10 == 5 {
+                    refused += 1;
+                } else {
+                    expected.push(format!("{}-{offset}-{copy}", tp.partition()));
+                }
+            }
+        }
+    }
+    expected.sort();
+    assert!(refused > 0);
+    assert_eq!(report.status, ExitStatus::Clean, "{}", report.summary());
+    assert_eq!(accepted_sorted(&run.writer), expected);
+    assert_eq!(report.rows_encoded, expected.len() as u64);
+    for tp in &run.partitions {
+        assert_eq!(run.script.committed(tp), Some(N), "{tp}");
+    }
+}
+
 /// The same chain driven by hand (Driver + SinkPool + the ack channel), to
 /// watch the resolutions themselves: every poll batch resolves exactly once,
 /// as delivered, the batches of a lane tile its log without gaps, and nothing

@@ -72,6 +72,8 @@ pub enum ConfigError {
     },
 }
 
+pub mod transform;
+
 fn invalid(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         key: key.into(),
@@ -339,6 +341,19 @@ pub struct MappingSection {
     /// Column -> options for that column alone (override the global ones).
     #[serde(default)]
     pub column_options: BTreeMap<String, ColumnOptionsSection>,
+    /// `mapping.explode`: a JSON pointer (`/events`) to an array in each
+    /// record; each element becomes one row, with the record's other
+    /// fields (see [`transform`]).
+    #[serde(default)]
+    pub explode: Option<String>,
+    /// `mapping.filter`: which rows are kept, evaluated on the row as
+    /// encoded (see [`transform`] for the shape, [`MappingSection::filter_expr`]).
+    #[serde(default)]
+    pub filter: Option<serde_norway::Value>,
+    /// `mapping.defaults`: column -> the value it gets when its field is
+    /// missing or null (a string, number or bool).
+    #[serde(default)]
+    pub defaults: BTreeMap<String, serde_norway::Value>,
 }
 
 /// `mapping.column_options.<column>`.
@@ -1036,6 +1051,7 @@ impl Config {
             spate_clickhouse::mapping::parse_pointer(ptr)
                 .map_err(|e| invalid(format!("mapping.columns.{col}"), e.to_string()))?;
         }
+        self.mapping.validate_transforms()?;
         for (i, f) in self.format.json.time_formats.iter().enumerate() {
             spate_clickhouse::time::TimeFormat::compile(f)
                 .map_err(|e| invalid(format!("format.json.time_formats[{i}]"), e.to_string()))?;

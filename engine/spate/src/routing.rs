@@ -21,8 +21,12 @@
 //! the routes in order (once per topic and thread). A topic matching no
 //! route is a record error (kind `encode`, no column) for `on_error`.
 //!
+//! Each table's `mapping.filter` applies to its rows ([`Filtered`] per
+//! table) and its `mapping.defaults` are in its plan.
+//!
 //! Not with routing (refused or off): `pipeline.delivery: effectively_once`
-//! (refused at load) and the live re-plan of a table changed while running
+//! and `mapping.explode` (refused at load: explode is a decoder of its own,
+//! one per pipeline thread, not per table) and the live re-plan of a table changed while running
 //! (ADR 0005; here a change stops the run with exit 3, and the restart
 //! re-plans, as in effectively_once). The `shard` metric label is the pool
 //! shard `t * S + s`; `spate run` logs which table each block is.
@@ -30,6 +34,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use spate_clickhouse::filter::{FilterExpr, Filtered};
 use spate_clickhouse::mapping::{ColumnSpec, JsonRowEncoder, MappingOptions};
 use spate_clickhouse::router::ShardRouter;
 use spate_clickhouse::writer::HttpWriter;
@@ -100,10 +105,14 @@ impl TopicRoutes {
     }
 }
 
-/// Encodes each record with its topic's table's plan.
+/// Encodes each record with its topic's table's plan, and keeps or drops
+/// the row by that table's `mapping.filter`.
 pub struct RoutedEncoder {
     routes: TopicRoutes,
-    encoders: Vec<JsonRowEncoder>,
+    encoders: Vec<Filtered<JsonRowEncoder>>,
+    /// The table of the row `encode` appended last: `keep` is asked about
+    /// that row right after it (`Encoder::keep`).
+    current: usize,
 }
 
 impl<'a> Encoder<Payload<'a>> for RoutedEncoder {
@@ -115,7 +124,13 @@ impl<'a> Encoder<Payload<'a>> for RoutedEncoder {
         buf: &mut Vec<u8>,
     ) -> Result<(), RecordError> {
         let t = self.routes.resolve(cx.payload.partition.topic())?;
+        self.current = t;
         self.encoders[t].encode(record, cx, buf)
+    }
+
+    #[inline]
+    fn keep(&mut self, row: &[u8]) -> bool {
+        self.encoders[self.current].keep(row)
     }
 }
 
@@ -261,24 +276,30 @@ pub fn build(
         JsonMode::Object => MessageDecoder::Object,
         JsonMode::Ndjson => MessageDecoder::Ndjson,
     };
-    let mapping: Vec<(Vec<ColumnSpec>, MappingOptions)> = plans
+    type TableMapping = (Vec<ColumnSpec>, MappingOptions, Option<FilterExpr>);
+    let mapping: Vec<TableMapping> = plans
         .iter()
-        .map(|p| (p.columns.clone(), p.options.clone()))
+        .map(|p| {
+            debug_assert!(p.explode.is_none(), "refused with tables at load");
+            (p.columns.clone(), p.options.clone(), p.filter.clone())
+        })
         .collect();
     let topic_routes = TopicRoutes::new(routes);
     let factory: Box<dyn Fn(ChunkBuffers) -> RoutedChain + Send + Sync> =
         Box::new(move |buffers: ChunkBuffers| {
-            // plan() built each encoder once, so this cannot fail.
+            // plan() built each encoder and filter once, so this cannot fail.
+            let checked = "the encoder and filter were checked by plan()";
             let encoders = mapping
                 .iter()
-                .map(|(c, o)| {
-                    JsonRowEncoder::new(c.clone(), o.clone())
-                        .expect("the encoder was checked by plan()")
+                .map(|(c, o, f)| {
+                    let e = JsonRowEncoder::new(c.clone(), o.clone()).expect(checked);
+                    Filtered::new(e, f.clone(), o.time.clone()).expect(checked)
                 })
                 .collect();
             let encoder = RoutedEncoder {
                 routes: topic_routes.clone(),
                 encoders,
+                current: 0,
             };
             let router = RoutedRouter {
                 routes: topic_routes.clone(),

@@ -13,10 +13,12 @@ use std::time::Duration;
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientConfig, ClientContext};
+use spate_clickhouse::filter::{FilterExpr, Filtered, RowFilter};
+use spate_clickhouse::mapping::explode::{ExplodeDecoder, ExplodeEncoder};
 use spate_clickhouse::mapping::{
     ColumnOptions, ColumnSpec, JsonRowEncoder, MappingOptions, MissingValue, TimeRules,
 };
-use spate_clickhouse::replan::{LiveEncoder, LivePlan};
+use spate_clickhouse::replan::{LiveEncoder, LiveExplodeEncoder, LivePlan};
 use spate_clickhouse::router::ShardRouter;
 use spate_clickhouse::schema::{
     InsertOptions, RowFormat, TableSchema, per_row_defaults_refused, plan_insert, row_format,
@@ -26,7 +28,7 @@ use spate_clickhouse::writer::{
     Credentials, HttpWriter, HttpWriterConfig, SchemaProbeError, TlsOptions, tls,
 };
 use spate_core::pipeline::chain::{Decoder, PayloadDecoder, RecordCx, RecordError, Stage};
-use spate_core::pipeline::driver::ChainProcessor;
+use spate_core::pipeline::driver::{ChainProcessor, Processor};
 use spate_core::pipeline::lines::LinesDecoder;
 use spate_core::pipeline::terminal::{ChunkBuffers, Terminal};
 use spate_core::pipeline::{DeadLetter, Pipeline, PipelineError};
@@ -98,6 +100,10 @@ pub struct Plan {
     /// How the columns were planned, kept to re-plan them live when the
     /// table changes ([`LivePlan`]).
     pub insert: InsertOptions,
+    /// `mapping.filter`, checked against the columns.
+    pub filter: Option<FilterExpr>,
+    /// `mapping.explode` as path segments.
+    pub explode: Option<Vec<String>>,
 }
 
 impl Plan {
@@ -121,6 +127,9 @@ impl Plan {
     pub fn when_missing(&self, c: &ColumnSpec) -> String {
         match &c.missing {
             MissingValue::Null => "NULL".into(),
+            MissingValue::Literal(lit) if self.insert.defaults.contains_key(&c.name) => {
+                format!("{lit} (mapping.defaults, written by spate; also for a null)")
+            }
             MissingValue::Literal(lit) => format!("DEFAULT {lit} (written by spate)"),
             MissingValue::ServerDefault => "the server's DEFAULT (RowBinaryWithDefaults)".into(),
             MissingValue::Reject => "record error (on_error)".into(),
@@ -136,6 +145,17 @@ impl Plan {
 
     /// How column `c` is sourced, in words: (source field, rule).
     pub fn describe(&self, c: &ColumnSpec) -> (String, &'static str) {
+        if let Some(path) = &self.explode {
+            let pointed = self.insert.pointers.contains_key(&c.name);
+            return match &c.path {
+                Some(p) if pointed && p.len() > path.len() && p.starts_with(path) => {
+                    (format!("/{}", p.join("/")), "element (pointer)")
+                }
+                Some(p) if pointed => (format!("/{}", p.join("/")), "record (pointer)"),
+                Some(p) => (p.join("/"), "element or record (rename)"),
+                None => (c.name.clone(), "element or record (name)"),
+            };
+        }
         match &c.path {
             Some(p) if p.len() == 1 => (p[0].clone(), "rename"),
             Some(p) => (format!("/{}", p.join("/")), "pointer"),
@@ -295,10 +315,12 @@ pub async fn plan(config: &Config) -> Result<Plan, ServiceError> {
                     ColumnOptions {
                         epoch_unit: o.epoch_unit.map(|u| u.unit()),
                         empty_as_null: o.empty_as_null,
+                        ..ColumnOptions::default()
                     },
                 )
             })
             .collect(),
+        defaults: config.mapping.default_literals()?,
     };
     let mapping_err = |reason: String| ServiceError::Mapping {
         table: ch.table.clone(),
@@ -310,12 +332,28 @@ pub async fn plan(config: &Config) -> Result<Plan, ServiceError> {
     // pipeline thread.
     JsonRowEncoder::new(columns.clone(), options.clone())
         .map_err(|e| mapping_err(e.to_string()))?;
+    // The filter too: a name that is no column, a constant its column's
+    // type cannot hold.
+    let filter = config.mapping.filter_expr()?;
+    if let Some(f) = &filter {
+        RowFilter::compile(f, &columns, row_format(&columns), &options.time)
+            .map_err(|e| mapping_err(e.to_string()))?;
+    }
+    let explode = config.mapping.explode_path()?;
+    if let Some(path) = &explode {
+        // The fan-out split of the columns (element / record / either).
+        let pointed = insert.pointers.keys().cloned().collect();
+        ExplodeEncoder::new(columns.clone(), options.clone(), path, &pointed)
+            .map_err(|e| mapping_err(format!("mapping.explode: {e}")))?;
+    }
     let plan = Plan {
         row_format: row_format(&columns),
         schema,
         columns,
         options,
         insert,
+        filter,
+        explode,
     };
     if config.mapping.include_default_columns {
         tracing::warn!(
@@ -505,9 +543,86 @@ impl Decoder for MessageDecoder {
     }
 }
 
-/// The chain of one pipeline thread: JSON payloads mapped to RowBinary rows,
-/// routed by `sink.clickhouse.shard_key` (round robin without one).
-pub type Chain = ChainProcessor<MessageDecoder, Terminal<LiveEncoder, ShardRouter>>;
+/// The JSON chain: one row per record (message or NDJSON line), kept by
+/// `mapping.filter`, routed by `sink.clickhouse.shard_key` (round robin
+/// without one).
+pub type JsonChain = ChainProcessor<MessageDecoder, Terminal<Filtered<LiveEncoder>, ShardRouter>>;
+
+/// The JSON chain with `mapping.explode`: one row per array element.
+pub type JsonExplodeChain =
+    ChainProcessor<ExplodeDecoder, Terminal<Filtered<LiveExplodeEncoder>, ShardRouter>>;
+
+/// The chain of one pipeline thread. One branch per payload picks the
+/// shape; each arm is one monomorphised chain.
+// One chain per pipeline thread, built once: its size does not matter, an
+// indirection on every payload would.
+#[allow(clippy::large_enum_variant)]
+pub enum Chain {
+    /// JSON, one row per record.
+    Json(JsonChain),
+    /// JSON with `mapping.explode`.
+    JsonExploded(JsonExplodeChain),
+}
+
+impl Processor for Chain {
+    #[inline]
+    fn process(&mut self, cx: &RecordCx<'_>) -> Result<(), RecordError> {
+        match self {
+            Chain::Json(c) => c.process(cx),
+            Chain::JsonExploded(c) => c.process(cx),
+        }
+    }
+
+    fn buffers(&mut self) -> &mut ChunkBuffers {
+        match self {
+            Chain::Json(c) => c.buffers(),
+            Chain::JsonExploded(c) => c.buffers(),
+        }
+    }
+
+    #[inline]
+    fn begin_poll_batch(&mut self) {
+        match self {
+            Chain::Json(c) => c.begin_poll_batch(),
+            Chain::JsonExploded(c) => c.begin_poll_batch(),
+        }
+    }
+}
+
+/// A pipeline thread's JSON chain: [`Chain::Json`], or
+/// [`Chain::JsonExploded`] with `explode` (pointer segments). `live`,
+/// `filter` and `rules` were checked by [`plan`], so building cannot fail.
+pub fn json_chain(
+    live: &Arc<LivePlan>,
+    explode: Option<&[String]>,
+    decoder: MessageDecoder,
+    filter: Option<FilterExpr>,
+    rules: TimeRules,
+    router: ShardRouter,
+    buffers: ChunkBuffers,
+) -> Chain {
+    let checked = "the encoder and filter were checked by plan()";
+    match explode {
+        None => {
+            let encoder = live.encoder().expect(checked);
+            let encoder = Filtered::new(encoder, filter, rules).expect(checked);
+            Chain::Json(ChainProcessor::new(
+                decoder,
+                Terminal::new(encoder, router, buffers),
+            ))
+        }
+        Some(path) => {
+            let encoder = live.explode_encoder(path.to_vec()).expect(checked);
+            let encoder = Filtered::new(encoder, filter, rules).expect(checked);
+            let decoder =
+                ExplodeDecoder::new(path.to_vec(), matches!(decoder, MessageDecoder::Ndjson));
+            Chain::JsonExploded(ChainProcessor::new(
+                decoder,
+                Terminal::new(encoder, router, buffers),
+            ))
+        }
+    }
+}
 
 /// A pipeline assembled from a config, ready to run.
 pub type SpatePipeline =
@@ -541,14 +656,21 @@ pub fn build(
         JsonMode::Object => MessageDecoder::Object,
         JsonMode::Ndjson => MessageDecoder::Ndjson,
     };
+    let filter = plan.filter.clone();
+    let explode = plan.explode.clone();
+    let rules = plan.options.time.clone();
     let factory: Box<dyn Fn(ChunkBuffers) -> Chain + Send + Sync> =
         Box::new(move |buffers: ChunkBuffers| {
-            // plan() built the same encoder once (and a re-plan checks its
-            // own before publishing it), so this cannot fail.
-            let encoder = live.encoder().expect("the encoder was checked by plan()");
-            ChainProcessor::new(
+            // plan() built the same encoder and filter once (and a re-plan
+            // checks its own before publishing it), so this cannot fail.
+            json_chain(
+                &live,
+                explode.as_deref(),
                 decoder,
-                Terminal::new(encoder, ShardRouter::with_spec(shard_spec.clone()), buffers),
+                filter.clone(),
+                rules.clone(),
+                ShardRouter::with_spec(shard_spec.clone()),
+                buffers,
             )
         });
     let mut builder = Pipeline::builder(config.pipeline_config(), source, writer, factory);

@@ -44,6 +44,7 @@
 //! (`ID_COLUMN=1` with rows carrying `"id"` first, as `spate run` maps them).
 
 pub mod coerce;
+pub mod explode;
 mod fast;
 mod scan;
 mod tuple;
@@ -89,7 +90,18 @@ pub struct ColumnOptions {
     /// Whether a JSON `""` counts as missing for this column (see
     /// [`MappingOptions::empty_as_null`]).
     pub empty_as_null: Option<bool>,
+    /// A null counts as missing, so a Nullable column takes its
+    /// [`MissingValue::Literal`] for a null too (coalesce): set by
+    /// `mapping.defaults` ([`crate::schema::InsertOptions::defaults`]).
+    /// Every encoder honours it as it honours `missing`. A non-Nullable
+    /// column already treats a null as missing.
+    pub null_as_missing: bool,
 }
+
+/// [`JsonRowEncoder`]'s per-column flag: a `""` counts as missing.
+pub(crate) const EMPTY_IS_MISSING: u8 = 1;
+/// [`JsonRowEncoder`]'s per-column flag: a `null` counts as missing.
+pub(crate) const NULL_IS_MISSING: u8 = 2;
 
 /// One column of the INSERT, in INSERT order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -429,9 +441,11 @@ pub struct JsonRowEncoder {
     rules: TimeRules,
     /// Each column's time rules: `rules` with the column's epoch unit.
     col_rules: Vec<TimeRules>,
-    /// Each column's resolved `empty_as_null` (true only where it changes
-    /// something: Nullable, or a DEFAULT spate applies).
-    empty_null: Vec<bool>,
+    /// Each column's tokens that count as missing: [`EMPTY_IS_MISSING`]
+    /// (its resolved `empty_as_null`, set only where it changes something:
+    /// Nullable, or a DEFAULT spate applies) and [`NULL_IS_MISSING`]
+    /// (`null_as_missing` on a Nullable column with a literal).
+    empty_null: Vec<u8>,
     /// Rows are written as `RowBinaryWithDefaults` (a marker byte before
     /// every cell): some column has [`MissingValue::ServerDefault`].
     with_defaults: bool,
@@ -490,15 +504,19 @@ impl JsonRowEncoder {
                 ..options.time.clone()
             })
             .collect();
-        let empty_null: Vec<bool> = columns
+        let empty_null: Vec<u8> = columns
             .iter()
             .map(|c| {
-                c.options.empty_as_null.unwrap_or(options.empty_as_null)
+                let empty = c.options.empty_as_null.unwrap_or(options.empty_as_null)
                     && (c.ty.is_nullable()
                         || matches!(
                             c.missing,
                             MissingValue::Literal(_) | MissingValue::ServerDefault
-                        ))
+                        ));
+                let null = c.options.null_as_missing
+                    && c.ty.is_nullable()
+                    && matches!(c.missing, MissingValue::Literal(_));
+                (u8::from(empty) * EMPTY_IS_MISSING) | (u8::from(null) * NULL_IS_MISSING)
             })
             .collect();
         let with_defaults = columns
@@ -510,7 +528,7 @@ impl JsonRowEncoder {
             .iter()
             .zip(&empty_null)
             .map(|(c, &empty)| {
-                if empty {
+                if empty != 0 {
                     fast::Fast::General
                 } else {
                     fast::Fast::for_type(&c.ty, &options.time)
@@ -598,6 +616,44 @@ impl JsonRowEncoder {
             return Ok(());
         }
         self.finish_row(base, buf)
+    }
+
+    /// Scans one JSON object into `buf` (cleared first) without finishing
+    /// the row: each column's value bytes (raw RowBinary, no
+    /// RowBinaryWithDefaults marker) at its span, [`None`] for a column
+    /// whose field is missing (or null into a non-Nullable column). The
+    /// fan-out encoder merges two such scans (explode).
+    pub(crate) fn scan_cells(
+        &mut self,
+        json: &[u8],
+        buf: &mut Vec<u8>,
+    ) -> Result<impl Iterator<Item = Option<(u32, u32)>> + '_, RecordError> {
+        buf.clear();
+        self.spans.fill(UNSET);
+        let mut target = scan::RowTarget {
+            root: &self.root,
+            columns: &self.columns,
+            fast: &self.fast,
+            elem_fast: &self.elem_fast,
+            rules: &self.rules,
+            col_rules: &self.col_rules,
+            empty_null: &self.empty_null,
+            base: 0,
+            buf,
+            spans: &mut self.spans,
+            text: &mut self.text,
+            key: &mut self.key,
+            in_order: 0,
+            in_order_end: 0,
+        };
+        scan::read_row(json, &mut target)?;
+        Ok(self.spans.iter().map(|&s| (s != UNSET).then_some(s)))
+    }
+
+    /// Column `i`'s DEFAULT literal as encoded bytes, when it has one
+    /// ([`MissingValue::Literal`]).
+    pub(crate) fn default_bytes(&self, i: usize) -> Option<&[u8]> {
+        self.defaults[i].as_deref()
     }
 
     /// Fills missing columns and puts the row's values into column order.

@@ -66,7 +66,7 @@ pub(super) struct RowTarget<'p, 'b> {
     pub col_rules: &'p [TimeRules],
     /// Each column's resolved `empty_as_null` (such columns have no fast
     /// path, so only the general path tests it).
-    pub empty_null: &'p [bool],
+    pub empty_null: &'p [u8],
     pub base: usize,
     pub buf: &'b mut Vec<u8>,
     pub spans: &'b mut [(u32, u32)],

@@ -1887,3 +1887,56 @@ fn json_columns_take_objects_as_text_only() {
     }
     err("JSON", "null");
 }
+
+/// `mapping.defaults` on a Nullable column coalesces: a null (and, with
+/// empty_as_null, a `""`) takes the literal as a missing field does; the
+/// serde reference reader agrees byte for byte. Without the flag a null
+/// stays NULL.
+#[test]
+fn null_as_missing_coalesces_a_nullable_column_to_its_literal() {
+    for empty_as_null in [false, true] {
+        let mut specs = simple_columns([
+            ("q", t("Nullable(Int32)")),
+            ("r", t("LowCardinality(Nullable(String))")),
+        ]);
+        for (c, lit) in specs.iter_mut().zip(["-1", "'unknown'"]) {
+            c.missing = MissingValue::Literal(lit.into());
+            c.options.null_as_missing = true;
+        }
+        let options = MappingOptions {
+            empty_as_null,
+            ..MappingOptions::default()
+        };
+        let mut enc = JsonRowEncoder::new(specs.clone(), options.clone()).unwrap();
+        let unknown = s("unknown");
+        let minus1 = int(-1);
+        let empty_r = if empty_as_null {
+            unknown.clone()
+        } else {
+            s("")
+        };
+        for (json, want) in [
+            (
+                r#"{"q":null,"r":null}"#,
+                vec![minus1.clone(), unknown.clone()],
+            ),
+            (r#"{}"#, vec![minus1.clone(), unknown.clone()]),
+            (r#"{"r":"","q":7}"#, vec![int(7), empty_r.clone()]),
+            (r#"{"q":null,"r":"eu"}"#, vec![minus1.clone(), s("eu")]),
+        ] {
+            assert_eq!(row(&mut enc, json).unwrap(), want, "{json}");
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            enc.encode_json(json.as_bytes(), &mut a).unwrap();
+            enc.encode_json_serde(json.as_bytes(), &mut b).unwrap();
+            assert_eq!(a, b, "scanner and serde reader agree on {json}");
+        }
+        for c in &mut specs {
+            c.options.null_as_missing = false;
+        }
+        let mut plain = JsonRowEncoder::new(specs, options).unwrap();
+        assert_eq!(
+            row(&mut plain, r#"{"q":null,"r":null}"#).unwrap(),
+            vec![Value::Null, Value::Null]
+        );
+    }
+}

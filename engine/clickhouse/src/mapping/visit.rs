@@ -31,7 +31,7 @@ pub(super) struct Row<'p> {
     /// Each column's time rules.
     pub rules: &'p [TimeRules],
     /// Each column's resolved `empty_as_null`.
-    pub empty_null: &'p [bool],
+    pub empty_null: &'p [u8],
 }
 
 /// Where the row goes.
@@ -268,10 +268,18 @@ impl<'de> DeserializeSeed<'de> for ColumnSeed<'_, '_, '_, '_> {
         let ctx = self.ctx;
         let start = ctx.out.buf.len();
         let ty = &ctx.row.columns[col].ty;
-        let written = if ctx.row.empty_null[col] {
-            // `""` counts as null; anything else is read again from its text.
+        let flags = ctx.row.empty_null[col];
+        let written = if flags != 0 {
+            // `""` counts as null (or missing); a null as missing; anything
+            // else is read again from its text.
             let raw: &RawValue = de::Deserialize::deserialize(de)?;
-            if raw.get() == "\"\"" {
+            let null = flags & super::NULL_IS_MISSING != 0;
+            if null
+                && (raw.get() == "null"
+                    || raw.get() == "\"\"" && flags & super::EMPTY_IS_MISSING != 0)
+            {
+                false
+            } else if flags & super::EMPTY_IS_MISSING != 0 && raw.get() == "\"\"" {
                 match put_scalar(ty, Tok::Null, &ctx.row.rules[col], ctx.out.buf) {
                     Ok(Put::Written) => true,
                     Ok(Put::NullForNonNullable) => false,

@@ -174,6 +174,20 @@ pub trait Encoder<T>: Send {
         buf: &mut Vec<u8>,
     ) -> Result<(), RecordError>;
 
+    /// Whether the row `encode` just appended is kept: `row` is exactly its
+    /// bytes (in the INSERT's row format). `false` drops the row: the
+    /// terminal truncates it and counts it as filtered
+    /// ([`crate::metrics::RECORDS_FILTERED`], reason `filter`); the record's
+    /// ack is unaffected, so its message still commits (D1, D6). Asked once
+    /// per row right after a successful `encode`, so a filter sees the value
+    /// the table would store, whichever decoder produced it. The default
+    /// keeps every row (and compiles to nothing).
+    #[inline]
+    fn keep(&mut self, row: &[u8]) -> bool {
+        let _ = row;
+        true
+    }
+
     /// How the encoder follows a table that changes while it runs, asked
     /// once per poll batch before its records ([`Stage::begin_poll_batch`]):
     /// `Some(layout)` when it has just switched to another plan, so the rows

@@ -113,6 +113,12 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
                 if !started {
                     why.insert(0, "the start-up probe failed".to_owned());
                 }
+                if why.is_empty() {
+                    // A replica answered between the two reads.
+                    why.push(
+                        "a shard's replicas were failing a moment ago; re-checking".to_owned(),
+                    );
+                }
                 self.ready.set_not_ready(why.join("; "));
             }
             let busy = self.host.step(Instant::now());

@@ -109,6 +109,9 @@ struct DriverMetrics {
     polled: Counter,
     skipped: [Counter; 3],
     pauses: Counter,
+    /// [`crate::metrics::RECORDS_FILTERED`] `reason=filter`, added once per
+    /// poll round from the buffers' count (no per-row update).
+    filtered: Counter,
 }
 
 impl DriverMetrics {
@@ -122,6 +125,7 @@ impl DriverMetrics {
                 skipped(RecordErrorKind::Encode),
             ],
             pauses: ::metrics::counter!(crate::metrics::LANE_PAUSES),
+            filtered: crate::metrics::records_filtered("filter"),
         }
     }
 }
@@ -150,6 +154,8 @@ pub struct Driver<L, P> {
     counters: Arc<RecordCounters>,
     metrics: DriverMetrics,
     rows_reported: u64,
+    /// [`ChunkBuffers::rows_filtered`] already added to the metric.
+    filtered_reported: u64,
     /// Records this driver skipped (`on_error: skip`), for the log's pacing.
     skips: u64,
     failed: bool,
@@ -180,6 +186,7 @@ impl<L: Lane, P: Processor> Driver<L, P> {
             counters,
             metrics: DriverMetrics::register(),
             rows_reported: 0,
+            filtered_reported: 0,
             skips: 0,
             failed: false,
         }
@@ -433,6 +440,13 @@ impl<L: Lane, P: Processor> Driver<L, P> {
         c.rows_encoded
             .fetch_add(rows - self.rows_reported, Ordering::Relaxed);
         self.rows_reported = rows;
+        let filtered = buffers.rows_filtered();
+        if filtered != self.filtered_reported {
+            self.metrics
+                .filtered
+                .increment(filtered - self.filtered_reported);
+            self.filtered_reported = filtered;
+        }
         if let Err(e) = result {
             if matches!(e, PipelineError::RecordFailed { .. }) {
                 c.failed.fetch_add(1, Ordering::Relaxed);

@@ -585,29 +585,39 @@ impl Former {
         }
     }
 
-    /// Appends one row to `shard`'s part of the open range.
+    /// Appends one row to `shard`'s part of the open range; `Ok(false)`
+    /// when `encode` refused the row it appended (filtered, truncated).
     #[inline]
     pub(crate) fn append(
         &mut self,
         shard: usize,
         ack: &crate::ack::AckHandle,
-        encode: impl FnOnce(&mut Vec<u8>) -> Result<(), RecordError>,
-    ) -> Result<(), RecordError> {
+        encode: impl FnOnce(&mut Vec<u8>) -> Result<bool, RecordError>,
+    ) -> Result<bool, RecordError> {
         let o = self
             .open
             .as_mut()
             .expect("a range is open for every payload");
         let part = &mut o.parts[shard];
         let start = part.buf.len();
-        if let Err(e) = encode(&mut part.buf) {
-            part.buf.truncate(start);
-            return Err(e);
+        match encode(&mut part.buf) {
+            Ok(true) => {}
+            Ok(false) => {
+                // Filtered: the range's bytes stay a function of its
+                // offsets, since the filter is of the record (D9).
+                part.buf.truncate(start);
+                return Ok(false);
+            }
+            Err(e) => {
+                part.buf.truncate(start);
+                return Err(e);
+            }
         }
         part.rows += 1;
         part.acks.push(ack);
         o.bytes += (part.buf.len() - start) as u64;
         o.rows += 1;
-        Ok(())
+        Ok(true)
     }
 
     /// Seals the open range if it is free and may seal now (`idle`: the

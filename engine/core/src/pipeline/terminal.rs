@@ -93,6 +93,8 @@ pub struct ChunkBuffers {
     pool: PoolHandle,
     config: ChunkConfig,
     rows_encoded: u64,
+    /// Rows an encoder appended and then refused ([`Encoder::keep`]).
+    rows_filtered: u64,
     chunks_dropped: u64,
     /// The layout the open chunks' rows follow ([`ChunkBuffers::set_layout`]).
     layout: Layout,
@@ -126,6 +128,7 @@ impl ChunkBuffers {
             pool,
             config,
             rows_encoded: 0,
+            rows_filtered: 0,
             chunks_dropped: 0,
             layout: 0,
         }
@@ -240,6 +243,12 @@ impl ChunkBuffers {
         self.rows_encoded
     }
 
+    /// Rows dropped by the encoder's filter so far (monotonic;
+    /// [`Encoder::keep`]). Not in [`ChunkBuffers::rows_encoded`].
+    pub fn rows_filtered(&self) -> u64 {
+        self.rows_filtered
+    }
+
     /// Sealed chunks waiting for budget or queue room.
     pub fn pending(&self) -> usize {
         self.pending.len()
@@ -262,16 +271,44 @@ impl ChunkBuffers {
         cx: &RecordCx<'_>,
         encode: impl FnOnce(&mut Vec<u8>) -> Result<(), RecordError>,
     ) -> Result<(), RecordError> {
+        self.append_kept(shard, cx, |buf| encode(buf).map(|()| true))
+    }
+
+    /// [`ChunkBuffers::append`] with a row that may be refused after it was
+    /// encoded: `encode` returns `Ok(false)` to drop the row it appended
+    /// (truncated here, counted in [`ChunkBuffers::rows_filtered`]; its ack
+    /// is not added, so the message resolves as filtered).
+    ///
+    /// # Errors
+    /// Whatever `encode` returned.
+    #[inline]
+    pub fn append_kept(
+        &mut self,
+        shard: usize,
+        cx: &RecordCx<'_>,
+        encode: impl FnOnce(&mut Vec<u8>) -> Result<bool, RecordError>,
+    ) -> Result<(), RecordError> {
         if let Some(eo) = &mut self.eo {
-            eo.formers[eo.current].append(shard, cx.ack, encode)?;
-            self.rows_encoded += 1;
+            if eo.formers[eo.current].append(shard, cx.ack, encode)? {
+                self.rows_encoded += 1;
+            } else {
+                self.rows_filtered += 1;
+            }
             return Ok(());
         }
         let oc = &mut self.open[shard];
         let start = oc.buf.len();
-        if let Err(e) = encode(&mut oc.buf) {
-            oc.buf.truncate(start);
-            return Err(e);
+        match encode(&mut oc.buf) {
+            Ok(true) => {}
+            Ok(false) => {
+                oc.buf.truncate(start);
+                self.rows_filtered += 1;
+                return Ok(());
+            }
+            Err(e) => {
+                oc.buf.truncate(start);
+                return Err(e);
+            }
         }
         debug_assert!(oc.buf.len() > start, "an encoder appended an empty row");
         if oc.rows == 0 {
@@ -466,8 +503,11 @@ impl<T, E: Encoder<T>, R: Router<T>> Stage<T> for Terminal<E, R> {
             "router picked shard {shard} out of range"
         );
         let encoder = &mut self.encoder;
-        self.buffers
-            .append(shard, cx, |buf| encoder.encode(&record, cx, buf))
+        self.buffers.append_kept(shard, cx, |buf| {
+            let start = buf.len();
+            encoder.encode(&record, cx, buf)?;
+            Ok(encoder.keep(&buf[start..]))
+        })
     }
 
     #[inline]

@@ -31,8 +31,10 @@
 //!   `skip` dead-letters it with the reason): never written to a guessed
 //!   table.
 //! - Refused with `tables`: `sink.clickhouse.table` (each entry names its
-//!   table) and `pipeline.delivery: effectively_once` (its range formers
-//!   carry one table; not built for several yet).
+//!   table), `pipeline.delivery: effectively_once` (its range formers
+//!   carry one table; not built for several yet) and `mapping.explode`
+//!   (a decoder of its own per thread, not per table). `mapping.filter`
+//!   and `mapping.defaults` work per table.
 
 use regex::Regex;
 use serde_norway::{Mapping, Value};
@@ -158,6 +160,15 @@ pub fn resolve_doc(at: &str, mut doc: Mapping) -> Result<(Config, Vec<TableRoute
                 other => other,
             }
         })?;
+        if config.mapping.explode.is_some() {
+            return Err(invalid(
+                join(at, "mapping.explode"),
+                format!(
+                    "not with `tables` yet (in table entry `{key}`): use one pipeline per \
+                     table (`pipelines:`)"
+                ),
+            ));
+        }
         routes.push(TableRoute {
             key,
             matcher,
@@ -400,6 +411,12 @@ pipelines:
         let e = err(&ROUTED.replace("group_id: g}", "group_id: g, topics: [events.a, other]}"));
         assert!(e.contains("source.kafka.topics[1]"), "{e}");
         assert!(e.contains("`other` matches no entry"), "{e}");
+        let e = err(&ROUTED.replace(
+            "mapping: {rename: {a: x}}",
+            "mapping: {rename: {a: x}, explode: /items}",
+        ));
+        assert!(e.contains("`mapping.explode`"), "{e}");
+        assert!(e.contains("not with `tables`"), "{e}");
         let e = err(&ROUTED.replace("mapping: {rename: {b: y}}", "mapping: {renam: {b: y}}"));
         assert!(e.contains("mapping"), "{e}");
         assert!(e.contains("did you mean `rename`"), "{e}");

@@ -479,3 +479,118 @@ fn effectively_once_loads_and_refuses_round_robin_over_shards() {
     let e = err(&keyed.replace("{field: id}", "{field: id, missing: round_robin}"));
     assert!(e.contains("sink.clickhouse.shard_key.missing"), "{e}");
 }
+
+/// mapping.explode / filter / defaults: the sensor workload's shape loads,
+/// and every malformed piece is refused naming its key.
+#[test]
+fn explode_filter_and_defaults_load_and_bad_ones_name_their_key() {
+    let good = format!(
+        "{MINIMAL}mapping:
+  explode: /events
+  filter:
+    all:
+      - unit != \"drop\"
+      - value >= 0
+      - any:
+          - quality is null
+          - quality in [1, 2]
+  defaults:
+    region: unknown
+    n: 0
+    b: true
+    q: \"it's\"
+"
+    );
+    let c = Config::from_yaml(&good, no_env).unwrap();
+    assert_eq!(
+        c.mapping.explode_path().unwrap(),
+        Some(vec!["events".to_owned()])
+    );
+    assert_eq!(
+        c.mapping.filter_expr().unwrap().unwrap().to_string(),
+        "all(unit != \"drop\", value >= 0, any(quality is null, quality in [1, 2]))"
+    );
+    let d = c.mapping.default_literals().unwrap();
+    assert_eq!(d["region"], "'unknown'");
+    assert_eq!(d["n"], "0");
+    assert_eq!(d["b"], "'true'");
+    assert_eq!(d["q"], "'it\\'s'");
+    // A list is `all`; a single string is one predicate.
+    let c = Config::from_yaml(
+        &format!("{MINIMAL}mapping: {{filter: [a == 1, b != 2]}}"),
+        no_env,
+    )
+    .unwrap();
+    assert_eq!(
+        c.mapping.filter_expr().unwrap().unwrap().to_string(),
+        "all(a == 1, b != 2)"
+    );
+    let c = Config::from_yaml(
+        &format!("{MINIMAL}mapping: {{filter: 'a is not null'}}"),
+        no_env,
+    )
+    .unwrap();
+    assert_eq!(
+        c.mapping.filter_expr().unwrap().unwrap().to_string(),
+        "a is not null"
+    );
+
+    for (yaml, key, says) in [
+        ("mapping: {explode: events}", "mapping.explode", "pointer"),
+        (
+            "mapping: {explode: /}",
+            "mapping.explode",
+            "a pointer to a field",
+        ),
+        (
+            "mapping: {filter: {all: [a == 1, b = 2]}}",
+            "mapping.filter.all[1]",
+            "operator",
+        ),
+        (
+            "mapping: {filter: {some: [a == 1]}}",
+            "mapping.filter.some",
+            "unknown group",
+        ),
+        (
+            "mapping: {filter: {all: [a == 1], any: [b == 1]}}",
+            "mapping.filter",
+            "exactly one key",
+        ),
+        (
+            "mapping: {filter: {any: []}}",
+            "mapping.filter.any",
+            "keeps no row",
+        ),
+        (
+            "mapping: {filter: {all: a == 1}}",
+            "mapping.filter.all",
+            "list",
+        ),
+        (
+            "mapping: {filter: [[x == drop]]}",
+            "mapping.filter[0][0]",
+            "constant",
+        ),
+        ("mapping: {filter: 7}", "mapping.filter", "predicate string"),
+        (
+            "mapping: {defaults: {region: null}}",
+            "mapping.defaults.region",
+            "null is no default",
+        ),
+        (
+            "mapping: {defaults: {region: [a]}}",
+            "mapping.defaults.region",
+            "string, number or bool",
+        ),
+        (
+            "mapping: {explode: /events, columns: {e: /events}}",
+            "mapping.columns.e",
+            "exploded array itself",
+        ),
+    ] {
+        let e = err(&format!("{MINIMAL}{yaml}"));
+        assert!(e.contains(&format!("`{key}`")), "{yaml}: {e}");
+        assert!(e.contains(says), "{yaml}: {e}");
+    }
+}

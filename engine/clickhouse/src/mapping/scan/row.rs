@@ -9,7 +9,7 @@
 
 use crate::mapping::coerce::{Put, Tok, looks_numeric, parse_uuid, plain_ipv4, put_scalar};
 use crate::mapping::fast::{Fast, plain_decimal, plain_float, plain_int, ticks};
-use crate::mapping::{Node, UNSET, u128_or_tail};
+use crate::mapping::{EMPTY_IS_MISSING, NULL_IS_MISSING, Node, UNSET, u128_or_tail};
 use crate::rowbinary::{put_fixed_string, put_input_string, put_ipv4, put_string, put_uuid};
 use crate::time::parse_iso_fixed;
 use crate::types::ChType;
@@ -414,8 +414,17 @@ impl Scanner<'_> {
         col: usize,
         t: &mut RowTarget<'_, '_>,
     ) -> Result<bool, Stop> {
-        if t.empty_null[col] && self.s.get(self.i..self.i + 2) == Some(b"\"\"") {
+        let flags = t.empty_null[col];
+        if flags & NULL_IS_MISSING != 0 && self.s.get(self.i..self.i + 4) == Some(b"null") {
+            // Coalesce (mapping.defaults): the literal fills it.
+            self.i += 4;
+            return Ok(false);
+        }
+        if flags & EMPTY_IS_MISSING != 0 && self.s.get(self.i..self.i + 2) == Some(b"\"\"") {
             self.i += 2;
+            if flags & NULL_IS_MISSING != 0 {
+                return Ok(false);
+            }
             return match put_scalar(ty, Tok::Null, &t.col_rules[col], t.buf) {
                 Ok(Put::Written) => Ok(true),
                 Ok(Put::NullForNonNullable) => Ok(false),
