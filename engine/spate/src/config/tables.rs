@@ -33,7 +33,8 @@
 //! - Refused with `tables`: `sink.clickhouse.table` (each entry names its
 //!   table), `pipeline.delivery: effectively_once` (its range formers
 //!   carry one table; not built for several yet) and `mapping.explode`
-//!   (a decoder of its own per thread, not per table). `mapping.filter`
+//!   (a decoder of its own per thread, not per table), and any `format`
+//!   but `format.json` (the routed chain decodes JSON only). `mapping.filter`
 //!   and `mapping.defaults` work per table.
 
 use regex::Regex;
@@ -115,6 +116,16 @@ pub fn resolve_doc(at: &str, mut doc: Mapping) -> Result<(Config, Vec<TableRoute
             "not with pipeline.delivery: effectively_once yet (its range formers carry one \
              table); use one pipeline per table (`pipelines:`)",
         ));
+    }
+    // The routed chain decodes JSON (object or NDJSON) only: a format
+    // section added later (another decoder) must not be read as JSON.
+    if let Some(Value::Mapping(format)) = lookup(&doc, &["format"]) {
+        if let Some(other) = format.keys().find(|k| k.as_str() != Some("json")) {
+            return Err(invalid(
+                join(at, &format!("format.{}", other.as_str().unwrap_or("?"))),
+                "not with `tables` yet: routing decodes JSON (format.json) only",
+            ));
+        }
     }
     let keys: Vec<String> = tables
         .keys()
@@ -417,6 +428,8 @@ pipelines:
         ));
         assert!(e.contains("`mapping.explode`"), "{e}");
         assert!(e.contains("not with `tables`"), "{e}");
+        let e = err(&format!("format: {{avro: {{}}}}\n{ROUTED}"));
+        assert!(e.contains("`format.avro`") && e.contains("JSON"), "{e}");
         let e = err(&ROUTED.replace("mapping: {rename: {b: y}}", "mapping: {renam: {b: y}}"));
         assert!(e.contains("mapping"), "{e}");
         assert!(e.contains("did you mean `rename`"), "{e}");
