@@ -5,6 +5,8 @@
 //! - [`config`]: the YAML config model, interpolation and validation.
 //! - [`admin`]: the admin HTTP server (`/metrics`, `/healthz`, `/readyz`).
 //! - [`kafka_tools`]: embedded broker, NDJSON producer, offsets.
+//! - [`process`]: several pipelines in one process (`pipelines:`).
+//! - [`routing`]: topic-to-table routing inside one pipeline (`tables:`).
 //! - [`telemetry`]: the Prometheus recorder, `# HELP` text, build and
 //!   process metrics (every series: `docs/METRICS.md`).
 //! - [`service`]: assembling the Kafka source, the ClickHouse writer and
@@ -14,6 +16,8 @@
 pub mod admin;
 pub mod config;
 pub mod kafka_tools;
+pub mod process;
+pub mod routing;
 pub mod sample;
 pub mod service;
 pub mod telemetry;
