@@ -8,6 +8,8 @@
 //! - [`mapping`]: JSON messages to RowBinary rows for a table's columns, with
 //!   the coercions users expect and no more; implements the chain's
 //!   `Encoder<Payload>` seam.
+//! - [`protobuf`]: Protobuf messages (plain, or Confluent-framed with a
+//!   schema registry) to RowBinary rows, decoded from the wire format.
 //! - [`native`]: the Native insert format, transcoded from a sealed batch's
 //!   RowBinary rows; its blocks name each column's type, so a table whose
 //!   column type changed refuses them.
@@ -35,6 +37,7 @@ pub mod filter;
 pub mod mapping;
 pub mod native;
 pub mod num;
+pub mod protobuf;
 pub mod replan;
 pub mod router;
 pub mod rowbinary;

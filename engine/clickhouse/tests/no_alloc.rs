@@ -359,3 +359,78 @@ fn avro_fan_out_allocates_nothing_per_record() {
         );
     }
 }
+
+/// The Protobuf decoder (issue 21) allocates nothing per row either: the
+/// sensor workload's flat rows, once the scratch has grown.
+#[test]
+fn protobuf_rows_allocate_nothing() {
+    use spate_clickhouse::protobuf::{Framing, ProtoRowEncoder, sensor};
+    let file = sensor::sensor_file().expect("compiles");
+    let msg = file
+        .parent_pool()
+        .get_message_by_name(sensor::SENSOR_MESSAGE)
+        .expect("message");
+    let mut enc = ProtoRowEncoder::fixed(
+        &msg,
+        Framing::Plain,
+        sensor::sensor_columns(),
+        MappingOptions::default(),
+        "sensor.proto",
+    )
+    .expect("plans");
+    let mut scratch = Vec::new();
+    let messages: Vec<Vec<u8>> = (0..300u64)
+        .map(|n| {
+            let mut m = Vec::new();
+            sensor::sensor_row(n / 100, n % 100, &mut m, &mut scratch);
+            m
+        })
+        .collect();
+    let mut buf = Vec::with_capacity(1 << 20);
+    for m in &messages {
+        enc.encode_message(m, &mut buf).expect("encodes");
+    }
+    buf.clear();
+    let n = allocations_in(|| {
+        for m in &messages {
+            enc.encode_message(m, &mut buf).expect("encodes");
+        }
+    });
+    assert_eq!(n, 0, "allocations for {} protobuf rows", messages.len());
+
+    // The chain's path: Confluent frames through the schema source, the
+    // decoder's and the encoder's plan caches (warm), one record per row.
+    let mut src = spate_clickhouse::protobuf::FileSchemaSource::new();
+    src.insert(5, file);
+    let mapping = spate_clickhouse::protobuf::ProtoMapping::confluent(
+        std::sync::Arc::new(src),
+        sensor::sensor_columns(),
+        MappingOptions::default(),
+    )
+    .expect("columns");
+    let (mut dec, mut enc) = (mapping.decoder(), mapping.encoder());
+    let framed: Vec<Vec<u8>> = messages
+        .iter()
+        .map(|m| {
+            let mut f = Vec::new();
+            spate_clickhouse::protobuf::framing::write_header(&mut f, 5, &[0]);
+            f.extend_from_slice(m);
+            f
+        })
+        .collect();
+    let mut run = |buf: &mut Vec<u8>| {
+        for m in &framed {
+            let r = dec.decode_value(Some(m)).expect("decodes");
+            enc.encode_record(&r, buf).expect("encodes");
+        }
+    };
+    run(&mut buf);
+    buf.clear();
+    let n = allocations_in(|| run(&mut buf));
+    assert_eq!(
+        n,
+        0,
+        "allocations for {} framed protobuf records",
+        framed.len()
+    );
+}

@@ -458,7 +458,7 @@ fn tail_u128(s: &[u8], at: usize) -> u128 {
 
 /// Every path a column name stands for under a flatten join: the name itself
 /// and each way of cutting it at the join (at most 2^6 cuts considered).
-fn flattened_paths(name: &str, join: &str) -> Vec<Vec<String>> {
+pub(crate) fn flattened_paths(name: &str, join: &str) -> Vec<Vec<String>> {
     let cuts: Vec<usize> = name.match_indices(join).map(|(i, _)| i).take(6).collect();
     (0u32..(1 << cuts.len()))
         .map(|mask| {
