@@ -144,3 +144,7 @@ echo "fresh seeds start at $fresh (replay one with: cargo run -p spate-verify --
 
 step "benches in test mode (each criterion bench runs once, so none can rot)"
 cargo test -p spate-benches --benches --locked
+
+step "examples that check themselves: the Avro sensor workload through the chain's typed operators (a few seconds)"
+# Exits non-zero when its totals differ from the workload's closed form.
+MESSAGES=300 cargo run -p spate-clickhouse --example avro_sensor --locked

@@ -348,6 +348,8 @@ impl RealTerminal {
                     partition: &self.partition,
                     offset,
                     timestamp_ms: None,
+                    timestamp_kind: spate_core::record::TimestampKind::None,
+                    headers: spate_core::record::Headers::NONE,
                 },
                 ack: &ack,
             };

@@ -55,6 +55,8 @@ impl<'a> PollBatch<'a> for MemBatch<'a> {
             partition: &self.lane.tp,
             offset,
             timestamp_ms: None,
+            timestamp_kind: spate_core::record::TimestampKind::None,
+            headers: spate_core::record::Headers::NONE,
         }
     }
 }

@@ -47,6 +47,8 @@ fn run<E: for<'a> Encoder<Payload<'a>>>(enc: &mut E, lines: &[&str], batch: usiz
                 partition: &tp,
                 offset: first + i as i64,
                 timestamp_ms: None,
+                timestamp_kind: spate_core::record::TimestampKind::None,
+                headers: spate_core::record::Headers::NONE,
             };
             let cx = RecordCx { payload, ack: &ack };
             enc.encode(&payload, &cx, &mut buf).unwrap();

@@ -146,6 +146,8 @@ fn run(
                 partition: tp,
                 offset: i as i64,
                 timestamp_ms: None,
+                timestamp_kind: spate_core::record::TimestampKind::None,
+                headers: spate_core::record::Headers::NONE,
             },
             ack,
         };

@@ -1,5 +1,7 @@
 //! spate-clickhouse: the ClickHouse side of spate.
 //!
+//! - [`avro`]: Avro (Confluent-framed or plain) to RowBinary rows, with
+//!   fan-out (`explode`); the chain's Avro decoder, encoder and router.
 //! - [`types`]: ClickHouse type strings parsed into a [`types::ChType`] tree.
 //! - [`rowbinary`]: the RowBinary byte layout (primitive writers, a generic
 //!   value encoder and its decoder).
@@ -29,6 +31,7 @@
 //! transcode, a pure function of them).
 #![forbid(unsafe_code)]
 
+pub mod avro;
 pub mod dedup;
 pub mod filter;
 pub mod mapping;

@@ -1001,6 +1001,8 @@ mod tests {
             partition: &tp,
             offset: 0,
             timestamp_ms: None,
+            timestamp_kind: spate_core::record::TimestampKind::None,
+            headers: spate_core::record::Headers::NONE,
         };
         let cx = RecordCx { payload, ack: &ack };
         let mut by_field = ShardRouter::new(ShardKey::field("u"));

@@ -30,6 +30,11 @@
 //!     start.
 //! - Every other column is named; a missing field is NULL for Nullable
 //!   columns, else a record error.
+//! - A column named like a Kafka metadata source (`_offset`, `_key`,
+//!   `_headers`, ...: [`crate::mapping::meta`]) takes that source, unless
+//!   `renames` maps it to a record field; `pointers` may also name a
+//!   source (`{col: _offset}`). Its type must hold the source's values
+//!   ([`MetaSource::check_type`]), else the plan fails naming the column.
 //! - A named column whose type string does not parse (a type this crate
 //!   cannot encode) stops the plan with an error naming column and type.
 //!
@@ -38,7 +43,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::mapping::{ColumnOptions, ColumnSpec, MissingValue, parse_pointer};
+use crate::mapping::{
+    ColumnOptions, ColumnSource, ColumnSpec, MetaSource, MissingValue, parse_source,
+};
 use crate::types::{ChType, TypeParseError};
 
 /// How a column's value is produced when an INSERT does not give it.
@@ -353,10 +360,17 @@ pub fn plan_insert(
     }
     let mut out = Vec::new();
     for c in &schema.columns {
-        let path = match (options.pointers.get(&c.name), options.renames.get(&c.name)) {
-            (Some(p), _) => Some(parse_pointer(p)?),
-            (None, Some(field)) => Some(vec![field.clone()]),
-            (None, None) => None,
+        // A `mapping.columns` entry is a pointer or a metadata source; a
+        // rename is always a record field; a column with neither takes the
+        // metadata source it is named after, if any (as the Kafka engine's
+        // virtual columns), else the field of its name.
+        let (path, meta) = match (options.pointers.get(&c.name), options.renames.get(&c.name)) {
+            (Some(p), _) => match parse_source(p)? {
+                ColumnSource::Path(path) => (Some(path), None),
+                ColumnSource::Meta(m) => (None, Some(m)),
+            },
+            (None, Some(field)) => (Some(vec![field.clone()]), None),
+            (None, None) => (None, MetaSource::parse(&c.name)),
         };
         let named = match c.default_kind {
             DefaultKind::None => true,
@@ -376,6 +390,21 @@ pub fn plan_insert(
             .get(&c.name)
             .cloned()
             .unwrap_or_default();
+        if let Some(m) = &meta {
+            m.check_type(&ty)
+                .map_err(|reason| crate::mapping::MappingError::MetaType {
+                    column: c.name.clone(),
+                    reason,
+                })?;
+            if column_options != ColumnOptions::default() {
+                return Err(SchemaError::OptionNotApplicable {
+                    column: c.name.clone(),
+                    type_text: c.type_text.clone(),
+                    option: "column_options",
+                    applies_to: "columns read from the record (this one takes Kafka metadata)",
+                });
+            }
+        }
         if column_options.epoch_unit.is_some() && !c.type_text.contains("DateTime") {
             return Err(SchemaError::OptionNotApplicable {
                 column: c.name.clone(),
@@ -407,6 +436,7 @@ pub fn plan_insert(
             name: c.name.clone(),
             ty,
             path,
+            meta,
             missing,
             options: column_options,
         });
@@ -623,6 +653,64 @@ mod tests {
             TableSchema::from_json_each_row("db", "t", "\n"),
             Err(SchemaError::NoSuchTable { .. })
         ));
+    }
+
+    #[test]
+    fn metadata_columns_by_name_by_mapping_or_renamed_away() {
+        let body = r#"{"name":"id","type":"UInt64","default_kind":"","default_expression":""}
+{"name":"_offset","type":"UInt64","default_kind":"","default_expression":""}
+{"name":"_key","type":"Nullable(String)","default_kind":"","default_expression":""}
+{"name":"_timestamp","type":"DateTime64(3)","default_kind":"","default_expression":""}
+{"name":"part","type":"Int32","default_kind":"","default_expression":""}
+{"name":"_header.trace","type":"String","default_kind":"DEFAULT","default_expression":"''"}
+"#;
+        let s = TableSchema::from_json_each_row("db", "t", body).unwrap();
+        let plan = plan_insert(&s, &InsertOptions::default()).unwrap();
+        let metas: Vec<Option<String>> = plan
+            .iter()
+            .map(|c| c.meta.as_ref().map(MetaSource::to_string))
+            .collect();
+        let name = |n: &str| Some(n.to_string());
+        assert_eq!(
+            metas,
+            [
+                None,
+                name("_offset"),
+                name("_key"),
+                name("_timestamp"),
+                None,
+                name("_header.trace")
+            ]
+        );
+        assert_eq!(plan[5].missing, MissingValue::Literal("''".into()));
+        // mapping.columns names a source; a rename keeps the record field.
+        let mut opts = InsertOptions::default();
+        opts.pointers.insert("part".into(), "_partition".into());
+        opts.renames.insert("_offset".into(), "_offset".into());
+        let plan = plan_insert(&s, &opts).unwrap();
+        assert_eq!(plan[4].meta, Some(MetaSource::Partition));
+        assert_eq!(plan[4].path, None);
+        assert_eq!(plan[1].meta, None);
+        assert_eq!(plan[1].path, Some(vec!["_offset".to_string()]));
+        // Refusals name the column.
+        let mut opts = InsertOptions::default();
+        opts.pointers.insert("id".into(), "_topic".into());
+        let e = plan_insert(&s, &opts).unwrap_err().to_string();
+        assert!(e.contains("`id`") && e.contains("_topic"), "{e}");
+        let mut opts = InsertOptions::default();
+        opts.pointers.insert("id".into(), "_ofset".into());
+        let e = plan_insert(&s, &opts).unwrap_err().to_string();
+        assert!(e.contains("_ofset") && e.contains("metadata source"), "{e}");
+        let mut opts = InsertOptions::default();
+        opts.column_options.insert(
+            "_timestamp".into(),
+            ColumnOptions {
+                epoch_unit: Some(crate::mapping::EpochUnit::Millis),
+                ..ColumnOptions::default()
+            },
+        );
+        let e = plan_insert(&s, &opts).unwrap_err().to_string();
+        assert!(e.contains("`_timestamp`") && e.contains("metadata"), "{e}");
     }
 
     #[test]

@@ -347,6 +347,7 @@ fn write_defaults_and_epoch_fixtures_for_chdb() {
         name: name.into(),
         ty: ChType::parse(ty).unwrap(),
         path: None,
+        meta: None,
         missing,
         options: ColumnOptions::default(),
     };
@@ -412,5 +413,116 @@ fn write_defaults_and_epoch_fixtures_for_chdb() {
         ]),
         json!({"clickhouse_parses_inputs": true}),
         Some(&[("id", "UInt32"), ("t", "DateTime64(3, 'UTC')")]),
+    );
+}
+
+/// Issue 17: Kafka metadata columns in the types 18.16 lacks, decoded by a
+/// current engine: the timestamp into DateTime64(3) and (6) exactly, the
+/// headers (a repeated name, a null value, none) as Map and as
+/// Array(Tuple), the topic as LowCardinality(String), the timestamp type
+/// as an Enum8, the key parsed into a UUID.
+#[test]
+fn write_kafka_metadata_fixtures_for_chdb() {
+    use spate_clickhouse::mapping::{ColumnOptions, ColumnSpec, MetaSource, MissingValue};
+    use spate_core::record::{Header, Headers, Payload, TimestampKind, TopicPartition};
+    let columns: &[(&str, &str, Option<&str>)] = &[
+        ("id", "UInt32", None),
+        ("topic", "LowCardinality(String)", Some("_topic")),
+        ("off", "UInt64", Some("_offset")),
+        ("ts3", "DateTime64(3, 'UTC')", Some("_timestamp")),
+        ("ts6", "Nullable(DateTime64(6, 'UTC'))", Some("_timestamp")),
+        (
+            "tt",
+            "Enum8('NoTimestampType' = -1, 'CreateTime' = 0, 'LogAppendTime' = 1)",
+            Some("_timestamp_type"),
+        ),
+        ("k", "Nullable(UUID)", Some("_key")),
+        ("hm", "Map(String, Nullable(String))", Some("_headers")),
+        (
+            "hp",
+            "Array(Tuple(String, Nullable(String)))",
+            Some("_headers"),
+        ),
+    ];
+    let specs = columns
+        .iter()
+        .map(|&(name, ty, meta)| ColumnSpec {
+            name: name.into(),
+            ty: ChType::parse(ty).unwrap(),
+            path: None,
+            meta: meta.and_then(MetaSource::parse),
+            missing: if ty.starts_with("Nullable") {
+                MissingValue::Null
+            } else {
+                MissingValue::Reject
+            },
+            options: ColumnOptions::default(),
+        })
+        .collect();
+    let mut enc = JsonRowEncoder::new(specs, MappingOptions::default()).unwrap();
+    let tp = TopicPartition::new("events.a", 2);
+    let repeated = [
+        Header {
+            name: b"h",
+            value: Some(b"a"),
+        },
+        Header {
+            name: b"n",
+            value: None,
+        },
+        Header {
+            name: b"h",
+            value: Some(b"b"),
+        },
+    ];
+    let inputs = [r#"{"id":1}"#, r#"{"id":2}"#];
+    let messages = [
+        Payload {
+            value: Some(inputs[0].as_bytes()),
+            key: Some(b"61f0c404-5cb3-11e7-907b-a6006ad3dba0"),
+            partition: &tp,
+            offset: 4_294_967_296,
+            timestamp_ms: Some(1_517_966_773_840),
+            timestamp_kind: TimestampKind::CreateTime,
+            headers: Headers::from_slice(&repeated),
+        },
+        Payload {
+            value: Some(inputs[1].as_bytes()),
+            key: None,
+            partition: &tp,
+            offset: 7,
+            timestamp_ms: Some(-1),
+            timestamp_kind: TimestampKind::LogAppendTime,
+            headers: Headers::NONE,
+        },
+    ];
+    let mut bin = Vec::new();
+    for m in &messages {
+        enc.encode_message(m, &mut bin).unwrap();
+    }
+    let schema = columns
+        .iter()
+        .map(|(n, t, _)| format!("{n} {t}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let typed: Vec<(&str, &str)> = columns.iter().map(|&(n, t, _)| (n, t)).collect();
+    write_case(
+        "kafka_metadata",
+        &schema,
+        &inputs,
+        &bin,
+        // A JSON object keeps the last of repeated keys when parsed, so the
+        // Map's order and repeats are checked through the Array(Tuple).
+        json!([
+            {"id":1,"topic":"events.a","off":"4294967296","ts3":"2018-02-07 01:26:13.840",
+             "ts6":"2018-02-07 01:26:13.840000","tt":"CreateTime",
+             "k":"61f0c404-5cb3-11e7-907b-a6006ad3dba0",
+             "hm":{"h":"b","n":null},"hp":[["h","a"],["n",null],["h","b"]]},
+            {"id":2,"topic":"events.a","off":"7","ts3":"1969-12-31 23:59:59.999",
+             "ts6":"1969-12-31 23:59:59.999000","tt":"LogAppendTime","k":null,
+             "hm":{},"hp":[]},
+        ]),
+        json!({}),
+        Some(&typed),
     );
 }

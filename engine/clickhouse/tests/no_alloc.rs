@@ -1,7 +1,8 @@
 //! The mapper allocates nothing per row once its buffers have grown (issue
 //! 6: "no per-row allocation"; STYLE: hot paths allocate nothing per
 //! record). A counting global allocator, counting only on the test's own
-//! thread (flag and counter both thread-local), watches
+//! thread (flag and counter both thread-local), watches the Avro path
+//! (decoder with explode and encoder, `avro_fan_out_allocates_nothing_per_record`),
 //! `JsonRowEncoder::encode_json` over the flights fixture and a 15-column
 //! event, and the writer's Native transcode (`native::BlockPlan`), which
 //! allocates per batch (its column buffers grow), never per row. Its own
@@ -153,6 +154,75 @@ fn event_rows_allocate_nothing_per_row() {
 }
 
 #[test]
+fn metadata_columns_allocate_nothing_per_row() {
+    use spate_clickhouse::mapping::{ColumnOptions, ColumnSpec, MetaSource, MissingValue};
+    use spate_core::record::{Header, Headers, Payload, TimestampKind, TopicPartition};
+    let meta = [
+        ("_topic", "LowCardinality(String)"),
+        ("_partition", "Int32"),
+        ("_offset", "UInt64"),
+        ("_timestamp", "DateTime64(3)"),
+        ("_timestamp_type", "String"),
+        ("_key", "Nullable(String)"),
+        ("_headers", "Map(String, Nullable(String))"),
+        ("_headers.name", "Array(String)"),
+        ("_header.trace", "Nullable(String)"),
+        ("_header.n", "Int32"),
+    ];
+    let mut cols = simple_columns([("id", ChType::UInt64), ("name", ChType::String)]);
+    cols.extend(meta.map(|(source, ty)| ColumnSpec {
+        name: source.to_owned(),
+        ty: ChType::parse(ty).unwrap(),
+        path: None,
+        meta: MetaSource::parse(source),
+        missing: MissingValue::Null,
+        options: ColumnOptions::default(),
+    }));
+    let mut enc = JsonRowEncoder::new(cols, MappingOptions::default()).unwrap();
+    let tp = TopicPartition::new("events", 4);
+    let headers = [
+        Header {
+            name: b"trace",
+            value: Some(b"t-1"),
+        },
+        Header {
+            name: b"n",
+            value: Some(b"12"),
+        },
+        Header {
+            name: b"trace",
+            value: None,
+        },
+    ];
+    let rows: Vec<String> = (0..200)
+        .map(|i| format!(r#"{{"id":{i},"name":"n{i}"}}"#))
+        .collect();
+    let pass = |enc: &mut JsonRowEncoder, buf: &mut Vec<u8>| {
+        for (i, r) in rows.iter().enumerate() {
+            let p = Payload {
+                value: Some(r.as_bytes()),
+                key: (i % 2 == 0).then_some(&b"key"[..]),
+                partition: &tp,
+                offset: i as i64,
+                timestamp_ms: Some(1_700_000_000_000 + i as i64),
+                timestamp_kind: TimestampKind::CreateTime,
+                headers: Headers::from_slice(&headers),
+            };
+            enc.encode_message(&p, buf).unwrap();
+        }
+    };
+    let mut buf = Vec::new();
+    let first = allocations_in(|| pass(&mut enc, &mut buf));
+    assert!(first > 0, "the counting allocator saw the first pass");
+    let grown = buf.len();
+    buf.clear();
+    buf.reserve(grown);
+    let n = allocations_in(|| pass(&mut enc, &mut buf));
+    assert_eq!(buf.len(), grown, "the second pass wrote the same rows");
+    assert_eq!(n, 0, "{n} allocations over {} rows", rows.len());
+}
+
+#[test]
 fn the_native_transcode_allocates_per_batch_not_per_row() {
     let lines: Vec<&str> = include_str!("fixtures/flights-50.ndjson").lines().collect();
     let types = [
@@ -192,6 +262,102 @@ fn the_native_transcode_allocates_per_batch_not_per_row() {
         a_big < a_small + 100,
         "{a_big} allocations for 5000 rows, {a_small} for 50"
     );
+}
+
+/// The Avro path with fan-out allocates nothing per record either: the
+/// chain's `Decoder` (framing, plan cache by schema id, element ranges)
+/// and `Encoder` (the row, direct or permuted), over sensor messages of
+/// two writer schema ids, 100 rows each.
+#[test]
+fn avro_fan_out_allocates_nothing_per_record() {
+    use std::sync::Arc;
+
+    use spate_clickhouse::avro::{
+        AvroMapping, AvroOptions, AvroRecord, AvroRowEncoder, FileSchemaSource, sensor,
+    };
+    use spate_core::ack::{AckIssuer, ack_channel};
+    use spate_core::pipeline::chain::{Decoder, Encoder, RecordCx, RecordError, Stage};
+    use spate_core::record::{Payload, TopicPartition};
+
+    struct Rows<'e> {
+        enc: &'e mut AvroRowEncoder,
+        buf: &'e mut Vec<u8>,
+        rows: usize,
+    }
+    impl<'a> Stage<AvroRecord<'a>> for Rows<'_> {
+        fn push(&mut self, r: AvroRecord<'a>, cx: &RecordCx<'_>) -> Result<(), RecordError> {
+            self.rows += 1;
+            self.enc.encode(&r, cx, self.buf)
+        }
+    }
+
+    let messages: Vec<Vec<u8>> = (0..40u64)
+        .map(|i| {
+            let mut m = Vec::new();
+            if i % 2 == 0 {
+                sensor::message(i, 7, &mut m);
+            } else {
+                sensor::message_v2(i, 8, &mut m);
+            }
+            m
+        })
+        .collect();
+    let (tx, _rx) = ack_channel();
+    let tp = TopicPartition::new("sensor", 0);
+    let mut issuer = AckIssuer::new(tp.clone(), 1, tx);
+    let ack = issuer.issue(0, 0);
+    for reversed in [false, true] {
+        let mut columns = sensor::columns();
+        if reversed {
+            columns.reverse();
+        }
+        let source =
+            FileSchemaSource::from_schemas([(7, sensor::schema_v1()), (8, sensor::schema_v2())]);
+        let options = AvroOptions {
+            explode: Some(vec!["events".into()]),
+            ..AvroOptions::default()
+        };
+        let mapping = AvroMapping::confluent(columns, options, Arc::new(source)).unwrap();
+        let mut dec = mapping.decoder();
+        let mut enc = mapping.encoder();
+        let mut buf = Vec::new();
+        let mut pass = |buf: &mut Vec<u8>| {
+            let mut rows = Rows {
+                enc: &mut enc,
+                buf,
+                rows: 0,
+            };
+            for (off, m) in messages.iter().enumerate() {
+                let cx = RecordCx {
+                    payload: Payload {
+                        value: Some(m),
+                        key: None,
+                        partition: &tp,
+                        offset: off as i64,
+                        timestamp_ms: None,
+                        timestamp_kind: spate_core::record::TimestampKind::None,
+                        headers: spate_core::record::Headers::NONE,
+                    },
+                    ack: &ack,
+                };
+                dec.decode(&cx, &mut rows).unwrap();
+            }
+            rows.rows
+        };
+        let mut rows = 0;
+        let first = allocations_in(|| rows = pass(&mut buf));
+        assert!(first > 0, "the counting allocator saw the first pass");
+        assert_eq!(rows, 4000);
+        let grown = buf.len();
+        buf.clear();
+        buf.reserve(grown);
+        let n = allocations_in(|| rows = pass(&mut buf));
+        assert_eq!((rows, buf.len()), (4000, grown), "the same rows again");
+        assert_eq!(
+            n, 0,
+            "{n} allocations over {rows} rows (reversed: {reversed})"
+        );
+    }
 }
 
 /// The Protobuf decoder (issue 21) allocates nothing per row either: the

@@ -53,6 +53,8 @@ impl<'a> PollBatch<'a> for BufferedBatch<'a> {
             partition: self.partition,
             offset: self.first + index as Offset,
             timestamp_ms: None,
+            timestamp_kind: crate::record::TimestampKind::None,
+            headers: crate::record::Headers::NONE,
         }
     }
 }

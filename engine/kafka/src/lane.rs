@@ -59,7 +59,7 @@ use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::topic_partition_list::TopicPartitionList;
-use spate_core::record::{Epoch, Offset, Payload, TopicPartition};
+use spate_core::record::{Epoch, Headers, Offset, Payload, TopicPartition};
 use spate_core::source::{Lane, PollBatch, SourceError};
 
 use crate::context::SpateContext;
@@ -261,6 +261,8 @@ impl<'a> PollBatch<'a> for KafkaBatch<'a> {
             partition: self.partition,
             offset: message.offset,
             timestamp_ms: message.timestamp_ms,
+            timestamp_kind: message.timestamp_kind,
+            headers: Headers::from_source(message.headers),
         }
     }
 }

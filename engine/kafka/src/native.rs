@@ -30,6 +30,7 @@ use std::time::Duration;
 use rdkafka::bindings as rdsys;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use spate_core::record::{Header, HeaderSource, TimestampKind};
 
 /// A reference on one partition's fetch queue.
 pub(crate) struct PartitionHandle {
@@ -90,6 +91,89 @@ pub(crate) struct MessageView<'a> {
     /// Milliseconds since the epoch (create or log-append time), `None` when
     /// the broker sent none.
     pub(crate) timestamp_ms: Option<i64>,
+    /// Which time `timestamp_ms` is.
+    pub(crate) timestamp_kind: TimestampKind,
+    /// The message itself, for its headers (parsed on first read).
+    pub(crate) headers: &'a MessageHeaders,
+}
+
+/// A librdkafka message seen as its headers: librdkafka parses a message's
+/// headers on the first `rd_kafka_message_headers` call and keeps them with
+/// the message (that parse allocates inside librdkafka), so a mapping that
+/// reads no header never pays for it. See the librdkafka API reference,
+/// <https://docs.confluent.io/platform/current/clients/librdkafka/html/rdkafka_8h.html>
+/// ("rd_kafka_message_headers", "rd_kafka_header_get_all").
+#[repr(transparent)]
+pub(crate) struct MessageHeaders(rdsys::rd_kafka_message_t);
+
+impl MessageHeaders {
+    fn of(message: &rdsys::rd_kafka_message_t) -> &MessageHeaders {
+        // SAFETY: `MessageHeaders` is a transparent wrapper of the message
+        // struct, so the reference keeps its layout and lifetime.
+        unsafe { &*std::ptr::from_ref(message).cast::<MessageHeaders>() }
+    }
+
+    fn list(&self) -> *const rdsys::rd_kafka_headers_t {
+        let mut list: *mut rdsys::rd_kafka_headers_t = std::ptr::null_mut();
+        // SAFETY: the message is alive for the borrow of `self` (it is owned
+        // by `Messages`, which only a `&mut` borrow destroys); librdkafka
+        // writes `list` (or leaves it null) and keeps the parsed list with
+        // the message. Only the lane's thread reads its messages (the type
+        // is not Sync), so the lazy parse is never concurrent.
+        let err = unsafe { rdsys::rd_kafka_message_headers(&self.0, &mut list) };
+        if err == rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+            list
+        } else {
+            // RD_KAFKA_RESP_ERR__NOENT: the message has no headers.
+            std::ptr::null()
+        }
+    }
+}
+
+impl std::fmt::Debug for MessageHeaders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MessageHeaders")
+            .field("count", &self.count())
+            .finish()
+    }
+}
+
+impl HeaderSource for MessageHeaders {
+    fn count(&self) -> usize {
+        let list = self.list();
+        if list.is_null() {
+            return 0;
+        }
+        // SAFETY: a live header list of a live message.
+        unsafe { rdsys::rd_kafka_header_cnt(list) }
+    }
+
+    fn get(&self, index: usize) -> Option<Header<'_>> {
+        let list = self.list();
+        if list.is_null() {
+            return None;
+        }
+        let mut name: *const std::ffi::c_char = std::ptr::null();
+        let mut value: *const std::ffi::c_void = std::ptr::null();
+        let mut size = 0usize;
+        // SAFETY: a live header list; librdkafka writes the three outputs,
+        // which point into the list (alive with the message).
+        let err = unsafe {
+            rdsys::rd_kafka_header_get_all(list, index, &mut name, &mut value, &mut size)
+        };
+        if err != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || name.is_null() {
+            return None;
+        }
+        // SAFETY: librdkafka's header names are NUL-terminated and live
+        // with the list.
+        let name = unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes();
+        Some(Header {
+            name,
+            // SAFETY: `size` bytes at `value`, alive with the list; null
+            // for a null value.
+            value: unsafe { bytes(value.cast(), size) },
+        })
+    }
 }
 
 impl Messages {
@@ -216,6 +300,13 @@ impl Messages {
             != rdsys::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE
             && timestamp != -1)
             .then_some(timestamp);
+        let timestamp_kind = match (timestamp_ms, kind) {
+            (None, _) => TimestampKind::None,
+            (Some(_), rdsys::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_LOG_APPEND_TIME) => {
+                TimestampKind::LogAppendTime
+            }
+            (Some(_), _) => TimestampKind::CreateTime,
+        };
         MessageView {
             // SAFETY: librdkafka's payload and key are `len` / `key_len` bytes
             // owned by the message, alive as long as the borrow of `self`.
@@ -224,6 +315,8 @@ impl Messages {
             key: unsafe { bytes(message.key.cast_const().cast(), message.key_len) },
             offset: message.offset,
             timestamp_ms,
+            timestamp_kind,
+            headers: MessageHeaders::of(message),
         }
     }
 }

@@ -431,3 +431,121 @@ fn consumer_is_not_ready_while_the_broker_is_down() {
     );
     drop(lanes);
 }
+
+/// A lane's payloads carry what the producer set: key (or none), the
+/// create-time timestamp and its kind, and the headers in order with
+/// repeated names and a null value (read lazily through librdkafka's
+/// message, `native::MessageHeaders`); a message without headers has none.
+#[test]
+fn lane_payloads_carry_keys_timestamps_and_headers_as_produced() {
+    use rdkafka::ClientConfig;
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    use spate_core::record::{Header as MetaHeader, TimestampKind};
+    use spate_core::source::PollBatch;
+
+    let topic = "meta";
+    let (_mock, bootstrap) = mock(topic, 1);
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .create()
+        .expect("producer");
+    let headers = OwnedHeaders::new()
+        .insert(Header {
+            key: "h",
+            value: Some("a"),
+        })
+        .insert(Header {
+            key: "n",
+            value: None::<&str>,
+        })
+        .insert(Header {
+            key: "h",
+            value: Some("b"),
+        });
+    producer
+        .send(
+            BaseRecord::to(topic)
+                .key("k0")
+                .payload("v0")
+                .partition(0)
+                .timestamp(1_700_000_000_123)
+                .headers(headers),
+        )
+        .unwrap();
+    producer
+        .send(
+            BaseRecord::<(), _>::to(topic)
+                .payload("v1")
+                .partition(0)
+                .timestamp(1_700_000_000_124),
+        )
+        .unwrap();
+    producer.flush(RPC).expect("flush");
+
+    let mut source = KafkaSource::new(source_config(&bootstrap, topic, "g-meta", "range")).unwrap();
+    let deadline = Instant::now() + DELIVERY;
+    let mut lane = loop {
+        assert!(Instant::now() < deadline, "never assigned");
+        let assigned = events_for(&mut source, Duration::from_millis(100))
+            .into_iter()
+            .find_map(|ev| match ev {
+                AssignmentEvent::Assigned { lane, .. } => Some(lane),
+                AssignmentEvent::Revoked { .. } => None,
+            });
+        if let Some(lane) = assigned {
+            break lane;
+        }
+    };
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        assert!(Instant::now() < deadline, "polled {} of 2", got.len());
+        let batch = lane.poll(Duration::from_millis(100)).expect("poll");
+        for i in 0..batch.len() {
+            let p = batch.payload(i);
+            let hs: Vec<(Vec<u8>, Option<Vec<u8>>)> = p
+                .headers
+                .iter()
+                .map(|h: MetaHeader<'_>| (h.name.to_vec(), h.value.map(<[u8]>::to_vec)))
+                .collect();
+            let last_h = p
+                .headers
+                .last(b"h")
+                .and_then(|h| h.value.map(<[u8]>::to_vec));
+            got.push((
+                p.offset,
+                p.key.map(<[u8]>::to_vec),
+                p.timestamp_ms,
+                p.timestamp_kind,
+                hs,
+                last_h,
+            ));
+        }
+    }
+    let b = |s: &str| s.as_bytes().to_vec();
+    assert_eq!(
+        got,
+        [
+            (
+                0,
+                Some(b("k0")),
+                Some(1_700_000_000_123),
+                TimestampKind::CreateTime,
+                vec![
+                    (b("h"), Some(b("a"))),
+                    (b("n"), None),
+                    (b("h"), Some(b("b")))
+                ],
+                Some(b("b")),
+            ),
+            (
+                1,
+                None,
+                Some(1_700_000_000_124),
+                TimestampKind::CreateTime,
+                vec![],
+                None,
+            ),
+        ]
+    );
+}

@@ -321,7 +321,8 @@ pub struct MappingSection {
     /// Column -> top-level JSON field.
     #[serde(default)]
     pub rename: BTreeMap<String, String>,
-    /// Column -> JSON pointer (`/properties/mag`).
+    /// Column -> JSON pointer (`/properties/mag`) or Kafka metadata
+    /// source (`_offset`, `_key`, `_header.trace-id`, ...).
     #[serde(default)]
     pub columns: BTreeMap<String, String>,
     /// Read nested objects flattened with this join: column `a_b` reads
@@ -1047,8 +1048,8 @@ impl Config {
         if self.mapping.flatten.as_deref() == Some("") {
             return Err(invalid("mapping.flatten", "the join must not be empty"));
         }
-        for (col, ptr) in &self.mapping.columns {
-            spate_clickhouse::mapping::parse_pointer(ptr)
+        for (col, source) in &self.mapping.columns {
+            spate_clickhouse::mapping::parse_source(source)
                 .map_err(|e| invalid(format!("mapping.columns.{col}"), e.to_string()))?;
         }
         self.mapping.validate_transforms()?;

@@ -559,7 +559,27 @@ fn print_mapping(config: &Config, plan: &service::Plan) {
     }
     println!("a record without the field gets:");
     for c in &plan.columns {
-        println!("  {}: {}", c.name, plan.when_missing(c));
+        use spate_clickhouse::mapping::MetaSource;
+        match &c.meta {
+            None => println!("  {}: {}", c.name, plan.when_missing(c)),
+            Some(MetaSource::Key) => println!(
+                "  {}: (kafka metadata _key) a message with a null key gets {}",
+                c.name,
+                plan.when_missing(c)
+            ),
+            Some(m @ MetaSource::Header(_)) => println!(
+                "  {}: (kafka metadata {m}) a message without that header (or with a null value) \
+                 gets {}",
+                c.name,
+                plan.when_missing(c)
+            ),
+            Some(m @ (MetaSource::Timestamp | MetaSource::TimestampSeconds)) => println!(
+                "  {}: (kafka metadata {m}) a message without a timestamp gets {}",
+                c.name,
+                plan.when_missing(c)
+            ),
+            Some(m) => println!("  {}: (kafka metadata {m}) always set", c.name),
+        }
     }
     println!("rows sent as {}", plan.row_format.name());
     if let Some(path) = &plan.explode {

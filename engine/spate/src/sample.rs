@@ -22,11 +22,12 @@ use std::time::{Duration, Instant};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::Message;
+use rdkafka::message::{Headers as _, Message, Timestamp};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use serde_json::Value;
 use spate_clickhouse::mapping::{ColumnSpec, JsonRowEncoder, MissingValue};
 use spate_clickhouse::router::{ShardRouter, ShardSpec};
+use spate_core::record::{Header, Headers, Payload, TimestampKind, TopicPartition};
 
 use crate::config::{Config, JsonMode};
 use crate::kafka_tools::KafkaToolError;
@@ -48,6 +49,11 @@ pub struct SampledMessage {
     pub key: Option<Vec<u8>>,
     /// The value (`None`: a tombstone).
     pub value: Option<Vec<u8>>,
+    /// The timestamp (ms since the epoch) and its kind, for `_timestamp`
+    /// columns.
+    pub timestamp: (Option<i64>, TimestampKind),
+    /// The headers in order (name, value), for `_headers` columns.
+    pub headers: Vec<(Vec<u8>, Option<Vec<u8>>)>,
 }
 
 /// Reads up to `n` messages from every partition of the plain topics of
@@ -149,6 +155,19 @@ pub fn read(
                     offset: m.offset(),
                     key: m.key().map(<[u8]>::to_vec),
                     value: m.payload().map(<[u8]>::to_vec),
+                    timestamp: match m.timestamp() {
+                        Timestamp::CreateTime(t) => (Some(t), TimestampKind::CreateTime),
+                        Timestamp::LogAppendTime(t) => (Some(t), TimestampKind::LogAppendTime),
+                        Timestamp::NotAvailable => (None, TimestampKind::None),
+                    },
+                    headers: m
+                        .headers()
+                        .map(|hs| {
+                            hs.iter()
+                                .map(|h| (h.key.as_bytes().to_vec(), h.value.map(<[u8]>::to_vec)))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
                 });
             }
         }
@@ -262,11 +281,24 @@ pub fn analyze(
                 .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
                 .collect(),
         };
+        // The message around each record, for metadata columns.
+        let tp = TopicPartition::new(m.topic.as_str(), m.partition);
+        let headers: Vec<Header<'_>> = m
+            .headers
+            .iter()
+            .map(|(name, value)| Header {
+                name,
+                value: value.as_deref(),
+            })
+            .collect();
         for record in records {
             report.records += 1;
             if let Ok(Value::Object(obj)) = serde_json::from_slice::<Value>(record) {
                 let join = plan.options.flatten_join.as_deref();
                 for (c, st) in plan.columns.iter().zip(report.columns.iter_mut()) {
+                    if c.meta.is_some() {
+                        continue;
+                    }
                     match lookup(&obj, c, join) {
                         None => st.missing += 1,
                         Some(Value::Null) => st.null += 1,
@@ -278,7 +310,16 @@ pub fn analyze(
                 }
             }
             buf.clear();
-            if let Err(e) = encoder.encode_json(record, &mut buf) {
+            let payload = Payload {
+                value: Some(record),
+                key: m.key.as_deref(),
+                partition: &tp,
+                offset: m.offset,
+                timestamp_ms: m.timestamp.0,
+                timestamp_kind: m.timestamp.1,
+                headers: Headers::from_slice(&headers),
+            };
+            if let Err(e) = encoder.encode_message(&payload, &mut buf) {
                 if let Some(col) = &e.column {
                     if let Some(st) = report.columns.iter_mut().find(|s| &s.column == col) {
                         st.refused += 1;

@@ -145,6 +145,14 @@ impl Plan {
 
     /// How column `c` is sourced, in words: (source field, rule).
     pub fn describe(&self, c: &ColumnSpec) -> (String, &'static str) {
+        if let Some(m) = &c.meta {
+            let how = if self.insert.pointers.contains_key(&c.name) {
+                "kafka metadata"
+            } else {
+                "kafka metadata (by name)"
+            };
+            return (m.to_string(), how);
+        }
         if let Some(path) = &self.explode {
             let pointed = self.insert.pointers.contains_key(&c.name);
             return match &c.path {
@@ -705,6 +713,8 @@ mod tests {
                 partition: &tp,
                 offset,
                 timestamp_ms: None,
+                timestamp_kind: spate_core::record::TimestampKind::None,
+                headers: spate_core::record::Headers::NONE,
             };
             dl.dead_letter(&payload, &RecordError::decode("expected a JSON object"));
         }

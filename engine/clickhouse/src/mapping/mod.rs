@@ -9,6 +9,12 @@
 //! is a path). A column may also take a whole object or array as JSON text
 //! (String columns) while nested columns read inside it.
 //!
+//! **Kafka metadata.** A column with [`ColumnSpec::meta`] takes the
+//! message's topic, partition, offset, timestamp, key or headers instead
+//! of a field ([`meta`]); the scanner never meets it, and the finishing
+//! pass writes it ([`JsonRowEncoder::encode_message`]), so a mapping
+//! without such columns keeps its hot path.
+//!
 //! **Missing fields and nulls** ([`MissingValue`]): NULL for Nullable
 //! columns; for a column with a DEFAULT (always in the INSERT, so a field
 //! present in the record lands) the constant DEFAULT encoded here, or the
@@ -46,6 +52,7 @@
 pub mod coerce;
 pub mod explode;
 mod fast;
+pub mod meta;
 mod scan;
 mod tuple;
 #[cfg(test)]
@@ -57,6 +64,7 @@ use spate_core::pipeline::chain::{Encoder, RecordCx, RecordError};
 use spate_core::record::Payload;
 
 pub use coerce::{EpochUnit, Put, TimeRules, Tok};
+pub use meta::{MetaPut, MetaSource, encode_meta};
 pub(crate) use scan::unescape;
 
 use crate::types::ChType;
@@ -111,8 +119,13 @@ pub struct ColumnSpec {
     /// Its type.
     pub ty: ChType,
     /// Its JSON path; `None` means the column's name (and, with a flatten
-    /// join, every split of it).
+    /// join, every split of it). Not read when `meta` is set.
     pub path: Option<Vec<String>>,
+    /// The Kafka metadata the column takes instead of a record field
+    /// (`_offset`, `_key`, `_headers`, ...: [`meta`]); encoders write it with
+    /// [`encode_meta`]. [`crate::schema::plan_insert`] sets it for a column
+    /// named like a source and for `mapping.columns: {col: _source}`.
+    pub meta: Option<MetaSource>,
     /// What a missing field or a null means.
     pub missing: MissingValue,
     /// Per-column overrides of the mapping's options.
@@ -198,6 +211,47 @@ pub enum MappingError {
     /// No columns.
     #[error("a mapping needs at least one column")]
     NoColumns,
+    /// A column source that is neither a JSON pointer nor a metadata source.
+    #[error(
+        "`{0}` is neither a JSON pointer (/a/b) nor a Kafka metadata source (_topic, \
+         _partition, _offset, _timestamp, _timestamp_ms, _timestamp_s, _timestamp_type, _key, \
+         _headers, _headers.name, _headers.value, _header.NAME)"
+    )]
+    BadSource(String),
+    /// A metadata column of a type that cannot hold the source's values.
+    #[error("column `{column}`: {reason}")]
+    MetaType {
+        /// The column.
+        column: String,
+        /// Which types the source takes.
+        reason: String,
+    },
+}
+
+/// A column's source as written in `mapping.columns`: a JSON pointer
+/// (`/properties/mag`, [`parse_pointer`]) or a Kafka metadata source
+/// (`_offset`, [`MetaSource::parse`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ColumnSource {
+    /// A JSON path.
+    Path(Vec<String>),
+    /// Kafka metadata.
+    Meta(MetaSource),
+}
+
+/// Reads a `mapping.columns` value: a JSON pointer when it starts with
+/// `/`, else a metadata source name.
+///
+/// # Errors
+/// [`MappingError::BadPointer`] for a bad pointer,
+/// [`MappingError::BadSource`] for anything else that is no source.
+pub fn parse_source(text: &str) -> Result<ColumnSource, MappingError> {
+    if text.starts_with('/') {
+        return parse_pointer(text).map(ColumnSource::Path);
+    }
+    MetaSource::parse(text)
+        .map(ColumnSource::Meta)
+        .ok_or_else(|| MappingError::BadSource(text.to_owned()))
 }
 
 /// A key table entry: the column a key feeds and/or the nested keys under it.
@@ -479,6 +533,15 @@ impl JsonRowEncoder {
         }
         let mut root = Node::default();
         for (i, c) in columns.iter().enumerate() {
+            if let Some(source) = &c.meta {
+                source
+                    .check_type(&c.ty)
+                    .map_err(|reason| MappingError::MetaType {
+                        column: c.name.clone(),
+                        reason,
+                    })?;
+                continue;
+            }
             let paths = match (&c.path, &options.flatten_join) {
                 (Some(p), _) => vec![p.clone()],
                 (None, Some(join)) if !join.is_empty() => flattened_paths(&c.name, join),
@@ -522,6 +585,10 @@ impl JsonRowEncoder {
         let with_defaults = columns
             .iter()
             .any(|c| c.missing == MissingValue::ServerDefault);
+        // Metadata columns are never met by the scanner: their rows always
+        // take the finishing pass, which writes them (a no-metadata
+        // mapping's hot path is untouched).
+        let has_meta = columns.iter().any(|c| c.meta.is_some());
         // A column whose `""` means missing takes the general path, which
         // alone checks for it (no cost for the other columns).
         let fast = columns
@@ -556,7 +623,11 @@ impl JsonRowEncoder {
             col_rules,
             empty_null,
             with_defaults,
-            complete_at: if with_defaults { usize::MAX } else { n },
+            complete_at: if with_defaults || has_meta {
+                usize::MAX
+            } else {
+                n
+            },
             spans: vec![UNSET; n],
             text: Vec::new(),
             key: Vec::new(),
@@ -586,6 +657,37 @@ impl JsonRowEncoder {
     /// `buf` may then hold part of the row; truncate it to its length before
     /// the call.
     pub fn encode_json(&mut self, json: &[u8], buf: &mut Vec<u8>) -> Result<(), RecordError> {
+        self.encode_row(json, None, buf)
+    }
+
+    /// Appends the row for `message`'s value (one JSON object), its
+    /// metadata columns ([`ColumnSpec::meta`]) read from `message`.
+    ///
+    /// # Errors
+    /// As [`JsonRowEncoder::encode_json`], and Decode for a tombstone;
+    /// Encode naming the column for metadata that does not fit it
+    /// ([`encode_meta`]).
+    pub fn encode_message(
+        &mut self,
+        message: &Payload<'_>,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), RecordError> {
+        match message.value {
+            Some(json) => self.encode_row(json, Some(message), buf),
+            None => Err(RecordError::decode("tombstone: the message has no value")),
+        }
+    }
+
+    /// [`JsonRowEncoder::encode_json`] with the message for metadata
+    /// columns (`None`: a metadata column is a record error). Inlined into
+    /// both callers so `encode_json` keeps its instruction count.
+    #[inline(always)]
+    fn encode_row(
+        &mut self,
+        json: &[u8],
+        message: Option<&Payload<'_>>,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), RecordError> {
         let base = buf.len();
         self.spans.fill(UNSET);
         let mut target = scan::RowTarget {
@@ -615,7 +717,7 @@ impl JsonRowEncoder {
             );
             return Ok(());
         }
-        self.finish_row(base, buf)
+        self.finish_row(base, message, buf)
     }
 
     /// Scans one JSON object into `buf` (cleared first) without finishing
@@ -656,14 +758,34 @@ impl JsonRowEncoder {
         self.defaults[i].as_deref()
     }
 
-    /// Fills missing columns and puts the row's values into column order.
-    fn finish_row(&mut self, base: usize, buf: &mut Vec<u8>) -> Result<(), RecordError> {
+    /// Writes the metadata columns, fills missing columns and puts the
+    /// row's values into column order.
+    fn finish_row(
+        &mut self,
+        base: usize,
+        message: Option<&Payload<'_>>,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), RecordError> {
         let mut in_order = true;
         let mut expect = 0u32;
         for (i, span) in self.spans.iter_mut().enumerate() {
             if *span == UNSET {
                 let start = (buf.len() - base) as u32;
                 let c = &self.columns[i];
+                if let Some(source) = &c.meta {
+                    let Some(message) = message else {
+                        return Err(RecordError::encode(
+                            &c.name,
+                            format!("reads Kafka metadata ({source}), and no message was given"),
+                        ));
+                    };
+                    if encode_meta(source, &c.name, &c.ty, message, buf)? == MetaPut::Written {
+                        *span = (start, (buf.len() - base) as u32);
+                        in_order &= span.0 == expect;
+                        expect = span.1;
+                        continue;
+                    }
+                }
                 match (&c.missing, &self.defaults[i]) {
                     (MissingValue::Null, _) => buf.push(1),
                     (MissingValue::Literal(_), Some(bytes)) => buf.extend_from_slice(bytes),
@@ -719,7 +841,8 @@ impl JsonRowEncoder {
     }
 }
 
-/// Encodes a DEFAULT literal (`0`, `-1.5`, `'text'`) as the column's type.
+/// Encodes a DEFAULT literal (`0`, `-1.5`, `'text'`) as the column's type
+/// (the Avro plan compiler encodes its constant DEFAULTs the same way).
 pub(crate) fn encode_literal(
     c: &ColumnSpec,
     literal: &str,
@@ -787,7 +910,7 @@ impl JsonRowEncoder {
                 text: &mut self.text,
             },
         )?;
-        self.finish_row(base, buf)
+        self.finish_row(base, None, buf)
     }
 }
 
@@ -798,10 +921,7 @@ impl<'a> Encoder<Payload<'a>> for JsonRowEncoder {
         _cx: &RecordCx<'_>,
         buf: &mut Vec<u8>,
     ) -> Result<(), RecordError> {
-        match record.value {
-            Some(json) => self.encode_json(json, buf),
-            None => Err(RecordError::decode("tombstone: the message has no value")),
-        }
+        self.encode_message(record, buf)
     }
 }
 
@@ -820,6 +940,7 @@ pub fn simple_columns<'s>(cols: impl IntoIterator<Item = (&'s str, ChType)>) -> 
             },
             ty,
             path: None,
+            meta: None,
         })
         .collect()
 }

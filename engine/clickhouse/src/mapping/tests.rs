@@ -349,6 +349,7 @@ fn nulls_and_missing_fields() {
             name: "status".into(),
             ty: t("String"),
             path: None,
+            meta: None,
             missing: MissingValue::Literal("'n/a'".into()),
             options: ColumnOptions::default(),
         },
@@ -356,6 +357,7 @@ fn nulls_and_missing_fields() {
             name: "n".into(),
             ty: t("UInt16"),
             path: None,
+            meta: None,
             missing: MissingValue::Literal("7".into()),
             options: ColumnOptions::default(),
         },
@@ -366,6 +368,7 @@ fn nulls_and_missing_fields() {
         name: "n".into(),
         ty: t("UInt8"),
         path: None,
+        meta: None,
         missing: MissingValue::Literal("300".into()),
         options: ColumnOptions::default(),
     }];
@@ -690,6 +693,8 @@ fn the_chain_encoder_seam_reads_payloads() {
         partition: &tp,
         offset: 10,
         timestamp_ms: None,
+        timestamp_kind: spate_core::record::TimestampKind::None,
+        headers: spate_core::record::Headers::NONE,
     };
     let cx = RecordCx { payload, ack: &ack };
     let mut enc = flights_encoder();
@@ -1481,6 +1486,7 @@ fn planned(cols: &[(&str, &str, MissingValue)]) -> Vec<ColumnSpec> {
             name: (*n).into(),
             ty: t(ty),
             path: None,
+            meta: None,
             missing: m.clone(),
             options: ColumnOptions::default(),
         })

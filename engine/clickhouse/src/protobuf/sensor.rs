@@ -51,6 +51,7 @@ pub fn sensor_columns() -> Vec<ColumnSpec> {
         path: None,
         missing,
         options: ColumnOptions::default(),
+        meta: None,
     };
     vec![
         c("batch_id", "UInt64", MissingValue::Reject),

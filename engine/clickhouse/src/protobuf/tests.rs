@@ -59,6 +59,7 @@ fn col(name: &str, t: &str, missing: MissingValue) -> ColumnSpec {
         path: None,
         missing,
         options: ColumnOptions::default(),
+        meta: None,
     }
 }
 

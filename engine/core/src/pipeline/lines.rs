@@ -105,6 +105,8 @@ mod tests {
                 partition: &tp,
                 offset: 41,
                 timestamp_ms: Some(5),
+                timestamp_kind: crate::record::TimestampKind::None,
+                headers: crate::record::Headers::NONE,
             },
             ack: &ack,
         };
@@ -167,6 +169,8 @@ mod tests {
                 partition: &tp,
                 offset: 41,
                 timestamp_ms: Some(5),
+                timestamp_kind: crate::record::TimestampKind::None,
+                headers: crate::record::Headers::NONE,
             },
             ack: &ack,
         };

@@ -51,6 +51,8 @@ fn run(
                     partition: &tp,
                     offset: i as i64,
                     timestamp_ms: None,
+                    timestamp_kind: spate_core::record::TimestampKind::None,
+                    headers: spate_core::record::Headers::NONE,
                 },
                 ack: &ack,
             };
@@ -340,6 +342,8 @@ fn rows_route_by_the_elements_key_else_the_records() {
             partition: &tp,
             offset: 0,
             timestamp_ms: None,
+            timestamp_kind: spate_core::record::TimestampKind::None,
+            headers: spate_core::record::Headers::NONE,
         },
         ack: &ack,
     };
