@@ -46,6 +46,16 @@ python3 ci/check_design.py
 step "cargo clippy (all targets, -D warnings)"
 cargo clippy --workspace --all-targets --features spate/containers --locked -- -D warnings
 
+step "Prometheus: the alert rules (promtool check rules, promtool test rules) and the dashboard (ci/prometheus.sh)"
+# Debian's prometheus package (prometheus and promtool), installed if missing.
+# engine/spate/tests/ops_prometheus.rs (in cargo test below) starts a real
+# Prometheus with ci/prometheus.sh scraping `spate run` around a frozen
+# shard; SPATE_PROMETHEUS_REQUIRED=1 makes it fail, not skip, without one.
+bash ci/prometheus.sh install
+bash ci/prometheus.sh check
+python3 ops/grafana/build_dashboard.py --check
+export SPATE_PROMETHEUS_REQUIRED=1
+
 step "ClickHouse for the real-server tests (ci/clickhouse.sh)"
 # One plain instance, and 2 shards x 2 ReplicatedMergeTree replicas with a
 # local ZooKeeper; both stopped on exit (one trap: a second would replace it).
