@@ -407,6 +407,10 @@ enum Side {
     Element(usize),
     /// The record only (another pointer).
     Record(usize),
+    /// Kafka metadata ([`ColumnSpec::meta`], written by
+    /// [`super::encode_meta`] from the message); `usize` is the column in
+    /// the record's sub-encoder, which holds its encoded DEFAULT.
+    Meta(usize),
 }
 
 /// Maps [`JsonElement`]s to rows of the INSERT's columns (see the module
@@ -453,6 +457,13 @@ impl ExplodeEncoder {
         let (mut ecols, mut rcols) = (Vec::new(), Vec::new());
         let mut sides = Vec::with_capacity(columns.len());
         for c in &columns {
+            if c.meta.is_some() {
+                // In the record's encoder only for its type check and
+                // DEFAULT; the scanner never fills it.
+                rcols.push(c.clone());
+                sides.push(Side::Meta(rcols.len() - 1));
+                continue;
+            }
             let explicit = pointed.contains(&c.name);
             let under = c
                 .path
@@ -540,6 +551,22 @@ impl ExplodeEncoder {
         el: &JsonElement<'_>,
         buf: &mut Vec<u8>,
     ) -> Result<(), RecordError> {
+        self.encode_element_in(el, None, buf)
+    }
+
+    /// [`ExplodeEncoder::encode_element`] with the message the element came
+    /// from, for Kafka metadata columns (every row of a message gets the
+    /// message's metadata; `None`: such a column is a record error).
+    ///
+    /// # Errors
+    /// As [`ExplodeEncoder::encode_element`], and metadata that does not
+    /// fit its column ([`super::encode_meta`]).
+    pub fn encode_element_in(
+        &mut self,
+        el: &JsonElement<'_>,
+        message: Option<&Payload<'_>>,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), RecordError> {
         if self.record_seq != Some(el.seq) {
             self.record_seq = None;
             if let Some(r) = &mut self.record {
@@ -573,6 +600,27 @@ impl ExplodeEncoder {
         }
         for (i, side) in self.sides.iter().enumerate() {
             let (cell, from_record, sub) = match *side {
+                Side::Meta(r) => {
+                    let c = &self.columns[i];
+                    let source = c.meta.as_ref().expect("a Meta side reads metadata");
+                    let Some(message) = message else {
+                        return Err(RecordError::encode(
+                            &c.name,
+                            format!("reads Kafka metadata ({source}), and no message was given"),
+                        ));
+                    };
+                    let at = buf.len();
+                    if self.with_defaults {
+                        buf.push(0);
+                    }
+                    if super::encode_meta(source, &c.name, &c.ty, message, buf)?
+                        == super::MetaPut::Written
+                    {
+                        continue;
+                    }
+                    buf.truncate(at);
+                    (None, true, r)
+                }
                 Side::Element(e) => (self.element_cells[e], false, e),
                 Side::Record(r) => (self.record_cells[r], true, r),
                 Side::Either { e, r } => match (self.element_cells[e], self.record_cells[r]) {
@@ -647,10 +695,10 @@ impl<'a> Encoder<JsonElement<'a>> for ExplodeEncoder {
     fn encode(
         &mut self,
         record: &JsonElement<'a>,
-        _cx: &RecordCx<'_>,
+        cx: &RecordCx<'_>,
         buf: &mut Vec<u8>,
     ) -> Result<(), RecordError> {
-        self.encode_element(record, buf)
+        self.encode_element_in(record, Some(&cx.payload), buf)
     }
 }
 

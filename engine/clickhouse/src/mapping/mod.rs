@@ -508,6 +508,11 @@ pub struct JsonRowEncoder {
     /// the finishing pass that adds the markers), so the hot path's test
     /// is the same compare either way.
     complete_at: usize,
+    /// When the metadata columns are the last ones (and rows are plain
+    /// RowBinary): the index of the first, so a row whose record columns
+    /// arrived in order gets them appended without the finishing pass;
+    /// `usize::MAX` otherwise.
+    meta_tail: usize,
     /// Where each column's bytes start and end in the row, relative to the
     /// row start; `UNSET` when the field has not been seen.
     spans: Vec<(u32, u32)>,
@@ -589,6 +594,14 @@ impl JsonRowEncoder {
         // take the finishing pass, which writes them (a no-metadata
         // mapping's hot path is untouched).
         let has_meta = columns.iter().any(|c| c.meta.is_some());
+        let first_meta = columns.iter().position(|c| c.meta.is_some()).unwrap_or(n);
+        let meta_tail =
+            if has_meta && !with_defaults && columns[first_meta..].iter().all(|c| c.meta.is_some())
+            {
+                first_meta
+            } else {
+                usize::MAX
+            };
         // A column whose `""` means missing takes the general path, which
         // alone checks for it (no cost for the other columns).
         let fast = columns
@@ -628,6 +641,7 @@ impl JsonRowEncoder {
             } else {
                 n
             },
+            meta_tail,
             spans: vec![UNSET; n],
             text: Vec::new(),
             key: Vec::new(),
@@ -656,6 +670,7 @@ impl JsonRowEncoder {
     /// naming the column for a value that cannot map or a missing field.
     /// `buf` may then hold part of the row; truncate it to its length before
     /// the call.
+    #[inline]
     pub fn encode_json(&mut self, json: &[u8], buf: &mut Vec<u8>) -> Result<(), RecordError> {
         self.encode_row(json, None, buf)
     }
@@ -667,6 +682,7 @@ impl JsonRowEncoder {
     /// As [`JsonRowEncoder::encode_json`], and Decode for a tombstone;
     /// Encode naming the column for metadata that does not fit it
     /// ([`encode_meta`]).
+    #[inline]
     pub fn encode_message(
         &mut self,
         message: &Payload<'_>,
@@ -678,10 +694,9 @@ impl JsonRowEncoder {
         }
     }
 
-    /// [`JsonRowEncoder::encode_json`] with the message for metadata
-    /// columns (`None`: a metadata column is a record error). Inlined into
-    /// both callers so `encode_json` keeps its instruction count.
-    #[inline(always)]
+    /// Both entry points' one body (so the scanner is inlined once): the
+    /// row for `json`, metadata columns read from `message` (`None`: a
+    /// metadata column is a record error).
     fn encode_row(
         &mut self,
         json: &[u8],
@@ -716,6 +731,14 @@ impl JsonRowEncoder {
                 "an in-order row sets every span"
             );
             return Ok(());
+        }
+        // The record's columns all arrived in order and the metadata
+        // columns come last: append them.
+        if let Some(message) = message
+            && in_order == self.meta_tail
+            && in_order_end as usize == buf.len() - base
+        {
+            return self.put_meta_tail(base, message, buf);
         }
         self.finish_row(base, message, buf)
     }
@@ -756,6 +779,27 @@ impl JsonRowEncoder {
     /// ([`MissingValue::Literal`]).
     pub(crate) fn default_bytes(&self, i: usize) -> Option<&[u8]> {
         self.defaults[i].as_deref()
+    }
+
+    /// Appends the trailing metadata columns ([`JsonRowEncoder::meta_tail`]
+    /// onwards) to a row whose record columns are complete and in order; a
+    /// source without a value sends the row through the finishing pass,
+    /// which applies the column's missing-value rule.
+    fn put_meta_tail(
+        &mut self,
+        base: usize,
+        message: &Payload<'_>,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), RecordError> {
+        let tail = buf.len();
+        for c in &self.columns[self.meta_tail..] {
+            let source = c.meta.as_ref().expect("meta_tail columns read metadata");
+            if encode_meta(source, &c.name, &c.ty, message, buf)? == MetaPut::Absent {
+                buf.truncate(tail);
+                return self.finish_row(base, Some(message), buf);
+            }
+        }
+        Ok(())
     }
 
     /// Writes the metadata columns, fills missing columns and puts the

@@ -280,6 +280,18 @@ pub fn compile(
             column: c.name.clone(),
             reason,
         };
+        // Kafka metadata columns (`_offset`, ...: `mapping::meta`) are
+        // written by the JSON mappers only so far; refusing them here keeps
+        // a Nullable one from landing as NULL.
+        if let Some(source) = &c.meta {
+            return Err(err(
+                &source.to_string(),
+                format!(
+                    "the column takes Kafka metadata ({source}), which the Protobuf encoder \
+                     does not write yet; rename it, or read a field with `mapping.rename`"
+                ),
+            ));
+        }
         let candidates: Vec<Vec<String>> = match (&c.path, &options.flatten_join) {
             (Some(p), _) => vec![p.clone()],
             (None, Some(join)) if !join.is_empty() => {

@@ -49,6 +49,7 @@ pub fn sensor_columns() -> Vec<ColumnSpec> {
         name: name.into(),
         ty: ChType::parse(ty).expect("a valid type"),
         path: None,
+        meta: None,
         missing,
         options: ColumnOptions::default(),
         meta: None,

@@ -57,6 +57,7 @@ fn col(name: &str, t: &str, missing: MissingValue) -> ColumnSpec {
         name: name.into(),
         ty: ty(t),
         path: None,
+        meta: None,
         missing,
         options: ColumnOptions::default(),
         meta: None,
@@ -318,6 +319,15 @@ fn plan_errors_name_schema_field_and_column() {
         plan(vec![col("name", "UInt64", MissingValue::Reject)]).contains("String does not carry")
     );
     assert!(plan(vec![col("at", "UInt64", MissingValue::Reject)]).contains("Timestamp goes into"));
+    // A Kafka metadata column is refused, not left NULL (the Protobuf
+    // encoder does not write metadata yet).
+    let mut offset = col("_offset", "Nullable(UInt64)", MissingValue::Null);
+    offset.meta = crate::mapping::MetaSource::parse("_offset");
+    let e = plan(vec![col("id", "Int64", MissingValue::Reject), offset]);
+    assert!(
+        e.contains("column `_offset`") && e.contains("Kafka metadata"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -397,3 +397,97 @@ fn a_column_reading_the_array_itself_gets_its_text() {
         .collect();
     assert_eq!(rows, want);
 }
+
+/// Kafka metadata columns in a fan-out: every row of a message carries the
+/// message's metadata (read through the chain's payload), and an absent
+/// value (a null key) takes the column's missing-value rule.
+#[test]
+fn exploded_rows_carry_their_messages_metadata() {
+    use crate::mapping::MetaSource;
+    use crate::rowbinary::Value;
+    use crate::rowbinary::decode::decode;
+
+    struct MetaRows<'e> {
+        enc: &'e mut ExplodeEncoder,
+        rows: Vec<Vec<u8>>,
+    }
+    impl<'a> Stage<JsonElement<'a>> for MetaRows<'_> {
+        fn push(&mut self, el: JsonElement<'a>, cx: &RecordCx<'_>) -> Result<(), RecordError> {
+            let mut buf = Vec::new();
+            Encoder::encode(&mut *self.enc, &el, cx, &mut buf)?;
+            self.rows.push(buf);
+            Ok(())
+        }
+    }
+    let mut columns = simple_columns([
+        ("batch_id", ty("UInt64")),
+        ("name", ty("String")),
+        ("_offset", ty("UInt64")),
+        ("k", ty("String")),
+    ]);
+    columns[2].meta = MetaSource::parse("_offset");
+    columns[3].meta = MetaSource::parse("_key");
+    columns[3].missing = MissingValue::Literal("'none'".into());
+    let types: Vec<ChType> = columns.iter().map(|c| c.ty.clone()).collect();
+    let (mut dec, mut enc) = explode(&["events"], columns, false);
+    let tp = TopicPartition::new("t", 0);
+    let (tx, _rx) = ack_channel();
+    let mut issuer = AckIssuer::new(tp.clone(), 1, tx);
+    let json = br#"{"batch_id":7,"events":[{"name":"a"},{"name":"b"}]}"#;
+    let mut got = Vec::new();
+    for (offset, key) in [(40i64, Some(&b"k-1"[..])), (41, None)] {
+        let ack = issuer.issue(offset, offset);
+        let cx = RecordCx {
+            payload: Payload {
+                value: Some(json),
+                key,
+                partition: &tp,
+                offset,
+                timestamp_ms: None,
+                timestamp_kind: spate_core::record::TimestampKind::None,
+                headers: spate_core::record::Headers::NONE,
+            },
+            ack: &ack,
+        };
+        let mut out = MetaRows {
+            enc: &mut enc,
+            rows: Vec::new(),
+        };
+        dec.decode(&cx, &mut out).unwrap();
+        for row in out.rows {
+            let mut input = &row[..];
+            let values: Vec<Value> = types
+                .iter()
+                .map(|t| decode(t, &mut input).unwrap())
+                .collect();
+            assert!(input.is_empty());
+            got.push(values);
+        }
+    }
+    let int = |v: i128| Value::Int(crate::num::Wide::from_i128(v));
+    let s = |v: &str| Value::String(v.as_bytes().to_vec());
+    assert_eq!(
+        got,
+        [
+            vec![int(7), s("a"), int(40), s("k-1")],
+            vec![int(7), s("b"), int(40), s("k-1")],
+            vec![int(7), s("a"), int(41), s("none")],
+            vec![int(7), s("b"), int(41), s("none")],
+        ]
+    );
+    // Without the message (encode_element) a metadata column cannot be
+    // filled: an error, never a silent NULL or DEFAULT.
+    let (mut dec, mut enc2) = explode(
+        &["events"],
+        {
+            let mut c =
+                simple_columns([("name", ty("String")), ("_offset", ty("Nullable(UInt64)"))]);
+            c[1].meta = MetaSource::parse("_offset");
+            c
+        },
+        false,
+    );
+    let results = run(&mut dec, &mut enc2, &[json]);
+    let e = results[0].as_ref().unwrap_err();
+    assert!(e.reason.contains("no message"), "{e}");
+}
