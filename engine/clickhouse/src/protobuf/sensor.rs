@@ -52,7 +52,6 @@ pub fn sensor_columns() -> Vec<ColumnSpec> {
         meta: None,
         missing,
         options: ColumnOptions::default(),
-        meta: None,
     };
     vec![
         c("batch_id", "UInt64", MissingValue::Reject),

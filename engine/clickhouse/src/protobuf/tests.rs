@@ -60,7 +60,6 @@ fn col(name: &str, t: &str, missing: MissingValue) -> ColumnSpec {
         meta: None,
         missing,
         options: ColumnOptions::default(),
-        meta: None,
     }
 }
 
