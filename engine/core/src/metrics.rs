@@ -11,6 +11,9 @@ use ::metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
 
 pub use ::metrics::{Counter, Gauge, Histogram};
 
+mod scope;
+pub use scope::{Labelled, Scope};
+
 /// Counter: batches a shard wrote and got acknowledged.
 pub const BATCHES_FLUSHED: &str = "spate_sink_batches_flushed_total";
 /// Counter: batches a shard gave up on (attempts exhausted, fatal error or

@@ -7,7 +7,9 @@
 //! breaker is closed and the consumer holds an assignment or waits for one
 //! without an error; else 503 `not ready: <why>`, naming the shard and each
 //! replica's last error, or the consumer's standing error; see
-//! `spate_core::pipeline::Readiness`).
+//! `spate_core::pipeline::Readiness`). With several pipelines in the process
+//! (`pipelines:`), `/readyz` is 200 only while every one is ready, and its
+//! 503 body names each one that is not with its reason.
 //!
 //! It runs on its own thread with a current-thread tokio runtime, so it
 //! never competes with the pipeline threads or the sink's I/O runtime, and
@@ -52,10 +54,50 @@ pub type Collector = Arc<dyn Fn() + Send + Sync>;
 pub struct AdminState {
     /// Renders the Prometheus text.
     pub metrics: PrometheusHandle,
-    /// The pipeline's readiness and why it is not ready.
+    /// The pipeline's readiness and why it is not ready (the single form;
+    /// not read when `pipelines` is not empty).
     pub ready: Readiness,
+    /// With several pipelines (`pipelines:`): each one's name and state.
+    pub pipelines: Vec<(String, PipelineState)>,
     /// Run before each render, in order.
     pub collectors: Vec<Collector>,
+}
+
+/// One pipeline's state, as `/readyz` reads it with several pipelines.
+#[derive(Clone, Debug)]
+pub enum PipelineState {
+    /// Built: its own readiness (down while starting, degraded, stopped).
+    Running(Readiness),
+    /// It could not start; why.
+    Failed(String),
+}
+
+impl AdminState {
+    /// `Ok(())` when ready, else why not: the single pipeline's reason, or
+    /// with several each pipeline that is not ready and its reason,
+    /// `; `-separated.
+    fn check(&self) -> Result<(), String> {
+        if self.pipelines.is_empty() {
+            return self.ready.check();
+        }
+        let down: Vec<String> = self
+            .pipelines
+            .iter()
+            .filter_map(|(name, state)| match state {
+                PipelineState::Running(r) => {
+                    r.check().err().map(|why| format!("pipeline {name}: {why}"))
+                }
+                PipelineState::Failed(why) => {
+                    Some(format!("pipeline {name}: could not start: {why}"))
+                }
+            })
+            .collect();
+        if down.is_empty() {
+            Ok(())
+        } else {
+            Err(down.join("; "))
+        }
+    }
 }
 
 /// The answer to one admin request (pure, so tests need no socket).
@@ -71,7 +113,7 @@ pub fn respond(state: &AdminState, method: &Method, path: &str) -> (StatusCode, 
             (StatusCode::OK, stable_order(&state.metrics.render()))
         }
         "/healthz" => (StatusCode::OK, "ok\n".into()),
-        "/readyz" => match state.ready.check() {
+        "/readyz" => match state.check() {
             Ok(()) => (StatusCode::OK, "ready\n".into()),
             Err(why) => (
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -233,6 +275,7 @@ mod tests {
         let state = AdminState {
             metrics: recorder.handle(),
             ready: Readiness::new(),
+            pipelines: Vec::new(),
             collectors: Vec::new(),
         };
         assert_eq!(respond(&state, &Method::GET, "/healthz").0, StatusCode::OK);
@@ -255,6 +298,7 @@ mod tests {
         let state = AdminState {
             metrics: recorder.handle(),
             ready: Readiness::new(),
+            pipelines: Vec::new(),
             collectors: vec![Arc::new(move || {
                 counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             })],
@@ -292,5 +336,33 @@ mod tests {
                     # HELP c C.\n# TYPE c gauge\nc 0\n\n";
         assert_eq!(stable_order(a), want);
         assert_eq!(stable_order(b), want);
+    }
+
+    /// With several pipelines, `/readyz` names each one that is not ready
+    /// with its reason (one that could not start included); the 200 when
+    /// every one is ready is in `tests/multi.rs` (a Readiness is only set
+    /// ready by its controller).
+    #[test]
+    fn readyz_with_pipelines_names_each_one_not_ready_and_why() {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let state = AdminState {
+            metrics: recorder.handle(),
+            ready: Readiness::new(),
+            pipelines: vec![
+                ("a".into(), PipelineState::Running(Readiness::new())),
+                ("b".into(), PipelineState::Failed("no table".into())),
+            ],
+            collectors: Vec::new(),
+        };
+        let (status, body) = respond(&state, &Method::GET, "/readyz");
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            body.starts_with("not ready: pipeline a: starting"),
+            "{body}"
+        );
+        assert!(
+            body.ends_with("; pipeline b: could not start: no table\n"),
+            "{body}"
+        );
     }
 }

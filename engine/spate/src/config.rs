@@ -971,20 +971,7 @@ impl Config {
     ) -> Result<Config, ConfigError> {
         let text = interpolate(text, env)?;
         let de = serde_norway::Deserializer::from_str(&text);
-        let config: Config = serde_path_to_error::deserialize(de).map_err(|e| {
-            let key = e.path().to_string();
-            let mut reason = did_you_mean(&e.inner().to_string());
-            // serde_norway prefixes the key's own path (a wrong type) or its
-            // parent's (an unknown key); the key already says it.
-            let parent = key.rsplit_once('.').map(|(p, _)| p);
-            for prefix in std::iter::once(key.as_str()).chain(parent) {
-                if let Some(rest) = reason.strip_prefix(&format!("{prefix}: ")) {
-                    reason = rest.to_owned();
-                    break;
-                }
-            }
-            ConfigError::Parse { key, reason }
-        })?;
+        let config: Config = serde_path_to_error::deserialize(de).map_err(parse_error)?;
         config.validate()?;
         Ok(config)
     }
@@ -1313,6 +1300,23 @@ fn interpolate_line(
 
 /// Adds "did you mean `x`?" to serde's unknown-field and unknown-variant
 /// messages when an expected name is close to the one written.
+/// A parse error as a [`ConfigError::Parse`] naming the key's path, with a
+/// did-you-mean where one is close.
+fn parse_error(e: serde_path_to_error::Error<serde_norway::Error>) -> ConfigError {
+    let key = e.path().to_string();
+    let mut reason = did_you_mean(&e.inner().to_string());
+    // serde_norway prefixes the key's own path (a wrong type) or its
+    // parent's (an unknown key); the key already says it.
+    let parent = key.rsplit_once('.').map(|(p, _)| p);
+    for prefix in std::iter::once(key.as_str()).chain(parent) {
+        if let Some(rest) = reason.strip_prefix(&format!("{prefix}: ")) {
+            reason = rest.to_owned();
+            break;
+        }
+    }
+    ConfigError::Parse { key, reason }
+}
+
 fn did_you_mean(message: &str) -> String {
     let parse = || -> Option<String> {
         let (_, tail) = message
@@ -1332,6 +1336,9 @@ fn did_you_mean(message: &str) -> String {
         None => message.to_owned(),
     }
 }
+
+pub mod pipelines;
+pub mod tables;
 
 #[cfg(test)]
 mod tests;

@@ -163,6 +163,7 @@ fn run(args: &DemoArgs) -> Result<ExitCode, DemoError> {
             spate::admin::AdminState {
                 metrics,
                 ready: pipeline.readiness(),
+                pipelines: Vec::new(),
                 collectors: vec![
                     spate::telemetry::process_collector(),
                     spate::telemetry::budget_collector(pipeline.budget()),

@@ -7,6 +7,8 @@
 //! - [`kafka_tools`]: embedded broker, NDJSON producer, offsets.
 //! - [`formats`]: `format.avro` and `format.protobuf` planned at start and
 //!   turned into a pipeline thread's chain (with the schema registry).
+//! - [`process`]: several pipelines in one process (`pipelines:`).
+//! - [`routing`]: topic-to-table routing inside one pipeline (`tables:`).
 //! - [`telemetry`]: the Prometheus recorder, `# HELP` text, build and
 //!   process metrics (every series: `docs/METRICS.md`).
 //! - [`service`]: assembling the Kafka source, the ClickHouse writer and
@@ -17,6 +19,8 @@ pub mod admin;
 pub mod config;
 pub mod formats;
 pub mod kafka_tools;
+pub mod process;
+pub mod routing;
 pub mod sample;
 pub mod service;
 pub mod telemetry;

@@ -21,9 +21,9 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use metrics_exporter_prometheus::PrometheusHandle;
 use spate::admin::{self, AdminState};
 use spate::config::Config;
+use spate::config::pipelines::ProcessConfig;
 use spate::kafka_tools;
 use spate::service;
 use spate_clickhouse::writer::HttpWriter;
@@ -219,29 +219,29 @@ fn init_tracing(format: LogFormat, default_filter: &str) {
     }
 }
 
-fn load(path: &std::path::Path) -> Result<Config, ExitCode> {
-    let config = Config::load(path).map_err(|e| {
+fn load(path: &std::path::Path) -> Result<ProcessConfig, ExitCode> {
+    let process = ProcessConfig::load(path).map_err(|e| {
         eprintln!("spate: {}: {}", path.display(), chain(&e));
         ExitCode::from(EXIT_CONFIG)
     })?;
     // librdkafka's own check of the pass-through properties: a typo there
     // is a config error (exit 1) for `check` and `run` alike.
-    if let Err(e) = config.kafka_config().check_client() {
-        eprintln!(
-            "spate: {}: config key `source.kafka.properties`: {}",
-            path.display(),
-            chain(&e)
-        );
-        return Err(ExitCode::from(EXIT_CONFIG));
+    for (i, entry) in process.pipelines.iter().enumerate() {
+        if let Err(e) = entry.config.kafka_config().check_client() {
+            let at = if process.multi {
+                format!("pipelines[{i}].")
+            } else {
+                String::new()
+            };
+            eprintln!(
+                "spate: {}: config key `{at}source.kafka.properties`: {}",
+                path.display(),
+                chain(&e)
+            );
+            return Err(ExitCode::from(EXIT_CONFIG));
+        }
     }
-    Ok(config)
-}
-
-fn install_metrics() -> Result<PrometheusHandle, ExitCode> {
-    spate::telemetry::install().map_err(|e| {
-        eprintln!("spate: metrics recorder: {e}");
-        ExitCode::from(EXIT_FAILED)
-    })
+    Ok(process)
 }
 
 fn current_thread() -> tokio::runtime::Runtime {
@@ -252,11 +252,14 @@ fn current_thread() -> tokio::runtime::Runtime {
 }
 
 fn run(path: &std::path::Path) -> ExitCode {
-    let config = match load(path) {
+    let process = match load(path) {
         Ok(c) => c,
         Err(code) => return code,
     };
-    match run_config(&config) {
+    if process.multi || !process.pipelines[0].tables.is_empty() {
+        return run_pipelines(&process);
+    }
+    match run_config(&process.pipelines[0].config) {
         Ok(code) => code,
         Err(e) => {
             let why = chain(&*e);
@@ -272,13 +275,19 @@ fn run(path: &std::path::Path) -> ExitCode {
 /// Runs the pipeline of `config` until a signal; the exit code of its
 /// report. Shared by `run` and `demo`.
 pub(crate) fn run_config(config: &Config) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let metrics = install_metrics().map_err(|_| "metrics recorder already installed")?;
-    let plan = current_thread().block_on(service::plan(config))?;
-    for c in &plan.columns {
-        let (field, rule) = plan.describe(c);
-        tracing::info!(column = %c.name, source = %field, rule, "mapping");
-    }
-    let (pipeline, dead_letter) = service::build(config, &plan)?;
+    // Every series of the pipeline carries `pipeline="NAME"`, as in the
+    // `pipelines:` form (spate::process).
+    let (metrics, recorder) = spate::process::install_metrics()?;
+    let scope = spate::process::scope(recorder, &config.pipeline.name);
+    let (mut pipeline, dead_letter) = scope.run(|| {
+        let plan = current_thread().block_on(service::plan(config))?;
+        for c in &plan.columns {
+            let (field, rule) = plan.describe(c);
+            tracing::info!(column = %c.name, source = %field, rule, "mapping");
+        }
+        service::build(config, &plan)
+    })?;
+    pipeline.set_metrics_scope(scope.clone());
     if config.admin.listen != "off" {
         let addr = config.admin.listen.parse()?;
         let bound = admin::spawn(
@@ -286,9 +295,11 @@ pub(crate) fn run_config(config: &Config) -> Result<ExitCode, Box<dyn std::error
             AdminState {
                 metrics,
                 ready: pipeline.readiness(),
+                pipelines: Vec::new(),
                 collectors: vec![
                     spate::telemetry::process_collector(),
-                    spate::telemetry::budget_collector(pipeline.budget()),
+                    // In the pipeline's scope: its budget gauges carry its label.
+                    scope.run(|| spate::telemetry::budget_collector(pipeline.budget())),
                 ],
             },
         )?;
@@ -307,6 +318,35 @@ pub(crate) fn run_config(config: &Config) -> Result<ExitCode, Box<dyn std::error
     }
     println!("spate: {}", report.summary());
     Ok(ExitCode::from(report.status.code() as u8))
+}
+
+/// Runs the pipelines of the `pipelines:` form (`spate::process`): a
+/// status line per pipeline on stdout, then the worst status, which is the
+/// exit code.
+fn run_pipelines(process: &ProcessConfig) -> ExitCode {
+    if let Err(e) = spawn_second_signal_exit() {
+        eprintln!("spate: signal listener: {e}");
+        return ExitCode::from(EXIT_FAILED);
+    }
+    match spate::process::run(process) {
+        Ok(report) => {
+            for o in &report.outcomes {
+                println!("spate: {}", o.summary());
+            }
+            println!(
+                "spate: status={:?} (the worst of {} pipelines)",
+                report.status,
+                report.outcomes.len()
+            );
+            ExitCode::from(report.status.code() as u8)
+        }
+        Err(e) => {
+            let why = chain(&e);
+            eprintln!("spate: {why}");
+            println!("spate: status=Failed polled=0 error: {why}");
+            ExitCode::from(EXIT_FAILED)
+        }
+    }
 }
 
 /// The first SIGINT/SIGTERM starts the drain (the pipeline's own listener);
@@ -328,16 +368,150 @@ fn spawn_second_signal_exit() -> std::io::Result<()> {
 }
 
 fn check(path: &std::path::Path, sample: Option<usize>) -> ExitCode {
-    let config = match load(path) {
+    let process = match load(path) {
         Ok(c) => c,
         Err(code) => return code,
     };
     println!("config {}: ok", path.display());
-    let (mut problems, partitions) = check_topics(&config);
+    if !process.multi {
+        return match check_entry(&process.pipelines[0], sample) {
+            Some(problems) => check_verdict(problems),
+            None => {
+                println!("check: failed");
+                ExitCode::from(EXIT_FAILED)
+            }
+        };
+    }
+    // Every pipeline, each with its own header; one that cannot be
+    // planned counts as one problem and the next is still checked.
+    let mut problems = 0;
+    for entry in &process.pipelines {
+        let ch = &entry.config.sink.clickhouse;
+        println!(
+            "\n== pipeline {} (topics {}, group {}, table {}.{}) ==",
+            entry.name(),
+            entry.config.source.kafka.topics.join(", "),
+            entry.config.source.kafka.group_id,
+            ch.database,
+            ch.table
+        );
+        problems += check_entry(entry, sample).unwrap_or(1);
+    }
+    println!();
+    check_verdict(problems)
+}
+
+/// `check` of one pipeline entry: [`check_pipeline`], or with `tables:`
+/// the topics once and each table's mapping and replicas under its own
+/// header, and with `--sample` each sampled message analyzed with its
+/// topic's table.
+fn check_entry(
+    entry: &spate::config::pipelines::PipelineEntry,
+    sample: Option<usize>,
+) -> Option<usize> {
+    if entry.tables.is_empty() {
+        return check_pipeline(&entry.config, sample);
+    }
+    let (mut problems, partitions) = check_topics(&entry.config);
+    let rt = current_thread();
+    let mut plans = Vec::with_capacity(entry.tables.len());
+    for r in &entry.tables {
+        let ch = &r.config.sink.clickhouse;
+        println!(
+            "\n-- table route {} -> {}.{} --",
+            r.key, ch.database, ch.table
+        );
+        let plan = match rt.block_on(service::plan(&r.config)) {
+            Ok(p) => p,
+            Err(e) => {
+                println!("clickhouse: PROBLEM: {}", chain(&e));
+                problems += 1;
+                plans.push(None);
+                continue;
+            }
+        };
+        print_mapping(&r.config, &plan);
+        match service::writer_config(&r.config, plan.typed_columns()) {
+            Ok(w) => {
+                problems += probe_replicas(&rt, &r.config, &HttpWriter::new(w), partitions);
+            }
+            Err(e) => {
+                println!("clickhouse: PROBLEM: {}", chain(&e));
+                problems += 1;
+            }
+        }
+        plans.push(Some(plan));
+    }
+    if let Some(n) = sample {
+        problems += check_routed_sample(entry, &plans, n);
+    }
+    Some(problems)
+}
+
+/// `check --sample N` with `tables:`: one read of the plain topics, each
+/// message analyzed with its topic's table's plan (a report per table); a
+/// message whose topic matches no entry is a problem.
+fn check_routed_sample(
+    entry: &spate::config::pipelines::PipelineEntry,
+    plans: &[Option<service::Plan>],
+    n: usize,
+) -> usize {
+    let messages = match spate::sample::read(&entry.config, n, SAMPLE_WITHIN) {
+        Ok(m) => m,
+        Err(e) => {
+            println!("sample: PROBLEM: {}", chain(&e));
+            return 1;
+        }
+    };
+    let route = |m: &spate::sample::SampledMessage| {
+        spate::config::tables::route_of(&entry.tables, &m.topic)
+    };
+    let mut problems = 0;
+    let unrouted = messages.iter().filter(|m| route(m).is_none()).count();
+    if unrouted > 0 {
+        problems += 1;
+        println!(
+            "sample: PROBLEM: {unrouted} of {} sampled message(s) from topics matching no entry \
+             of `tables` (record errors at run time)",
+            messages.len()
+        );
+    }
+    for (t, (r, plan)) in entry.tables.iter().zip(plans).enumerate() {
+        let Some(plan) = plan else {
+            continue;
+        };
+        if plan.explode.is_some() || plan.filter.is_some() {
+            println!(
+                "\nsample of table route {}: not analysed: --sample does not model \
+                 mapping.explode / mapping.filter yet",
+                r.key
+            );
+            continue;
+        }
+        let mine: Vec<_> = messages
+            .iter()
+            .filter(|m| route(m) == Some(t))
+            .cloned()
+            .collect();
+        println!(
+            "\nsample of table route {} ({} message(s)):",
+            r.key,
+            mine.len()
+        );
+        problems += analyze_sample(&r.config, plan, &mine);
+    }
+    problems
+}
+
+/// `check` of one pipeline: topics, mapping, replicas, the sample. The
+/// number of problems, or `None` when it could not be planned (the
+/// problem is printed).
+fn check_pipeline(config: &Config, sample: Option<usize>) -> Option<usize> {
+    let (mut problems, partitions) = check_topics(config);
 
     // Replicas: plan from the first that answers, then probe every one.
     let rt = current_thread();
-    let plan = match rt.block_on(service::plan(&config)) {
+    let plan = match rt.block_on(service::plan(config)) {
         Ok(p) => p,
         Err(e) => {
             let part = match &e {
@@ -346,24 +520,27 @@ fn check(path: &std::path::Path, sample: Option<usize>) -> ExitCode {
                 _ => "clickhouse",
             };
             println!("{part}: PROBLEM: {}", chain(&e));
-            println!("check: failed");
-            return ExitCode::from(EXIT_FAILED);
+            return None;
         }
     };
-    print_mapping(&config, &plan);
-    let writer = match service::writer_config(&config, plan.typed_columns()) {
+    print_mapping(config, &plan);
+    let writer = match service::writer_config(config, plan.typed_columns()) {
         Ok(w) => HttpWriter::new(w),
         Err(e) => {
             println!("clickhouse: PROBLEM: {}", chain(&e));
-            println!("check: failed");
-            return ExitCode::from(EXIT_FAILED);
+            return None;
         }
     };
-    problems += probe_replicas(&rt, &config, &writer, partitions);
+    problems += probe_replicas(&rt, config, &writer, partitions);
     if let Some(n) = sample {
         println!();
-        problems += check_sample(&config, &plan, n);
+        problems += check_sample(config, &plan, n);
     }
+    Some(problems)
+}
+
+/// `check`'s last line and exit code for `problems`.
+fn check_verdict(problems: usize) -> ExitCode {
     if problems == 0 {
         println!("check: ok");
         ExitCode::SUCCESS
@@ -628,17 +805,32 @@ fn check_sample(config: &Config, plan: &service::Plan, n: usize) -> usize {
         );
         return 0;
     }
-    let spec = match config.sink.clickhouse.shard_spec() {
-        Ok(s) => s,
-        Err(e) => {
-            println!("sample: PROBLEM: {e}");
-            return 1;
-        }
-    };
+    // A bad shard key is reported before anything is read.
+    if let Err(e) = config.sink.clickhouse.shard_spec() {
+        println!("sample: PROBLEM: {e}");
+        return 1;
+    }
     let messages = match spate::sample::read(config, n, SAMPLE_WITHIN) {
         Ok(m) => m,
         Err(e) => {
             println!("sample: PROBLEM: {}", chain(&e));
+            return 1;
+        }
+    };
+    analyze_sample(config, plan, &messages)
+}
+
+/// Analyzes `messages` with `plan` (routed by `config`'s shard key) and
+/// prints the report; returns the number of problems.
+fn analyze_sample(
+    config: &Config,
+    plan: &service::Plan,
+    messages: &[spate::sample::SampledMessage],
+) -> usize {
+    let spec = match config.sink.clickhouse.shard_spec() {
+        Ok(s) => s,
+        Err(e) => {
+            println!("sample: PROBLEM: {e}");
             return 1;
         }
     };
@@ -647,7 +839,7 @@ fn check_sample(config: &Config, plan: &service::Plan, n: usize) -> usize {
         &spec,
         config.sink.clickhouse.shards.len(),
         config.format.json().mode,
-        &messages,
+        messages,
     );
     print!("{}", report.render());
     let problems = report.problems();

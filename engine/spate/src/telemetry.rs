@@ -43,6 +43,31 @@ pub fn install() -> Result<PrometheusHandle, BuildError> {
     Ok(handle)
 }
 
+/// As [`install`], and also returns the installed recorder itself (leaked,
+/// so `'static`: once per process) for the pipelines' labelled metrics
+/// scopes (`spate_core::metrics::Scope`, `crate::process`).
+///
+/// # Errors
+/// The exporter's message when a recorder is installed already.
+pub fn install_static() -> Result<
+    (
+        PrometheusHandle,
+        &'static metrics_exporter_prometheus::PrometheusRecorder,
+    ),
+    String,
+> {
+    let recorder = prometheus_builder()
+        .map_err(|e| e.to_string())?
+        .build_recorder();
+    let handle = recorder.handle();
+    let recorder: &'static metrics_exporter_prometheus::PrometheusRecorder =
+        Box::leak(Box::new(recorder));
+    metrics::set_global_recorder(recorder).map_err(|e| e.to_string())?;
+    describe();
+    spate_core::metrics::set_wall_clock(unix_millis);
+    Ok((handle, recorder))
+}
+
 /// Registers the `# HELP` text of every series spate emits and sets
 /// `spate_build_info`. Call after installing the recorder.
 pub fn describe() {

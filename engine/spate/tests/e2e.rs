@@ -143,6 +143,17 @@ fn poison_messages_are_skipped_counted_by_reason_and_dead_lettered() {
     for (_, reason) in &poison {
         *expected.entry((*reason).to_owned()).or_insert(0u64) += 1;
     }
+    // The single form labels every series of its pipeline too (issue 17).
+    let label = format!("pipeline=\"{}\"", feed.group);
+    let unlabelled: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("spate_") && !l.starts_with("spate_build_info"))
+        .filter(|l| !l.contains(&label))
+        .collect();
+    assert!(
+        unlabelled.is_empty(),
+        "series without {label}: {unlabelled:?}"
+    );
     let counted = skipped_by_reason(&metrics);
     println!("skipped by reason: {counted:?}");
     assert_eq!(counted, expected, "{metrics}");

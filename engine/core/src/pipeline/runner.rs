@@ -75,6 +75,7 @@ where
             ready: Readiness::new(),
             counters: Arc::new(RecordCounters::default()),
             budget,
+            metrics: crate::metrics::Scope::none(),
         })
     }
 }
@@ -90,6 +91,7 @@ pub struct Pipeline<S, W, F> {
     ready: Readiness,
     counters: Arc<RecordCounters>,
     budget: Arc<Budget>,
+    metrics: crate::metrics::Scope,
 }
 
 impl<S, W, F> std::fmt::Debug for Pipeline<S, W, F> {
@@ -139,6 +141,17 @@ where
     /// http://..: connection refused)` or the consumer's standing error.
     pub fn readiness(&self) -> Readiness {
         self.ready.clone()
+    }
+
+    /// Registers every series of the run in `scope` (its labels on each):
+    /// the controller thread, the I/O runtime's workers and the pipeline
+    /// threads enter it (`metrics/scope.rs`). Default: [`Scope::none`],
+    /// the global recorder. [`Pipeline::run_inline`] (the simulator's
+    /// one-thread mode) does not enter it.
+    ///
+    /// [`Scope::none`]: crate::metrics::Scope::none
+    pub fn set_metrics_scope(&mut self, scope: crate::metrics::Scope) {
+        self.metrics = scope;
     }
 
     /// The in-flight budget the run will use (D8): for gauges and for the
@@ -198,9 +211,11 @@ where
     where
         S::Lane: 'static,
     {
+        let io_scope = self.metrics.clone();
         let io = match tokio::runtime::Builder::new_multi_thread()
             .worker_threads(io_threads.max(1))
             .thread_name("spate-io")
+            .on_thread_start(move || io_scope.enter_for_thread())
             .enable_all()
             .build()
         {
@@ -221,41 +236,44 @@ where
             }
         };
         let io_handle = io.handle().clone();
-        let report = control.block_on(async move {
-            let nonce = match self.nonce_or_os() {
-                Ok(n) => n,
-                Err(e) => return failed_before_start(e),
-            };
-            let pool = match SinkPool::start(
-                self.config.sink.clone(),
-                Arc::clone(&self.writer),
-                nonce,
-                &io_handle,
-            ) {
-                Ok(p) => p,
-                Err(e) => return failed_before_start(e.into()),
-            };
-            let (events_tx, events) = tokio::sync::mpsc::unbounded_channel();
-            let budget = Arc::clone(&self.budget);
-            let buffers = (0..self.config.threads)
-                .map(|_| {
-                    self.buffers(ChunkBuffers::new(
-                        pool.handle(),
-                        Arc::clone(&budget),
-                        self.config.chunk.clone(),
-                    ))
-                })
-                .collect();
-            let host = match ThreadHost::spawn(
-                buffers,
-                Arc::clone(&self.factory),
-                self.parts(),
-                events_tx,
-            ) {
-                Ok(h) => h,
-                Err(e) => return failed_before_start(e),
-            };
-            self.controller(pool, host, events).run(shutdown).await
+        let scope = self.metrics.clone();
+        let report = scope.run(|| {
+            control.block_on(async move {
+                let nonce = match self.nonce_or_os() {
+                    Ok(n) => n,
+                    Err(e) => return failed_before_start(e),
+                };
+                let pool = match SinkPool::start(
+                    self.config.sink.clone(),
+                    Arc::clone(&self.writer),
+                    nonce,
+                    &io_handle,
+                ) {
+                    Ok(p) => p,
+                    Err(e) => return failed_before_start(e.into()),
+                };
+                let (events_tx, events) = tokio::sync::mpsc::unbounded_channel();
+                let budget = Arc::clone(&self.budget);
+                let buffers = (0..self.config.threads)
+                    .map(|_| {
+                        self.buffers(ChunkBuffers::new(
+                            pool.handle(),
+                            Arc::clone(&budget),
+                            self.config.chunk.clone(),
+                        ))
+                    })
+                    .collect();
+                let host = match ThreadHost::spawn(
+                    buffers,
+                    Arc::clone(&self.factory),
+                    self.parts(),
+                    events_tx,
+                ) {
+                    Ok(h) => h,
+                    Err(e) => return failed_before_start(e),
+                };
+                self.controller(pool, host, events).run(shutdown).await
+            })
         });
         // Outside any async context: a runtime may not be dropped inside one.
         io.shutdown_timeout(std::time::Duration::from_secs(1));
@@ -314,6 +332,7 @@ where
             counters: Arc::clone(&self.counters),
             idle: self.config.idle_poll,
             idle_max: self.config.idle_poll_max,
+            metrics: self.metrics.clone(),
         }
     }
 

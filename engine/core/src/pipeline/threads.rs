@@ -82,6 +82,8 @@ pub(crate) struct DriverParts {
     pub(crate) counters: Arc<RecordCounters>,
     pub(crate) idle: Duration,
     pub(crate) idle_max: Duration,
+    /// The pipeline's metrics scope, entered by each pipeline thread.
+    pub(crate) metrics: crate::metrics::Scope,
 }
 
 /// One-thread mode: drivers stepped by the controller task.
@@ -251,6 +253,7 @@ impl<L: Lane + 'static> ThreadHost<L> {
             let join = std::thread::Builder::new()
                 .name(format!("spate-pipe-{i}"))
                 .spawn(move || {
+                    parts.metrics.enter_for_thread();
                     let driver = Driver::new(
                         factory(b),
                         parts.on_error,
@@ -579,6 +582,7 @@ mod tests {
             counters: Arc::default(),
             idle: Duration::from_millis(1),
             idle_max: Duration::from_millis(1),
+            metrics: crate::metrics::Scope::none(),
         };
         let mut host = InlineHost::new(vec![processor(), processor()], parts, events_tx);
         let loads = |h: &InlineHost<_, _>| h.drivers.iter().map(Driver::lanes).collect::<Vec<_>>();
