@@ -60,7 +60,7 @@ step "ClickHouse for the real-server tests (ci/clickhouse.sh)"
 # One plain instance, and 2 shards x 2 ReplicatedMergeTree replicas with a
 # local ZooKeeper; both stopped on exit (one trap: a second would replace it).
 repl() { SPATE_CH_DIR=/tmp/spate-ch-repl SPATE_CH_BASE_PORT=19123 bash ci/clickhouse.sh "$@"; }
-trap 'bash ci/clickhouse.sh stop || true; repl stop || true; bash ci/kafka.sh stop || true' EXIT
+trap 'bash ci/clickhouse.sh stop || true; repl stop || true; bash ci/kafka.sh stop || true; bash ci/registry.sh stop || true' EXIT
 SPATE_CLICKHOUSE_URL=$(bash ci/clickhouse.sh start 1 | head -n1)
 export SPATE_CLICKHOUSE_URL
 echo "SPATE_CLICKHOUSE_URL=$SPATE_CLICKHOUSE_URL"
@@ -80,7 +80,7 @@ step "a current ClickHouse engine behind a test endpoint (ci/chdb_server.py, chd
 chdb_dir=$(mktemp -d /tmp/spate-chdb.XXXXXX)
 python3 ci/chdb_server.py --port 0 --port 0 --data "$chdb_dir/data" >"$chdb_dir/urls" 2>"$chdb_dir/log" &
 chdb_pid=$!
-trap 'kill $chdb_pid 2>/dev/null || true; rm -rf "$chdb_dir"; bash ci/clickhouse.sh stop || true; repl stop || true; bash ci/kafka.sh stop || true' EXIT
+trap 'kill $chdb_pid 2>/dev/null || true; rm -rf "$chdb_dir"; bash ci/clickhouse.sh stop || true; repl stop || true; bash ci/kafka.sh stop || true; bash ci/registry.sh stop || true' EXIT
 # The first run installs chdb-core into $SPATE_CHDB_VENV (pip, ~530 MB).
 for _ in $(seq 1 1200); do
   [ "$(wc -l <"$chdb_dir/urls")" -ge 2 ] && break
@@ -104,12 +104,23 @@ SPATE_KAFKA_BROKERS=$(bash ci/kafka.sh start 3 | tail -n1)
 export SPATE_KAFKA_BROKERS SPATE_KAFKA_REQUIRED=1
 echo "SPATE_KAFKA_BROKERS=$SPATE_KAFKA_BROKERS (up after $((SECONDS - kafka_t0))s)"
 
+step "schema registry for the Avro/Protobuf tests (ci/registry.sh: a TEST FIXTURE)"
+# ci/registry_fixture.py serves the Confluent REST subset spate uses (no real
+# registry can be assembled here: see its header). engine/spate/tests/avro.rs
+# runs the workload through it; SPATE_REGISTRY_REQUIRED=1 makes those tests
+# fail, not fall back, without SPATE_REGISTRY_URL. A fixture that cannot
+# start fails this step (set -e); it is up in under a second.
+SPATE_REGISTRY_URL=$(bash ci/registry.sh start | tail -n1)
+export SPATE_REGISTRY_URL SPATE_REGISTRY_REQUIRED=1
+echo "SPATE_REGISTRY_URL=$SPATE_REGISTRY_URL"
+
 step "cargo test (unit, integration, proptest, real ClickHouse, real Kafka)"
 cargo test --workspace --features spate/containers --locked
 # The mock-cluster e2e tests again, same bodies, on the real cluster
 # (--workspace: the same feature set as above, so nothing is rebuilt).
 SPATE_E2E_KAFKA=real cargo test --workspace --features spate/containers --locked --test e2e
 bash ci/kafka.sh stop
+bash ci/registry.sh stop
 if [ "$SPATE_CONTAINERS" = 1 ]; then
   echo "container tests ran (engine/spate/tests/containers.rs)"
 else

@@ -20,6 +20,8 @@
 //! - [`writer`]: the HTTP insert writer implementing `spate_core::sink::Writer`.
 //! - [`dedup`]: a table's insert-deduplication window (what a replay must
 //!   fall within for `delivery: effectively_once`) and the insert rate.
+//! - [`registry`]: the Confluent-compatible schema registry client (writer
+//!   schemas of Confluent-framed Avro and Protobuf messages, by id).
 //! - [`router`]: the shard router (`XXH64(key) mod shards`, as ClickHouse's
 //!   `xxHash64`), implementing the chain's `Router<Payload>` seam.
 //!
@@ -38,6 +40,7 @@ pub mod mapping;
 pub mod native;
 pub mod num;
 pub mod protobuf;
+pub mod registry;
 pub mod replan;
 pub mod router;
 pub mod rowbinary;

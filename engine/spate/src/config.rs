@@ -25,6 +25,8 @@ use spate_core::pipeline::{self, Delivery, OnError, PipelineConfig};
 use spate_core::sink::{BatchConfig, RetryConfig, SinkConfig};
 use spate_kafka::KafkaSourceConfig;
 
+pub mod formats;
+
 /// A config that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -283,8 +285,79 @@ impl Brokers {
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FormatSection {
-    /// `format.json`.
-    pub json: JsonFormat,
+    /// `format.json` (the default kind; see [`FormatSection::json`]).
+    #[serde(default, rename = "json")]
+    pub json_section: Option<JsonFormat>,
+    /// `format.avro`: Avro, Confluent-framed through a schema registry or
+    /// plain with a schema file ([`formats::AvroFormat`]).
+    #[serde(default)]
+    pub avro: Option<formats::AvroFormat>,
+    /// `format.protobuf`: Protobuf, Confluent-framed through a schema
+    /// registry or plain with a descriptor set ([`formats::ProtobufFormat`]).
+    #[serde(default)]
+    pub protobuf: Option<formats::ProtobufFormat>,
+}
+
+/// The JSON format's defaults, for a config without `format.json`.
+static JSON_DEFAULT: JsonFormat = JsonFormat {
+    mode: JsonMode::Object,
+    time_formats: Vec::new(),
+};
+
+impl FormatSection {
+    /// `format.json`, or its defaults when not written.
+    pub fn json(&self) -> &JsonFormat {
+        self.json_section.as_ref().unwrap_or(&JSON_DEFAULT)
+    }
+
+    /// `format.avro` when the messages are Avro.
+    pub fn avro(&self) -> Option<&formats::AvroFormat> {
+        self.avro.as_ref()
+    }
+
+    /// `format.protobuf` when the messages are Protobuf.
+    pub fn protobuf(&self) -> Option<&formats::ProtobufFormat> {
+        self.protobuf.as_ref()
+    }
+
+    /// The kind's name: `json`, `avro` or `protobuf`.
+    pub fn kind(&self) -> &'static str {
+        if self.avro.is_some() {
+            "avro"
+        } else if self.protobuf.is_some() {
+            "protobuf"
+        } else {
+            "json"
+        }
+    }
+
+    /// Exactly one kind.
+    fn validate(&self) -> Result<(), ConfigError> {
+        let set: Vec<&str> = [
+            ("json", self.json_section.is_some()),
+            ("avro", self.avro.is_some()),
+            ("protobuf", self.protobuf.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(k, on)| on.then_some(k))
+        .collect();
+        if set.len() > 1 {
+            return Err(invalid(
+                "format",
+                format!(
+                    "`{}` are all set; a pipeline reads one format",
+                    set.join("`, `")
+                ),
+            ));
+        }
+        if let Some(avro) = &self.avro {
+            avro.validate()?;
+        }
+        if let Some(p) = &self.protobuf {
+            p.validate()?;
+        }
+        Ok(())
+    }
 }
 
 /// `format.json`: JSON objects, one per message or one per line.
@@ -1052,8 +1125,9 @@ impl Config {
             spate_clickhouse::mapping::parse_source(source)
                 .map_err(|e| invalid(format!("mapping.columns.{col}"), e.to_string()))?;
         }
+        self.format.validate()?;
         self.mapping.validate_transforms()?;
-        for (i, f) in self.format.json.time_formats.iter().enumerate() {
+        for (i, f) in self.format.json().time_formats.iter().enumerate() {
             spate_clickhouse::time::TimeFormat::compile(f)
                 .map_err(|e| invalid(format!("format.json.time_formats[{i}]"), e.to_string()))?;
         }

@@ -145,6 +145,67 @@ pub fn produce_lines<'a>(
     lines: impl IntoIterator<Item = &'a [u8]>,
     key_prefix: &str,
     timeout: Duration,
+    progress: impl FnMut(u64),
+) -> Result<u64, KafkaToolError> {
+    produce_indexed(
+        brokers,
+        topic,
+        partitions,
+        lines.into_iter().enumerate().map(|(i, l)| (i as u64, l)),
+        key_prefix,
+        timeout,
+        progress,
+    )
+}
+
+/// Produces the Avro sensor workload (`spate_clickhouse::avro::sensor`):
+/// messages `first..first + count`, each a Confluent-framed `SensorBatch`
+/// under `schema_id` (writer schema version 2, with `firmware`, when `v2`),
+/// message `i` with key `b{i}` to partition `i % partitions`. Returns how
+/// many were produced.
+///
+/// # Errors
+/// As [`produce_lines`].
+#[allow(clippy::too_many_arguments)]
+pub fn produce_sensor(
+    brokers: &str,
+    topic: &str,
+    partitions: i32,
+    first: u64,
+    count: u64,
+    schema_id: u32,
+    v2: bool,
+    timeout: Duration,
+    progress: impl FnMut(u64),
+) -> Result<u64, KafkaToolError> {
+    use spate_clickhouse::avro::sensor;
+    let mut buf = Vec::new();
+    let messages = (first..first + count).map(move |i| {
+        buf.clear();
+        if v2 {
+            sensor::message_v2(i, schema_id, &mut buf);
+        } else {
+            sensor::message(i, schema_id, &mut buf);
+        }
+        (i, buf.clone())
+    });
+    produce_indexed(brokers, topic, partitions, messages, "b", timeout, progress)
+}
+
+/// Produces `(index, payload)` items to `topic`: key `{key_prefix}{index}`,
+/// partition `index % partitions` (explicit: the default partitioner is
+/// sticky and would fill a few partitions). `progress` gets the count
+/// handed to the client so far, every 10,000 items and at the end.
+///
+/// # Errors
+/// As [`produce_lines`].
+pub fn produce_indexed<P: AsRef<[u8]>>(
+    brokers: &str,
+    topic: &str,
+    partitions: i32,
+    items: impl IntoIterator<Item = (u64, P)>,
+    key_prefix: &str,
+    timeout: Duration,
     mut progress: impl FnMut(u64),
 ) -> Result<u64, KafkaToolError> {
     assert!(partitions > 0, "a topic has at least one partition");
@@ -158,12 +219,12 @@ pub fn produce_lines<'a>(
         .create_with_context(DeliveryCheck::default())
         .map_err(client_err(format!("producer for {brokers}")))?;
     let mut n: u64 = 0;
-    for line in lines {
-        let key = format!("{key_prefix}{n}");
+    for (index, payload) in items {
+        let key = format!("{key_prefix}{index}");
         let mut record = BaseRecord::to(topic)
             .key(key.as_bytes())
-            .payload(line)
-            .partition((n % partitions as u64) as i32);
+            .payload(payload.as_ref())
+            .partition((index % partitions as u64) as i32);
         loop {
             match producer.send(record) {
                 Ok(()) => break,

@@ -5,6 +5,8 @@
 //! - [`config`]: the YAML config model, interpolation and validation.
 //! - [`admin`]: the admin HTTP server (`/metrics`, `/healthz`, `/readyz`).
 //! - [`kafka_tools`]: embedded broker, NDJSON producer, offsets.
+//! - [`formats`]: `format.avro` and `format.protobuf` planned at start and
+//!   turned into a pipeline thread's chain (with the schema registry).
 //! - [`process`]: several pipelines in one process (`pipelines:`).
 //! - [`routing`]: topic-to-table routing inside one pipeline (`tables:`).
 //! - [`telemetry`]: the Prometheus recorder, `# HELP` text, build and
@@ -15,6 +17,7 @@
 
 pub mod admin;
 pub mod config;
+pub mod formats;
 pub mod kafka_tools;
 pub mod process;
 pub mod routing;

@@ -98,7 +98,9 @@ enum Command {
         partitions: i32,
     },
     /// Load an NDJSON file into a topic, one message per line, keys spread
-    /// evenly over the partitions.
+    /// evenly over the partitions; or, with `--sensor N`, register the Avro
+    /// sensor workload's schema and produce N Confluent-framed SensorBatch
+    /// messages.
     Produce {
         /// Bootstrap brokers.
         #[arg(long)]
@@ -106,8 +108,34 @@ enum Command {
         /// Target topic (must exist).
         #[arg(long)]
         topic: String,
-        /// The NDJSON file.
-        file: PathBuf,
+        /// The NDJSON file (not with --sensor).
+        #[arg(required_unless_present = "sensor", conflicts_with = "sensor")]
+        file: Option<PathBuf>,
+        /// Produce N SensorBatch messages (100 events each; message i has
+        /// key `b{i}` and goes to partition i % partitions) instead of a
+        /// file; needs --registry.
+        #[arg(long, value_name = "N", requires = "registry")]
+        sensor: Option<u64>,
+        /// The first message index (default 0): `--first 5000 --sensor
+        /// 5000` continues a run of 5000.
+        #[arg(long, default_value_t = 0, requires = "sensor")]
+        first: u64,
+        /// The writer schema version: 1, or 2 (adds `firmware` with a
+        /// default: a compatible evolution).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2), requires = "sensor")]
+        schema_version: u8,
+        /// The schema registry the schema is registered with.
+        #[arg(long, value_name = "URL")]
+        registry: Option<String>,
+        /// The subject (default `{topic}-value`).
+        #[arg(long, requires = "registry")]
+        subject: Option<String>,
+        /// HTTP Basic auth user for the registry.
+        #[arg(long, requires = "registry")]
+        registry_user: Option<String>,
+        /// Its password.
+        #[arg(long, requires = "registry_user")]
+        registry_password: Option<String>,
     },
     /// Embedded broker, flight rows, a ClickHouse table, the pipeline, and a
     /// summary of what landed.
@@ -134,7 +162,43 @@ fn main() -> ExitCode {
             brokers,
             topic,
             file,
-        } => produce(&brokers, &topic, &file),
+            sensor: Some(n),
+            first,
+            schema_version,
+            registry,
+            subject,
+            registry_user,
+            registry_password,
+        } => {
+            debug_assert!(file.is_none(), "clap: file conflicts with --sensor");
+            let mut rc = spate_clickhouse::registry::RegistryConfig::new(
+                registry.expect("clap: --sensor requires --registry"),
+            );
+            rc.credentials = registry_user.map(|user| spate_clickhouse::writer::Credentials {
+                user,
+                password: registry_password.unwrap_or_default(),
+            });
+            let subject = subject.unwrap_or_else(|| format!("{topic}-value"));
+            produce_sensor(
+                &brokers,
+                &topic,
+                rc,
+                &subject,
+                first,
+                n,
+                schema_version == 2,
+            )
+        }
+        Command::Produce {
+            brokers,
+            topic,
+            file,
+            ..
+        } => produce(
+            &brokers,
+            &topic,
+            &file.expect("clap: the file is required without --sensor"),
+        ),
         Command::Demo(args) => demo::demo(&args),
     }
 }
@@ -450,7 +514,12 @@ fn check_pipeline(config: &Config, sample: Option<usize>) -> Option<usize> {
     let plan = match rt.block_on(service::plan(config)) {
         Ok(p) => p,
         Err(e) => {
-            println!("clickhouse: PROBLEM: {}", chain(&e));
+            let part = match &e {
+                service::ServiceError::Registry { .. } => "registry",
+                service::ServiceError::Config(_) => "config",
+                _ => "clickhouse",
+            };
+            println!("{part}: PROBLEM: {}", chain(&e));
             return None;
         }
     };
@@ -591,6 +660,9 @@ fn print_mapping(config: &Config, plan: &service::Plan) {
     if let Some(f) = &plan.filter {
         println!("filter (on each row as encoded, after explode): keep rows where {f}");
     }
+    for line in plan.format.describe() {
+        println!("{line}");
+    }
     for (column, expr) in plan.refused_defaults() {
         println!(
             "clickhouse: NOTE: column {column} has DEFAULT {expr}, computed per row; this server \
@@ -718,6 +790,13 @@ fn dedup_line(
 /// `check --sample N`: reads, maps and routes up to `n` messages; prints the
 /// report; returns the number of problems.
 fn check_sample(config: &Config, plan: &service::Plan, n: usize) -> usize {
+    if !matches!(plan.format, spate::formats::FormatPlan::Json) {
+        println!(
+            "sample: NOTE: --sample reads JSON messages only; not run for format.{}",
+            plan.format.name()
+        );
+        return 0;
+    }
     if plan.explode.is_some() || plan.filter.is_some() {
         // The sample maps one row per record without the filter; its
         // per-column counts would describe rows the pipeline never writes.
@@ -759,7 +838,7 @@ fn analyze_sample(
         plan,
         &spec,
         config.sink.clickhouse.shards.len(),
-        config.format.json.mode,
+        config.format.json().mode,
         messages,
     );
     print!("{}", report.render());
@@ -870,6 +949,71 @@ pub(crate) fn progress_bar(total: u64, what: &str) -> ProgressBar {
         .progress_chars("=> "),
     );
     bar
+}
+
+/// `spate produce --sensor N`: registers the workload's writer schema (v1
+/// or v2) under `subject` and produces messages `first..first + n`.
+fn produce_sensor(
+    brokers: &str,
+    topic: &str,
+    registry: spate_clickhouse::registry::RegistryConfig,
+    subject: &str,
+    first: u64,
+    n: u64,
+    v2: bool,
+) -> ExitCode {
+    use spate_clickhouse::avro::sensor;
+    use spate_clickhouse::registry::{RegistryClient, SchemaType};
+    let (version, text) = if v2 {
+        (2, sensor::SCHEMA_V2)
+    } else {
+        (1, sensor::SCHEMA_V1)
+    };
+    let partitions = match kafka_tools::partition_count(brokers, topic, KAFKA_RPC) {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("spate produce: {}", chain(&e));
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
+    let id = match RegistryClient::new(registry)
+        .and_then(|c| c.register(subject, SchemaType::Avro, text, &[]))
+    {
+        Ok(id) => id,
+        Err(e) => {
+            eprintln!("spate produce: {e}");
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
+    println!("registered SensorBatch schema v{version} under subject {subject}: schema id {id}");
+    let bar = progress_bar(n, "produce");
+    let result = kafka_tools::produce_sensor(
+        brokers,
+        topic,
+        partitions,
+        first,
+        n,
+        id,
+        v2,
+        Duration::from_secs(60),
+        |k| bar.set_position(k),
+    );
+    bar.finish();
+    match result {
+        Ok(k) => {
+            println!(
+                "produced {k} SensorBatch messages ({} candidate rows) to {topic} over \
+                 {partitions} partitions, batch_id {first}..{}",
+                k * sensor::EVENTS,
+                first + k
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("spate produce: {}", chain(&e));
+            ExitCode::from(EXIT_FAILED)
+        }
+    }
 }
 
 fn produce(brokers: &str, topic: &str, file: &std::path::Path) -> ExitCode {

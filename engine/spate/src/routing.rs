@@ -272,7 +272,7 @@ pub fn build(
     }
     let writer = RoutedWriter { writers, shards };
     let source = KafkaSource::new(config.kafka_config())?;
-    let decoder = match config.format.json.mode {
+    let decoder = match config.format.json().mode {
         JsonMode::Object => MessageDecoder::Object,
         JsonMode::Ndjson => MessageDecoder::Ndjson,
     };

@@ -36,6 +36,7 @@ use spate_core::record::Payload;
 use spate_kafka::KafkaSource;
 
 use crate::config::{Config, ConfigError, JsonMode, TlsSection};
+use crate::formats::{AvroChain, FormatPlan, ProtoChain, avro_chain, plan_format, proto_chain};
 
 /// Name of the counter of skipped records that could not be handed to the
 /// dead-letter producer (its queue was full or it refused them).
@@ -83,6 +84,17 @@ pub enum ServiceError {
     /// assembled).
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
+    /// The schema registry did not answer (after its retries) or refused;
+    /// `reason` names the URL.
+    #[error("{key}: {reason}")]
+    Registry {
+        /// The config key of the registry section.
+        key: String,
+        /// The registry's URL.
+        url: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// The INSERT plan: the table's schema and the columns the INSERT names.
@@ -104,6 +116,8 @@ pub struct Plan {
     pub filter: Option<FilterExpr>,
     /// `mapping.explode` as path segments.
     pub explode: Option<Vec<String>>,
+    /// How messages decode (`format`): JSON, or the Avro/Protobuf plan.
+    pub format: FormatPlan,
 }
 
 impl Plan {
@@ -249,7 +263,7 @@ pub fn mapping_options(config: &Config) -> MappingOptions {
         time: TimeRules {
             formats: config
                 .format
-                .json
+                .json()
                 .time_formats
                 .iter()
                 .filter_map(|f| TimeFormat::compile(f).ok())
@@ -348,13 +362,15 @@ pub async fn plan(config: &Config) -> Result<Plan, ServiceError> {
             .map_err(|e| mapping_err(e.to_string()))?;
     }
     let explode = config.mapping.explode_path()?;
-    if let Some(path) = &explode {
+    let format = plan_format(config, &columns, &options, explode.clone(), filter.as_ref())?;
+    if let (Some(path), FormatPlan::Json) = (&explode, &format) {
         // The fan-out split of the columns (element / record / either).
         let pointed = insert.pointers.keys().cloned().collect();
         ExplodeEncoder::new(columns.clone(), options.clone(), path, &pointed)
             .map_err(|e| mapping_err(format!("mapping.explode: {e}")))?;
     }
     let plan = Plan {
+        format,
         row_format: row_format(&columns),
         schema,
         columns,
@@ -570,6 +586,10 @@ pub enum Chain {
     Json(JsonChain),
     /// JSON with `mapping.explode`.
     JsonExploded(JsonExplodeChain),
+    /// `format.avro`.
+    Avro(AvroChain),
+    /// `format.protobuf`.
+    Protobuf(ProtoChain),
 }
 
 impl Processor for Chain {
@@ -578,6 +598,8 @@ impl Processor for Chain {
         match self {
             Chain::Json(c) => c.process(cx),
             Chain::JsonExploded(c) => c.process(cx),
+            Chain::Avro(c) => c.process(cx),
+            Chain::Protobuf(c) => c.process(cx),
         }
     }
 
@@ -585,6 +607,8 @@ impl Processor for Chain {
         match self {
             Chain::Json(c) => c.buffers(),
             Chain::JsonExploded(c) => c.buffers(),
+            Chain::Avro(c) => c.buffers(),
+            Chain::Protobuf(c) => c.buffers(),
         }
     }
 
@@ -593,6 +617,8 @@ impl Processor for Chain {
         match self {
             Chain::Json(c) => c.begin_poll_batch(),
             Chain::JsonExploded(c) => c.begin_poll_batch(),
+            Chain::Avro(c) => c.begin_poll_batch(),
+            Chain::Protobuf(c) => c.begin_poll_batch(),
         }
     }
 }
@@ -653,25 +679,30 @@ pub fn build(
     let live = plan.live();
     // Not with effectively_once: its range formers keep rows across poll
     // batches and do not carry a layout yet, so a change stops the run there
-    // (exit 3) and the restart re-plans (ADR 0005).
-    if !effectively_once(config) {
+    // (exit 3) and the restart re-plans (ADR 0005). Nor for Avro/Protobuf,
+    // whose encoders have no live plan: a changed column fails the batch and
+    // the restart plans again.
+    if !effectively_once(config) && matches!(plan.format, FormatPlan::Json) {
         wc.live = Some(Arc::clone(&live));
     }
     let writer = HttpWriter::new(wc);
     let source = KafkaSource::new(config.kafka_config())?;
     let shard_spec = config.sink.clickhouse.shard_spec()?;
-    let decoder = match config.format.json.mode {
+    let decoder = match config.format.json().mode {
         JsonMode::Object => MessageDecoder::Object,
         JsonMode::Ndjson => MessageDecoder::Ndjson,
     };
     let filter = plan.filter.clone();
     let explode = plan.explode.clone();
     let rules = plan.options.time.clone();
+    let format = plan.format.clone();
+    let columns = plan.columns.clone();
+    let options = plan.options.clone();
     let factory: Box<dyn Fn(ChunkBuffers) -> Chain + Send + Sync> =
-        Box::new(move |buffers: ChunkBuffers| {
+        Box::new(move |buffers: ChunkBuffers| match &format {
             // plan() built the same encoder and filter once (and a re-plan
             // checks its own before publishing it), so this cannot fail.
-            json_chain(
+            FormatPlan::Json => json_chain(
                 &live,
                 explode.as_deref(),
                 decoder,
@@ -679,7 +710,22 @@ pub fn build(
                 rules.clone(),
                 ShardRouter::with_spec(shard_spec.clone()),
                 buffers,
-            )
+            ),
+            FormatPlan::Avro(a) => Chain::Avro(avro_chain(
+                a,
+                filter.clone(),
+                rules.clone(),
+                shard_spec.clone(),
+                buffers,
+            )),
+            FormatPlan::Protobuf(_) => Chain::Protobuf(proto_chain(
+                &format,
+                &columns,
+                &options,
+                filter.clone(),
+                shard_spec.clone(),
+                buffers,
+            )),
         });
     let mut builder = Pipeline::builder(config.pipeline_config(), source, writer, factory);
     let mut dead_letter = None;

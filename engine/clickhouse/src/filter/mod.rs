@@ -183,6 +183,26 @@ impl RowColumns for crate::mapping::JsonRowEncoder {
     }
 }
 
+impl RowColumns for crate::avro::AvroRowEncoder {
+    fn row_columns(&self) -> &[ColumnSpec] {
+        self.columns()
+    }
+
+    fn row_format(&self) -> RowFormat {
+        format_of(self.with_defaults())
+    }
+}
+
+impl RowColumns for crate::protobuf::ProtoRowEncoder {
+    fn row_columns(&self) -> &[ColumnSpec] {
+        self.columns()
+    }
+
+    fn row_format(&self) -> RowFormat {
+        format_of(self.with_defaults())
+    }
+}
+
 impl RowColumns for crate::replan::LiveEncoder {
     fn row_columns(&self) -> &[ColumnSpec] {
         self.columns()

@@ -142,7 +142,7 @@ impl Credentials {
         })
     }
 
-    fn basic_auth(&self) -> String {
+    pub(crate) fn basic_auth(&self) -> String {
         format!(
             "Basic {}",
             base64(format!("{}:{}", self.user, self.password).as_bytes())
@@ -173,7 +173,7 @@ fn base64(input: &[u8]) -> String {
 }
 
 /// Percent-encodes a query-string value (RFC 3986 unreserved bytes stay).
-fn percent_encode(s: &str) -> String {
+pub(crate) fn percent_encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len() * 3);
     for &b in s.as_bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
@@ -448,6 +448,43 @@ fn native_plan(config: &mut HttpWriterConfig) -> Option<Arc<BlockPlan>> {
     }
 }
 
+/// The connector every spate HTTP client uses (the writer, the schema
+/// registry client): plain TCP for `http://`, rustls for `https://` with
+/// `tls` (`None`: the system's roots, [`tls::system_default`]), HTTP/1.1,
+/// `connect_timeout` on establishing the TCP connection, no Nagle.
+pub(crate) fn https_connector(
+    connect_timeout: Duration,
+    tls: Option<Arc<rustls::ClientConfig>>,
+) -> HttpsConnector<HttpConnector> {
+    let mut connector = HttpConnector::new();
+    connector.set_connect_timeout(Some(connect_timeout));
+    connector.set_nodelay(true);
+    // The TLS layer below needs to see https:// URLs.
+    connector.enforce_http(false);
+    match tls.or_else(tls::system_default) {
+        Some(tls) => hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(Arc::unwrap_or_clone(tls))
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(connector),
+        // No roots anywhere: https:// URLs fail at connect with rustls'
+        // "no trust anchors" error, http:// ones work.
+        None => hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(
+                rustls::ClientConfig::builder_with_provider(Arc::new(
+                    rustls::crypto::ring::default_provider(),
+                ))
+                .with_safe_default_protocol_versions()
+                .expect("ring supports the default protocol versions")
+                .with_root_certificates(rustls::RootCertStore::empty())
+                .with_no_client_auth(),
+            )
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(connector),
+    }
+}
+
 impl HttpWriter {
     /// A writer for `config`. Needs a tokio runtime when used, not when built.
     pub fn new(mut config: HttpWriterConfig) -> Self {
@@ -465,34 +502,7 @@ impl HttpWriter {
         } else {
             InsertFormat::RowBinary
         };
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(config.connect_timeout));
-        connector.set_nodelay(true);
-        // The TLS layer below needs to see https:// URLs.
-        connector.enforce_http(false);
-        let tls = config.tls.clone().or_else(tls::system_default);
-        let connector = match tls {
-            Some(tls) => hyper_rustls::HttpsConnectorBuilder::new()
-                .with_tls_config(Arc::unwrap_or_clone(tls))
-                .https_or_http()
-                .enable_http1()
-                .wrap_connector(connector),
-            // No roots anywhere: https:// URLs fail at connect with rustls'
-            // "no trust anchors" error, http:// ones work.
-            None => hyper_rustls::HttpsConnectorBuilder::new()
-                .with_tls_config(
-                    rustls::ClientConfig::builder_with_provider(Arc::new(
-                        rustls::crypto::ring::default_provider(),
-                    ))
-                    .with_safe_default_protocol_versions()
-                    .expect("ring supports the default protocol versions")
-                    .with_root_certificates(rustls::RootCertStore::empty())
-                    .with_no_client_auth(),
-                )
-                .https_or_http()
-                .enable_http1()
-                .wrap_connector(connector),
-        };
+        let connector = https_connector(config.connect_timeout, config.tls.clone());
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(POOL_IDLE)
             .build(connector);

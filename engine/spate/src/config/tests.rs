@@ -164,7 +164,7 @@ fn compression_tls_and_json_mode_parse_and_name_bad_keys() {
     use spate_clickhouse::writer::Compression;
     let c = Config::from_yaml(MINIMAL, no_env).unwrap();
     assert_eq!(c.sink.clickhouse.compression().unwrap(), Compression::None);
-    assert_eq!(c.format.json.mode, JsonMode::Object);
+    assert_eq!(c.format.json().mode, JsonMode::Object);
     assert_eq!(c.sink.clickhouse.tls, TlsSection::default());
 
     let text = MINIMAL
@@ -187,7 +187,7 @@ fn compression_tls_and_json_mode_parse_and_name_bad_keys() {
         Some(std::path::Path::new("/etc/ca.pem"))
     );
     assert!(!c.sink.clickhouse.tls.insecure);
-    assert_eq!(c.format.json.mode, JsonMode::Ndjson);
+    assert_eq!(c.format.json().mode, JsonMode::Ndjson);
 
     let e = err(&MINIMAL.replace("table: t}", "table: t, compression: zstd}"));
     assert!(e.contains("sink.clickhouse.compression"), "{e}");
