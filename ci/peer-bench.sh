@@ -102,10 +102,12 @@ set -euo pipefail
 KAFKA_KIND=real
 ROWS=1000000
 REPS="${PEER_BENCH_REPS:-3}"
-usage() { echo "usage: $0 [--kafka real|mock] [--reps N] [ROWS]" >&2; exit 2; }
+WORKLOAD=all
+usage() { echo "usage: $0 [--kafka real|mock] [--workload flights|sensor|all] [--reps N] [ROWS]" >&2; exit 2; }
 while (($#)); do
   case "$1" in
     --kafka) KAFKA_KIND="${2:-}"; shift 2 || usage ;;
+    --workload) WORKLOAD="${2:-}"; shift 2 || usage ;;
     --reps) REPS="${2:-}"; shift 2 || usage ;;
     *) ROWS="$1"; shift ;;
   esac
@@ -113,6 +115,10 @@ done
 [[ "$KAFKA_KIND" == mock || "$KAFKA_KIND" == real ]] || usage
 [[ "$ROWS" =~ ^[1-9][0-9]*$ ]] || usage
 [[ "$REPS" =~ ^[1-9][0-9]*$ ]] || usage
+[[ "$WORKLOAD" == flights || "$WORKLOAD" == sensor || "$WORKLOAD" == all ]] || usage
+want() { [[ "$WORKLOAD" == all || "$WORKLOAD" == "$1" ]]; }
+want sensor && [[ "$KAFKA_KIND" != real ]] &&
+  { echo "$0: the sensor workload runs on the real cluster only (--kafka real): 10,000 messages of ~4 KB outgrow the mock broker's 5 MiB-per-partition retention" >&2; exit 2; }
 export SPATE_KAFKA_DIR="${SPATE_KAFKA_DIR:-/tmp/spate-kafka-peer-bench}"
 export SPATE_KAFKA_BASE_PORT="${SPATE_KAFKA_BASE_PORT:-17292}"
 
@@ -220,6 +226,7 @@ PY="$VENV/bin/python"
 
 rm -rf "$WORK"
 mkdir -p "$WORK"
+: >"$OUT"
 
 # --- 2. rows ------------------------------------------------------------------
 DATA="$WORK/flights.ndjson"
@@ -253,11 +260,13 @@ done
 BROKERS="$(head -n1 "$WORK/broker.out")"
 [[ -n "$BROKERS" ]] || die "spate broker printed no address"
 fi
+if want flights; then
 log "broker $BROKERS; producing"
 "$SPATE" produce --brokers "$BROKERS" --topic "$TOPIC" "$DATA" >"$WORK/produce.out" 2>"$WORK/produce.log"
 IN_TOPIC="$("$PY" ci/peer_bench.py watermarks "$BROKERS" "$TOPIC")"
 [[ "$IN_TOPIC" == "$ROWS" ]] || die "the topic holds $IN_TOPIC messages, not $ROWS"
 log "$IN_TOPIC messages in $TOPIC, every low watermark 0"
+fi
 
 # --- 4. ClickHouse --------------------------------------------------------------
 # Trace logging and librdkafka's consumer-group debug log: the Kafka engine's
@@ -548,6 +557,7 @@ arm_sinker() {
 }
 
 # --- repetitions, interleaved ------------------------------------------------------
+if want flights; then
 read -r -a ARMS <<<"$SYSTEMS"
 : >"$RUNS"
 for ((REP = 1; REP <= REPS; REP++)); do
@@ -572,5 +582,216 @@ check_retention "the end"
   echo "$ROWS flight rows ($BYTES bytes NDJSON) pre-loaded once into $BROKER_DESC (every low watermark checked 0 before each run), then moved into ClickHouse $CH_VERSION on the same machine ($(nproc) cores, $(awk '/^model name/ { $1=$2=$3=""; print; exit }' /proc/cpuinfo | sed 's/^ *//')), one arm at a time, $REPS repetitions interleaved, each run in its own consumer group and into a fresh $TABLE_DESC. Medians over the runs that passed the gates, [min-max] beside them. Command: \`PEER_BENCH_REPLICATED=$REPLICATED bash ci/peer-bench.sh --kafka $KAFKA_KIND --reps $REPS $ROWS\`."
   echo
   "$PY" ci/peer_bench.py summarize "$RUNS" "$REPS"
-} | tee "$OUT"
+} | tee -a "$OUT"
 log "table written to $OUT; every run in $RUNS"
+fi
+
+# --- 7. the sensor workload (issue 21's SensorBatch; the upstream project's own) ---
+# PEER_BENCH_SENSOR_MESSAGES (default 10,000) messages of 100 events each,
+# Confluent-framed Avro with the writer schema in the schema registry
+# (ci/registry.sh: a test fixture serving the Confluent REST subset; no real
+# registry runs here, see its header), produced once by `spate produce
+# --sensor` into a topic of $PARTITIONS partitions on the real cluster.
+# Each arm fans every message out into 100 rows, keeps the rows with
+# unit != "drop" and value >= 0, coalesces a null region to 'unknown', and
+# the table computes name_upper and value_scaled (MATERIALIZED) for every
+# arm alike. Gates: the kept rows' count, uniqExact((batch_id, event_seq)),
+# sum(value), sum(value_scaled), the null pattern and sum of quality, the
+# regions coalesced, and a checksum of name_upper, each equal to the closed
+# form from the generator's formulas (ci/peer_bench.py sensor-expect).
+#
+# Where each arm writes: upstream spate 0.2.0 always sends
+# insert_deduplication_token, which ClickHouse 18.16 refuses (measured:
+# "Code: 115, Unknown setting insert_deduplication_token"), so its arms and
+# a spate arm beside them write into the current engine behind
+# ci/chdb_server.py (chdb-core 26.9; the HTTP layer is ours and serializes
+# inserts through one lock, so its "server" CPU includes Python's); one more
+# spate arm writes into 18.16. The arms' own CPU per row is the comparison
+# that holds across both.
+if want sensor; then
+SENSOR_MESSAGES="${PEER_BENCH_SENSOR_MESSAGES:-10000}"
+SENSOR_TOPIC=sensors
+SENSOR_SYSTEMS="${PEER_BENCH_SENSOR_SYSTEMS:-spate spate-chdb upstream upstream-native}"
+REGISTRY_PORT="${PEER_BENCH_REGISTRY_PORT:-17181}"
+UPSTREAM_DIR="benches/peers/upstream-spate"
+UPSTREAM="$CARGO_TARGET_DIR/upstream-spate/release/upstream-spate-arm"
+log "building the upstream spate 0.2.0 arm (release, its own Cargo project and lockfile)"
+CARGO_TARGET_DIR="$CARGO_TARGET_DIR/upstream-spate" cargo build --release --locked --manifest-path "$UPSTREAM_DIR/Cargo.toml" >&2
+
+export SPATE_REGISTRY_DIR="$WORK/registry" SPATE_REGISTRY_PORT="$REGISTRY_PORT"
+REGISTRY_URL="$(bash ci/registry.sh start | tail -n1)" || die "ci/registry.sh start failed"
+REGISTRY_STARTED=1
+trap 'bash ci/registry.sh stop >/dev/null 2>&1 || true; kill "${CHDB_PID:-}" 2>/dev/null || true; cleanup' EXIT
+
+"$PY" ci/peer_bench.py create-topic "$BROKERS" "$SENSOR_TOPIC" "$PARTITIONS" 3
+log "producing $SENSOR_MESSAGES SensorBatch messages (registry $REGISTRY_URL)"
+"$SPATE" produce --brokers "$BROKERS" --topic "$SENSOR_TOPIC" --sensor "$SENSOR_MESSAGES" --registry "$REGISTRY_URL" \
+  >"$WORK/produce-sensor.out" 2>"$WORK/produce-sensor.log" || die "spate produce --sensor: $(tail -n 3 "$WORK/produce-sensor.log")"
+n="$("$PY" ci/peer_bench.py watermarks "$BROKERS" "$SENSOR_TOPIC")"
+[[ "$n" == "$SENSOR_MESSAGES" ]] || die "the sensor topic holds $n messages, not $SENSOR_MESSAGES"
+EXP_KEPT="$("$PY" ci/peer_bench.py sensor-expect "$SENSOR_MESSAGES")"
+log "$SENSOR_MESSAGES messages -> $((SENSOR_MESSAGES * 100)) candidate rows, $EXP_KEPT kept (closed form)"
+
+# The current engine behind our HTTP layer (chdb-core; first run installs it).
+export SPATE_CHDB_VENV="${SPATE_CHDB_VENV:-$CARGO_TARGET_DIR/chdb/venv}"
+python3 ci/chdb_server.py --port 0 --data "$WORK/chdb-data" >"$WORK/chdb.urls" 2>"$WORK/chdb.log" &
+CHDB_PID=$!
+for _ in $(seq 1 1200); do
+  [[ -s "$WORK/chdb.urls" ]] && break
+  kill -0 "$CHDB_PID" 2>/dev/null || die "ci/chdb_server.py exited: $(tail -n 5 "$WORK/chdb.log")"
+  sleep 0.5
+done
+CHDB_URL="$(head -n1 "$WORK/chdb.urls")"
+[[ -n "$CHDB_URL" ]] || die "ci/chdb_server.py did not answer in 10 minutes"
+CH18_URL="$CH_URL"
+CHDB_VERSION="$(curl -sS "$CHDB_URL/" --data-binary 'SELECT version()')"
+log "chdb endpoint $CHDB_URL (engine $CHDB_VERSION)"
+
+SENSOR_DDL="batch_id UInt64, source String, region String, produced_at UInt64, event_seq UInt32, sensor_id UInt32, name String, value Float64, quality Nullable(Int32), unit String, ts UInt64, name_upper String MATERIALIZED upper(name), value_scaled Float64 MATERIALIZED value * 10"
+SENSOR_COLUMNS="batch_id, source, region, produced_at, event_seq, sensor_id, name, value, quality, unit, ts"
+sensor_table() { # URL TABLE
+  curl -sS --fail-with-body "$1/" --data-binary "DROP TABLE IF EXISTS $2" >/dev/null
+  curl -sS --fail-with-body "$1/" --data-binary "CREATE TABLE $2 ($SENSOR_DDL) ENGINE = MergeTree ORDER BY (batch_id, event_seq)" >/dev/null
+}
+SENSOR_CHECK_SQL="count(), uniqExact(batch_id, event_seq), sum(value), sum(value_scaled), countIf(isNull(quality)), sum(ifNull(quality, 0)), countIf(region = 'unknown'), sum(toUInt64(substring(name_upper, 8))), countIf(substring(name_upper, 1, 7) = 'SENSOR-')"
+RUNS_SENSOR="$WORK/runs-sensor.tsv"
+: >"$RUNS_SENSOR"
+
+# report_sensor NAME URL TABLE CPU_ARM RSS_ARM CPU_SERVER RSS_SERVER NOTE
+report_sensor() {
+  local name=$1 url=$2 table=$3 cpu_c=$4 rss_c=$5 cpu_s=$6 rss_s=$7 note=$8
+  local got landed distinct dups first wall rate gate check
+  got="$(curl -sS "$url/" --data-binary "SELECT $SENSOR_CHECK_SQL FROM $table FORMAT TSV" | tr '\t' ' ')"
+  read -r landed distinct _ <<<"$got"
+  dups=$((landed - distinct))
+  first="${M_FIRST:-$M_FIRST_LANDED}"
+  if [[ -z "$first" ]] || (($(calc "$M_DONE <= $first"))) || ((M_LANDED == 0)); then wall="-"; rate="-"
+  else wall="$(printf '%.2f' "$(calc "$M_DONE - $first")")"; rate="$(calc "int($M_LANDED / ($M_DONE - $first))")"; fi
+  per_m() { if [[ "$1" == "-" ]] || ((distinct == 0)); then echo "-"; else printf '%.2f' "$(calc "$1 * 1000000 / $distinct")"; fi; }
+  gate=pass
+  if [[ "$M_STATUS" != complete ]]; then gate="$M_STATUS"
+  elif ((distinct != EXP_KEPT)); then gate="kept $distinct distinct rows, expected $EXP_KEPT"
+  elif ((dups != 0)); then gate="$dups duplicate rows"
+  elif ! check="$("$PY" ci/peer_bench.py sensor-check "$SENSOR_MESSAGES" $got)"; then gate="$check"
+  elif [[ "$rate" == "-" ]]; then gate="no first-row time"
+  fi
+  [[ "$gate" == pass ]] || log "$name rep $REP: FAILED a gate: $gate"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+    "$name" "$REP" "$gate" "$landed" "$dups" "$wall" "$rate" "$(per_m "$cpu_c")" "$rss_c" "$(per_m "$cpu_s")" "$rss_s" "$note" >>"$RUNS_SENSOR"
+}
+
+# first_by_metric NAME: the time the arm's /metrics first shows a non-zero NAME.
+first_by_metric() {
+  local v
+  v="$(curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" 2>/dev/null | awk -v m="$1" 'index($0, m) == 1 { s += $NF } END { print s + 0 }')"
+  (($(calc "$v > 0"))) && now
+}
+
+# sensor_arm NAME KIND URL SERVER_PID: KIND spate | upstream | upstream-native.
+sensor_arm() {
+  local name=$1 kind=$2 url=$3 spid=$4 table="sensor_${kind//-/_}_$REP" yaml cpu0 c_cpu c_rss s_cpu s_rss rc note metric
+  yaml="$WORK/$table.yaml"
+  sensor_table "$url" "$table"
+  local group="peer-$table-$RUN_ID"
+  if [[ "$kind" == spate ]]; then
+    cat >"$yaml" <<EOF
+pipeline: { name: "peer-sensor-$RUN_ID", threads: $SPATE_THREADS, io_threads: 2 }
+checkpoint: { interval: 200ms }
+source:
+  kafka:
+    brokers: "$BROKERS"
+    topics: [$SENSOR_TOPIC]
+    group_id: "$group"
+    properties: { session.timeout.ms: "6000", heartbeat.interval.ms: "500" }
+format: { avro: { framing: confluent, registry: { url: "$REGISTRY_URL" } } }
+mapping:
+  explode: /events
+  filter: ['unit != "drop"', 'value >= 0']
+  defaults: { region: unknown }
+on_error: { policy: fail }
+sink:
+  clickhouse:
+    shards: [["$url"]]
+    table: $table
+    batch: { max_rows: 1000000, max_bytes: 64MiB, linger: 200ms }
+    inflight: { max_inflight: 2, max_bytes: 256MiB }
+shutdown: { drain_timeout: 30s }
+admin: { listen: "127.0.0.1:$ADMIN_PORT" }
+EOF
+    metric=spate_records_polled_total
+    note="spate, RowBinary, threads $SPATE_THREADS, batch max_rows 1M / 64 MiB / linger 200ms"
+  else
+    cat >"$yaml" <<EOF
+pipeline: { name: "peer-upstream-$RUN_ID", threads: $SPATE_THREADS, io_threads: 2 }
+checkpoint: { interval: 1s, drain_timeout: 30s }
+admin: { listen: "127.0.0.1:$ADMIN_PORT" }
+metrics: { exporter: prometheus }
+source:
+  kafka:
+    brokers: "$BROKERS"
+    topic: $SENSOR_TOPIC
+    group_id: "$group"
+    commit_interval: 1s
+    rdkafka: { auto.offset.reset: earliest }
+deserializer:
+  avro:
+    mode: confluent
+    registry: { url: "$REGISTRY_URL" }
+sink:
+  clickhouse:
+    table: $table
+    columns: [$SENSOR_COLUMNS]
+    format: $([[ "$kind" == upstream-native ]] && echo native || echo rowbinary)
+    shards:
+      - replicas: ["$url"]
+    batch: { max_rows: 1000000, max_bytes: 64MiB, linger: 200ms }
+    inflight: { max_per_shard: 2 }
+EOF
+    metric=spate_deser_records_total
+    note="upstream spate 0.2.0 ($([[ "$kind" == upstream-native ]] && echo Native || echo RowBinary)), build_datum into borrowed records, flat_map, filter, threads $SPATE_THREADS, batch max_rows 1M / 64 MiB / linger 200ms, 2 inserts in flight"
+  fi
+  log "$name rep $REP: running"
+  cpu0="$(cpu_of "$spid")"
+  local save_url="$CH_URL" save_rows="$ROWS"
+  CH_URL="$url"; ROWS="$EXP_KEPT"
+  if [[ "$kind" == spate ]]; then
+    "$SPATE" run -c "$yaml" >"$WORK/$table.out" 2>"$WORK/$table.log" &
+  else
+    SPATE_CONFIG="$yaml" UPSTREAM_FORMAT="$([[ "$kind" == upstream-native ]] && echo native || echo rowbinary)" \
+      "$UPSTREAM" >"$WORK/$table.out" 2>"$WORK/$table.log" &
+  fi
+  CONSUMER_PID=$!
+  measure "$name" "$table" "$CONSUMER_PID" "first_by_metric $metric"
+  CH_URL="$save_url"; ROWS="$save_rows"
+  c_cpu="$(cpu_of "$CONSUMER_PID" 2>/dev/null || echo -)"; c_rss="$(hwm_of "$CONSUMER_PID" 2>/dev/null || echo -)"
+  s_cpu="$(calc "$(cpu_of "$spid") - $cpu0")"; s_rss="$(hwm_of "$spid")"
+  kill -TERM "$CONSUMER_PID" 2>/dev/null || true
+  rc=0; wait "$CONSUMER_PID" || rc=$?
+  CONSUMER_PID=""
+  if [[ "$M_STATUS" != complete ]]; then
+    note="$note; last log lines: $(tail -n 2 "$WORK/$table.log" | cut -c1-240 | tr '\n|' '  ')"
+  fi
+  report_sensor "$name" "$url" "$table" "$c_cpu" "$c_rss" "$s_cpu" "$s_rss" "$note; exit $rc after SIGTERM"
+}
+
+read -r -a SARMS <<<"$SENSOR_SYSTEMS"
+for ((REP = 1; REP <= REPS; REP++)); do
+  n=${#SARMS[@]}
+  for ((k = 0; k < n; k++)); do
+    arm="${SARMS[$(((k + REP - 1) % n))]}"
+    case "$arm" in
+      spate) sensor_arm "spate -> ClickHouse 18.16" spate "$CH18_URL" "$CH_PID" ;;
+      spate-chdb) sensor_arm "spate -> chdb endpoint" spate "$CHDB_URL" "$CHDB_PID" ;;
+      upstream) sensor_arm "upstream spate 0.2.0 (RowBinary) -> chdb endpoint" upstream "$CHDB_URL" "$CHDB_PID" ;;
+      upstream-native) sensor_arm "upstream spate 0.2.0 (Native) -> chdb endpoint" upstream-native "$CHDB_URL" "$CHDB_PID" ;;
+      *) die "PEER_BENCH_SENSOR_SYSTEMS: unknown arm $arm (known: spate spate-chdb upstream upstream-native)" ;;
+    esac
+  done
+done
+{
+  echo
+  echo "Sensor workload: $SENSOR_MESSAGES SensorBatch messages (100 events each, $((SENSOR_MESSAGES * 100)) candidate rows, $EXP_KEPT kept by the filters) of Confluent-framed Avro in $BROKER_DESC, writer schema from the registry test fixture, into a fresh MergeTree table per run on ClickHouse $CH_VERSION or on the chdb endpoint (engine $CHDB_VERSION behind ci/chdb_server.py), one arm at a time, $REPS repetitions interleaved. Gates: count, duplicates and column checksums against the closed form. Command: \`bash ci/peer-bench.sh --kafka $KAFKA_KIND --workload $WORKLOAD --reps $REPS\`."
+  echo
+  "$PY" ci/peer_bench.py summarize "$RUNS_SENSOR" "$REPS"
+} | tee -a "$OUT"
+fi

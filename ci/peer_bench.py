@@ -20,6 +20,13 @@
       of the first message goes to FIRST_ROW_FILE (seconds since the epoch).
       SIGTERM: flush what is buffered, commit, exit.
 
+  peer_bench.py sensor-expect MESSAGES
+      The sensor workload's kept row count in closed form.
+
+  peer_bench.py sensor-check MESSAGES VALUE...
+      Compares the checks ci/peer-bench.sh's SQL computed over a sensor
+      table with the closed form: prints "pass" (exit 0) or what differs.
+
   peer_bench.py summarize RUNS_TSV REPS
       The Markdown table of ci/peer-bench.sh from its runs.tsv: per arm the
       median [min-max] of each measurement over the runs that passed the
@@ -208,8 +215,57 @@ def summarize(runs_tsv: str, reps: int) -> None:
         print(f"| {arm} | {passed} | " + " | ".join(cells) + f" | {lossdups} | {note} |")
 
 
+def sensor_expect(messages: int) -> dict:
+    """The closed form of the sensor workload (docs: engine/clickhouse's
+    avro::sensor generator): message i holds events j = 0..99, k = i*100+j;
+    a row is kept when unit != "drop" (k % 8 != 0) and value >= 0 (value =
+    (k % 4000) * 0.25 - 100); region is null (coalesced to 'unknown') when
+    i % 10 == 0; quality is null when j % 5 == 0, else j % 3; name_upper is
+    SENSOR-{k % 1024}. Returns the checks ci/peer-bench.sh's SQL computes,
+    in its order."""
+    e = dict(rows=0, distinct=0, sum_value=0.0, sum_scaled=0.0, null_quality=0,
+             sum_quality=0, unknown_region=0, sum_name_suffix=0, name_prefix=0)
+    for i in range(messages):
+        for j in range(100):
+            k = i * 100 + j
+            value = (k % 4000) * 0.25 - 100.0
+            if k % 8 == 0 or value < 0:
+                continue
+            e["rows"] += 1
+            e["distinct"] += 1
+            e["sum_value"] += value
+            e["sum_scaled"] += value * 10
+            if j % 5 == 0:
+                e["null_quality"] += 1
+            else:
+                e["sum_quality"] += j % 3
+            if i % 10 == 0:
+                e["unknown_region"] += 1
+            e["sum_name_suffix"] += k % 1024
+            e["name_prefix"] += 1
+    return e
+
+
+def sensor_check(messages: int, got: list) -> str:
+    """"pass", or which check differs (got: the SQL's values as text)."""
+    want = sensor_expect(messages)
+    bad = []
+    for (name, w), g in zip(want.items(), got):
+        if float(g) != float(w):
+            bad.append(f"{name} {g} (expected {w})")
+    if len(got) != len(want):
+        bad.append(f"{len(got)} values, expected {len(want)}")
+    return "; ".join(bad) if bad else "pass"
+
+
 def main():
-    if len(sys.argv) == 4 and sys.argv[1] == "summarize":
+    if len(sys.argv) == 3 and sys.argv[1] == "sensor-expect":
+        print(sensor_expect(int(sys.argv[2]))["rows"])
+    elif len(sys.argv) > 3 and sys.argv[1] == "sensor-check":
+        verdict = sensor_check(int(sys.argv[2]), sys.argv[3:])
+        print(verdict)
+        sys.exit(0 if verdict == "pass" else 1)
+    elif len(sys.argv) == 4 and sys.argv[1] == "summarize":
         summarize(sys.argv[2], int(sys.argv[3]))
     elif len(sys.argv) == 4 and sys.argv[1] == "watermarks":
         print(watermarks(sys.argv[2], sys.argv[3]))
