@@ -89,7 +89,27 @@ pub fn partition_count(
     topic: &str,
     timeout: Duration,
 ) -> Result<i32, KafkaToolError> {
-    let c: BaseConsumer = ClientConfig::new()
+    partition_count_with(brokers, &std::collections::BTreeMap::new(), topic, timeout)
+}
+
+/// [`partition_count`] with the client `properties` a pipeline's consumer
+/// uses (`source.kafka.properties`: security protocol, SASL, TLS), so that
+/// `spate check` reaches the brokers exactly as `spate run` will: a cluster
+/// that needs SASL fails here as it would there, and one that has it passes.
+///
+/// # Errors
+/// As [`partition_count`]; also a property librdkafka refuses.
+pub fn partition_count_with(
+    brokers: &str,
+    properties: &std::collections::BTreeMap<String, String>,
+    topic: &str,
+    timeout: Duration,
+) -> Result<i32, KafkaToolError> {
+    let mut client = ClientConfig::new();
+    for (key, value) in properties {
+        client.set(key, value);
+    }
+    let c: BaseConsumer = client
         .set("bootstrap.servers", brokers)
         .create()
         .map_err(client_err(format!("client for {brokers}")))?;

@@ -565,7 +565,12 @@ fn check_topics(config: &Config) -> (usize, usize) {
             );
             continue;
         }
-        match kafka_tools::partition_count(&brokers, topic, KAFKA_RPC) {
+        match kafka_tools::partition_count_with(
+            &brokers,
+            &config.source.kafka.properties,
+            topic,
+            KAFKA_RPC,
+        ) {
             Ok(n) => {
                 partitions += n as usize;
                 println!("kafka {brokers}: topic {topic}: {n} partitions");
@@ -580,7 +585,12 @@ fn check_topics(config: &Config) -> (usize, usize) {
     // The dead-letter topic, on the same brokers: a skipped record must
     // have somewhere to go.
     if let Some(dl) = &config.on_error.dead_letter {
-        match kafka_tools::partition_count(&brokers, &dl.topic, KAFKA_RPC) {
+        match kafka_tools::partition_count_with(
+            &brokers,
+            &config.source.kafka.properties,
+            &dl.topic,
+            KAFKA_RPC,
+        ) {
             Ok(n) => println!(
                 "kafka {brokers}: dead-letter topic {}: {n} partitions",
                 dl.topic

@@ -254,6 +254,10 @@ pub fn run(process: &ProcessConfig) -> Result<ProcessReport, ProcessError> {
                     return Err(ProcessError::Start { name, why });
                 }
                 tracing::error!(pipeline = %name, "cannot start: {why}; the other pipelines run");
+                // Its `spate_ready` reads 0 for as long as the process runs,
+                // as its /readyz entry does (alerts and the dashboard read the
+                // gauge; a pipeline without one would look ready to them).
+                drop(scope.run(Readiness::new));
                 states.push((name.clone(), PipelineState::Failed(why.clone())));
                 outcomes[i] = Some(Outcome {
                     name,

@@ -142,3 +142,54 @@ fn sample_reports_columns_errors_and_shards_and_catches_typos() {
         "{out}"
     );
 }
+
+/// `spate check` reaches the brokers with the consumer's own
+/// `source.kafka.properties`, as `spate run` does: a config asking for SASL
+/// against a plaintext broker is a Kafka problem in check (it fails the
+/// same way in run), not `check: ok` (found by a new-user trial).
+#[test]
+fn check_uses_the_consumers_kafka_properties() {
+    let Some(url) = clickhouse_url() else { return };
+    let table = Table::create(&url, "checkprops");
+    let mock = kafka_tools::start_broker("flights", 1).unwrap();
+    let brokers = mock.bootstrap_servers();
+    let base = config(
+        "chkprops",
+        &brokers,
+        "flights",
+        &url,
+        &table.name,
+        free_port(),
+        "{ policy: fail }",
+    );
+    let sasl = base.replace(
+        r#"properties: { session.timeout.ms: "6000", heartbeat.interval.ms: "500" }"#,
+        r#"properties: { security.protocol: sasl_plaintext, sasl.mechanism: PLAIN, sasl.username: u, sasl.password: p }"#,
+    );
+    assert_ne!(sasl, base, "the properties were rewritten");
+    let path = std::env::temp_dir().join(format!("spate-checkprops-{}.yaml", std::process::id()));
+    std::fs::write(&path, &sasl).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_spate"))
+        .args(["check", "-c"])
+        .arg(&path)
+        .output()
+        .expect("spawn spate check");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    assert!(
+        text.contains(&format!("kafka {brokers}: PROBLEM")),
+        "the topic check must fail as the consumer would: {text}"
+    );
+    // The same config without SASL checks clean.
+    std::fs::write(&path, &base).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_spate"))
+        .args(["check", "-c"])
+        .arg(&path)
+        .output()
+        .expect("spawn spate check");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("topic flights: 1 partitions"), "{text}");
+}

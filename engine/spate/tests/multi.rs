@@ -473,6 +473,14 @@ fn a_pipeline_that_cannot_start_is_reported_and_the_others_run() {
         body.starts_with("not ready: pipeline c: could not start: ") && !body.contains("; "),
         "{body}"
     );
+    // The gauge alerts and the dashboard read agrees: c is not ready.
+    let (_, metrics) = get(port, "/metrics").expect("/metrics");
+    assert!(
+        metrics.lines().any(|l| l.starts_with("spate_ready{")
+            && l.contains(r#"pipeline="c""#)
+            && l.ends_with(" 0")),
+        "spate_ready of the pipeline that could not start must read 0: {metrics}"
+    );
     spate.signal("-TERM");
     let (code, out) = spate.wait_exit(EXIT);
     assert_eq!(code, Some(3), "stdout: {out}\nlog: {}", spate.logs());

@@ -26,7 +26,7 @@
 
 use std::sync::Mutex;
 
-use crate::schema::TableSchema;
+use crate::schema::{DefaultKind, TableSchema};
 
 /// What a re-read of the table's columns found, against the plan.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,9 +56,18 @@ pub fn compare(planned: &[(String, String)], schema: &TableSchema) -> SchemaVerd
     if !stale.is_empty() {
         return SchemaVerdict::Stale(stale);
     }
+    // MATERIALIZED, ALIAS and EPHEMERAL columns are never named by an
+    // INSERT (the server computes them): a table that has them is not one
+    // with columns the INSERT misses, and a restart would plan the same.
     let added: Vec<(String, String)> = schema
         .columns
         .iter()
+        .filter(|c| {
+            !matches!(
+                c.default_kind,
+                DefaultKind::Materialized | DefaultKind::Alias | DefaultKind::Ephemeral
+            )
+        })
         .filter(|c| !planned.iter().any(|(n, _)| n == &c.name))
         .map(|c| (c.name.clone(), c.type_text.clone()))
         .collect();
@@ -202,5 +211,18 @@ mod tests {
             compare(&planned(), &s),
             SchemaVerdict::Added(vec![("z".into(), "String".into())])
         );
+    }
+
+    /// Computed columns are never in the INSERT, so they are not "added"
+    /// columns waiting for a restart (the warning a new user met on every
+    /// start of the sensor example's MATERIALIZED name_upper/value_scaled).
+    #[test]
+    fn computed_columns_are_not_added_columns() {
+        let body = "{\"name\":\"id\",\"type\":\"UInt64\",\"default_kind\":\"\",\"default_expression\":\"\"}\n\
+                    {\"name\":\"x\",\"type\":\"UInt32\",\"default_kind\":\"\",\"default_expression\":\"\"}\n\
+                    {\"name\":\"up\",\"type\":\"String\",\"default_kind\":\"MATERIALIZED\",\"default_expression\":\"upper(s)\"}\n\
+                    {\"name\":\"al\",\"type\":\"UInt64\",\"default_kind\":\"ALIAS\",\"default_expression\":\"x * 2\"}\n";
+        let s = TableSchema::from_json_each_row("db", "m", body).unwrap();
+        assert_eq!(compare(&planned(), &s), SchemaVerdict::Unchanged);
     }
 }
