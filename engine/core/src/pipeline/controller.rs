@@ -260,10 +260,10 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
     }
 
     /// Revoke drain: stop the lanes, wait (bounded) for their acks, commit
-    /// what settled, release (D1). In effectively_once a shutdown request
-    /// ends the wait at once (D5: the stop's drain deadline counts from the
-    /// request, and the stop drains the pool, these partitions' parts
-    /// included); what settled is committed as on a timeout.
+    /// what settled, release (D1). A shutdown request ends the wait at once
+    /// (D5: the stop's drain deadline counts from the request, and the stop
+    /// drains the pool, these partitions' parts included); what settled is
+    /// committed as on a timeout.
     async fn revoke(&mut self, partitions: Vec<(TopicPartition, Epoch)>, shutdown: &Shutdown) {
         for (p, e) in &partitions {
             self.checkpointer.revoke(p, *e);
@@ -287,11 +287,13 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
             if settled {
                 break;
             }
-            // effectively_once only, where a revoke can wait out its whole
-            // timeout for a replayed range that cannot be cut short; the
-            // at_least_once drain is left as it was (its campaign unchanged).
-            let eo = self.recorder.is_some();
-            if eo && shutdown.is_triggered() {
+            // In both modes: a revoke drain that waited out its own timeout
+            // before the stop began counting would make the stop take up to
+            // rebalance_drain_timeout + drain_timeout from the request (the
+            // at_least_once campaign's fresh seed 2937598149: 2.9 s with a
+            // 1 s drain timeout). The stop drains the pool, these
+            // partitions' batches included, within its own deadline.
+            if shutdown.is_triggered() {
                 self.note_shutdown();
                 tracing::warn!(
                     "shutdown requested during a revoke drain; unsettled data of the revoked partitions is not committed and will be re-read"
@@ -312,7 +314,7 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
             };
             tokio::select! {
                 biased;
-                () = shutdown.wait(), if eo => self.note_shutdown(),
+                () = shutdown.wait() => self.note_shutdown(),
                 () = tokio::task::yield_now(), if busy => {}
                 () = tokio::time::sleep(pause), if !busy => {}
             }
