@@ -32,6 +32,8 @@ Served:
   table's types of those columns (`Native` is read without a structure:
   the block carries its types).
 - Settings on other queries: `SET k = v` before, `SET k = DEFAULT` after.
+- Not served: `compress=1` / `decompress=1` (ClickHouse's compressed-block
+  framing): refused with code 1000, never read as data.
 - User and password: `X-ClickHouse-User`/`X-ClickHouse-Key` headers, HTTP
   Basic auth, or `user`/`password` URL parameters (two methods at once are
   refused, as ClickHouse does); wrong ones: code 516.
@@ -273,6 +275,16 @@ class Handler(BaseHTTPRequestHandler):
         query = params.get("query", "")
         try:
             self.check_auth(params)
+            if params.get("decompress", "0") not in ("", "0") or params.get("compress", "0") not in ("", "0"):
+                # ClickHouse's own compressed-block framing (CityHash128
+                # checksum, method byte, LZ4/ZSTD block) is not imitated:
+                # refuse it rather than read a compressed body as data.
+                raise EngineError(
+                    1000,
+                    "Code: 1000. DB::Exception: chdb_server.py does not implement the compress=1 / "
+                    "decompress=1 block framing of ClickHouse's HTTP interface; send the body plain "
+                    "or with Content-Encoding gzip/deflate",
+                )
             m = INSERT_RE.match(query) if body else None
             if m:
                 return self.insert(m, body, settings, params)

@@ -86,6 +86,11 @@
 #   PEER_BENCH_REPS=3             repetitions (or --reps)
 #   PEER_BENCH_SINKER_VERSION=v3.1.9  clickhouse_sinker version for go install
 #   PEER_BENCH_SPATE_THREADS=2    spate's pipeline.threads
+#   PEER_BENCH_PROFILE=0          1: after the measured runs, one more spate
+#                                 run per workload under `perf record -F 999`
+#                                 (not in the table): where spate's CPU goes,
+#                                 by library and by function (self time), in
+#                                 $CARGO_TARGET_DIR/peer-bench/profile-*.txt
 #   PEER_BENCH_REPLICATED=1       0: a plain ClickHouse and MergeTree tables
 #                                 (then the spate-eo arm cannot run: its
 #                                 runs fail spate's own refusal)
@@ -137,6 +142,7 @@ SYSTEMS="${PEER_BENCH_SYSTEMS:-spate spate-eo kafka python sinker}"
 SPATE_THREADS="${PEER_BENCH_SPATE_THREADS:-2}"
 REPLICATED="${PEER_BENCH_REPLICATED:-1}"
 SINKER_VERSION="${PEER_BENCH_SINKER_VERSION:-v3.1.9}"
+PROFILE="${PEER_BENCH_PROFILE:-0}"
 for a in $SYSTEMS; do
   case "$a" in spate | spate-eo | kafka | python | sinker) ;; *) echo "PEER_BENCH_SYSTEMS: unknown arm $a (known: spate spate-eo kafka python sinker)" >&2; exit 2 ;; esac
 done
@@ -204,6 +210,37 @@ thread_cpu_of() {
 # Peak resident set size of PID in MiB (VmHWM).
 hwm_of() { awk '/^VmHWM:/ { printf "%.0f", $2 / 1024 }' "/proc/$1/status"; }
 
+# Profiling (PEER_BENCH_PROFILE=1): PROFILE_TO names the run being profiled;
+# profile_start PID (called by measure at the arm's first consumed row)
+# samples it at 999 Hz until profile_stop writes the self time by library
+# and by function to $PROFILE_TO.txt. Such a run is never reported as a
+# measurement (sampling costs the arm CPU).
+PROFILE_TO=""
+PERF_PID=""
+profile_start() {
+  [[ -n "$PROFILE_TO" ]] || return 0
+  perf record -F 999 -p "$1" -o "$PROFILE_TO.data" >"$PROFILE_TO.perf.log" 2>&1 &
+  PERF_PID=$!
+}
+profile_stop() {
+  [[ -n "$PERF_PID" ]] || return 0
+  kill -INT "$PERF_PID" 2>/dev/null || true
+  wait "$PERF_PID" 2>/dev/null || true
+  PERF_PID=""
+  {
+    echo "# $1: perf record -F 999 -p PID, from the arm's first consumed row to its last row landed"
+    echo "## self time by library"
+    perf report -i "$PROFILE_TO.data" --stdio --no-children --sort dso --percent-limit 0.5 2>/dev/null | awk '!/^#/ && NF'
+    echo "## self time by function (top 40)"
+    # awk reads to the end: `head` would end the pipe in SIGPIPE, which
+    # pipefail and errexit turn into the end of this script.
+    perf report -i "$PROFILE_TO.data" --stdio --no-children --sort dso,sym 2>/dev/null | awk '!/^#/ && NF && n++ < 40'
+    echo "## samples: $(perf report -i "$PROFILE_TO.data" --stdio 2>/dev/null | awk '/^# Samples:/ && !n++ { print $3 }') at 999 Hz"
+  } >"$PROFILE_TO.txt" || true
+  rm -f "$PROFILE_TO.data"
+  log "profile written to $PROFILE_TO.txt"
+}
+
 ch() { curl -sS --fail-with-body "$CH_URL/" --data-binary "$1"; }
 count_of() { curl -sf "$CH_URL/" --data-binary "SELECT count() FROM $1" || echo 0; }
 
@@ -214,6 +251,7 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
 }
 command -v curl >/dev/null || apt_install curl
+[[ "$PROFILE" != 1 ]] || command -v perf >/dev/null || apt_install linux-perf
 log "building spate (release)"
 cargo build --release -p spate >&2
 if [[ ! -x "$VENV/bin/python" ]]; then
@@ -362,6 +400,10 @@ measure() {
     t="$EPOCHREALTIME"
     if [[ -z "$M_FIRST" ]]; then
       M_FIRST="$(eval "$first_cmd" || true)"
+      # A profile covers the rows/s interval: sampling starts once the arm
+      # consumes (its threads are up then; perf -p follows only the threads
+      # it found or that those start).
+      [[ -z "$M_FIRST" || -z "$pid" ]] || profile_start "$pid"
     fi
     n="$(count_of "$table")"
     if [[ -z "$M_FIRST_LANDED" ]] && ((n > 0)); then M_FIRST_LANDED="$t"; fi
@@ -431,6 +473,7 @@ EOF
     ((polled > 0)) && now
   }
   measure "$name" "$table" "$CONSUMER_PID" spate_first
+  profile_stop "$name, flights, $ROWS rows"
   c_cpu="$(cpu_of "$CONSUMER_PID")"; c_rss="$(hwm_of "$CONSUMER_PID")"
   c_threads="$(thread_cpu_of "$CONSUMER_PID")"
   # Inserts made (batches flushed) while the rows landed, per second.
@@ -445,6 +488,7 @@ EOF
   spate_rc=0; wait "$CONSUMER_PID" || spate_rc=$?
   CONSUMER_PID=""
   note="delivery $delivery; $inserts inserts ($ins_rate/s); threads $SPATE_THREADS, io_threads 2, batch max_rows 1M / 64 MiB / linger 200ms, max_inflight 2; CPU s by thread (whole run): $c_threads; exit $spate_rc after SIGTERM"
+  [[ -z "$PROFILE_TO" ]] || { printf '%s\n' "# CPU s by thread: $c_threads" >>"$PROFILE_TO.txt"; return 0; }
   report "$name" "$table" "$c_cpu" "$c_rss" "$s_cpu" "$s_rss" "$note"
 }
 
@@ -574,6 +618,12 @@ for ((REP = 1; REP <= REPS; REP++)); do
   done
 done
 
+if [[ "$PROFILE" == 1 ]]; then
+  REP=profile PROFILE_TO="$WORK/profile-flights-spate"
+  arm_spate spate at_least_once peer_spate
+  PROFILE_TO=""
+fi
+
 # Retention must still be intact: otherwise a short count could be the broker's.
 check_retention "the end"
 
@@ -687,9 +737,13 @@ first_by_metric() {
   (($(calc "$v > 0"))) && now
 }
 
-# sensor_arm NAME KIND URL SERVER_PID: KIND spate | upstream | upstream-native.
+# sensor_arm NAME KIND URL SERVER_PID ARM: KIND spate | upstream |
+# upstream-native; ARM (the PEER_BENCH_SENSOR_SYSTEMS name) names the table
+# and the consumer group, so two arms of one KIND never share a group's
+# committed offsets.
 sensor_arm() {
-  local name=$1 kind=$2 url=$3 spid=$4 table="sensor_${kind//-/_}_$REP" yaml cpu0 c_cpu c_rss s_cpu s_rss rc note metric
+  local name=$1 kind=$2 url=$3 spid=$4 arm=$5 table yaml cpu0 c_cpu c_rss s_cpu s_rss rc note metric
+  table="sensor_${arm//-/_}_$REP"
   yaml="$WORK/$table.yaml"
   sensor_table "$url" "$table"
   local group="peer-$table-$RUN_ID"
@@ -742,6 +796,7 @@ sink:
     table: $table
     columns: [$SENSOR_COLUMNS]
     format: $([[ "$kind" == upstream-native ]] && echo native || echo rowbinary)
+    compression: none
     shards:
       - replicas: ["$url"]
     batch: { max_rows: 1000000, max_bytes: 64MiB, linger: 200ms }
@@ -762,6 +817,7 @@ EOF
   fi
   CONSUMER_PID=$!
   measure "$name" "$table" "$CONSUMER_PID" "first_by_metric $metric"
+  profile_stop "$name, sensor, $EXP_KEPT kept rows"
   CH_URL="$save_url"; ROWS="$save_rows"
   c_cpu="$(cpu_of "$CONSUMER_PID" 2>/dev/null || echo -)"; c_rss="$(hwm_of "$CONSUMER_PID" 2>/dev/null || echo -)"
   s_cpu="$(calc "$(cpu_of "$spid") - $cpu0")"; s_rss="$(hwm_of "$spid")"
@@ -771,6 +827,7 @@ EOF
   if [[ "$M_STATUS" != complete ]]; then
     note="$note; last log lines: $(tail -n 2 "$WORK/$table.log" | cut -c1-240 | tr '\n|' '  ')"
   fi
+  [[ -z "$PROFILE_TO" ]] || return 0
   report_sensor "$name" "$url" "$table" "$c_cpu" "$c_rss" "$s_cpu" "$s_rss" "$note; exit $rc after SIGTERM"
 }
 
@@ -780,14 +837,21 @@ for ((REP = 1; REP <= REPS; REP++)); do
   for ((k = 0; k < n; k++)); do
     arm="${SARMS[$(((k + REP - 1) % n))]}"
     case "$arm" in
-      spate) sensor_arm "spate -> ClickHouse 18.16" spate "$CH18_URL" "$CH_PID" ;;
-      spate-chdb) sensor_arm "spate -> chdb endpoint" spate "$CHDB_URL" "$CHDB_PID" ;;
-      upstream) sensor_arm "upstream spate 0.2.0 (RowBinary) -> chdb endpoint" upstream "$CHDB_URL" "$CHDB_PID" ;;
-      upstream-native) sensor_arm "upstream spate 0.2.0 (Native) -> chdb endpoint" upstream-native "$CHDB_URL" "$CHDB_PID" ;;
+      spate) sensor_arm "spate -> ClickHouse 18.16" spate "$CH18_URL" "$CH_PID" "$arm" ;;
+      spate-chdb) sensor_arm "spate -> chdb endpoint" spate "$CHDB_URL" "$CHDB_PID" "$arm" ;;
+      upstream) sensor_arm "upstream spate 0.2.0 (RowBinary) -> chdb endpoint" upstream "$CHDB_URL" "$CHDB_PID" "$arm" ;;
+      upstream-native) sensor_arm "upstream spate 0.2.0 (Native) -> chdb endpoint" upstream-native "$CHDB_URL" "$CHDB_PID" "$arm" ;;
       *) die "PEER_BENCH_SENSOR_SYSTEMS: unknown arm $arm (known: spate spate-chdb upstream upstream-native)" ;;
     esac
   done
 done
+if [[ "$PROFILE" == 1 ]]; then
+  REP=profile PROFILE_TO="$WORK/profile-sensor-spate"
+  sensor_arm "spate -> ClickHouse 18.16" spate "$CH18_URL" "$CH_PID" spate
+  REP=profile PROFILE_TO="$WORK/profile-sensor-upstream"
+  sensor_arm "upstream spate 0.2.0 (RowBinary) -> chdb endpoint" upstream "$CHDB_URL" "$CHDB_PID" upstream
+  PROFILE_TO=""
+fi
 {
   echo
   echo "Sensor workload: $SENSOR_MESSAGES SensorBatch messages (100 events each, $((SENSOR_MESSAGES * 100)) candidate rows, $EXP_KEPT kept by the filters) of Confluent-framed Avro in $BROKER_DESC, writer schema from the registry test fixture, into a fresh MergeTree table per run on ClickHouse $CH_VERSION or on the chdb endpoint (engine $CHDB_VERSION behind ci/chdb_server.py), one arm at a time, $REPS repetitions interleaved. Gates: count, duplicates and column checksums against the closed form. Command: \`bash ci/peer-bench.sh --kafka $KAFKA_KIND --workload $WORKLOAD --reps $REPS\`."
