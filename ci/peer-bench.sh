@@ -487,7 +487,7 @@ EOF
   kill -TERM "$CONSUMER_PID"
   spate_rc=0; wait "$CONSUMER_PID" || spate_rc=$?
   CONSUMER_PID=""
-  note="delivery $delivery; $inserts inserts ($ins_rate/s); threads $SPATE_THREADS, io_threads 2, batch max_rows 1M / 64 MiB / linger 200ms, max_inflight 2; CPU s by thread (whole run): $c_threads; exit $spate_rc after SIGTERM"
+  note="delivery $delivery; format native (default); $inserts inserts ($ins_rate/s); threads $SPATE_THREADS, io_threads 2, batch max_rows 1M / 64 MiB / linger 200ms, max_inflight 2; CPU s by thread (whole run): $c_threads; exit $spate_rc after SIGTERM"
   [[ -z "$PROFILE_TO" ]] || { printf '%s\n' "# CPU s by thread: $c_threads" >>"$PROFILE_TO.txt"; return 0; }
   report "$name" "$table" "$c_cpu" "$c_rss" "$s_cpu" "$s_rss" "$note"
 }
@@ -773,7 +773,7 @@ shutdown: { drain_timeout: 30s }
 admin: { listen: "127.0.0.1:$ADMIN_PORT" }
 EOF
     metric=spate_records_polled_total
-    note="spate, RowBinary, threads $SPATE_THREADS, batch max_rows 1M / 64 MiB / linger 200ms"
+    note="spate, format native (its default: typed blocks transcoded from the RowBinary rows), threads $SPATE_THREADS, batch max_rows 1M / 64 MiB / linger 200ms"
   else
     cat >"$yaml" <<EOF
 pipeline: { name: "peer-upstream-$RUN_ID", threads: $SPATE_THREADS, io_threads: 2 }

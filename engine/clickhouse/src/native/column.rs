@@ -360,6 +360,31 @@ impl Builder {
         }
     }
 
+    /// An upper bound of the bytes [`Builder::write_prefix`] and
+    /// [`Builder::write_data`] write for the values read so far, so a
+    /// block's output is reserved once.
+    pub(crate) fn len_bound(&self) -> usize {
+        match self {
+            Builder::Fixed { data, .. } | Builder::String { data } => data.len(),
+            Builder::Nullable { nulls, inner } => nulls.len() + inner.len_bound(),
+            Builder::Array { offsets, inner } => offsets.len() * 8 + inner.len_bound(),
+            Builder::Map {
+                offsets,
+                keys,
+                values,
+            } => offsets.len() * 8 + keys.len_bound() + values.len_bound(),
+            Builder::Tuple(elements) => elements.iter().map(Builder::len_bound).sum(),
+            // Version, header, dictionary (at most every value once), and
+            // an index of at most 8 bytes a row.
+            Builder::LowCardinality {
+                values,
+                spans,
+                default,
+                ..
+            } => 64 + default.len() + values.len() + spans.len() * 8,
+        }
+    }
+
     /// Empties the column, keeping its buffers' capacity.
     pub(crate) fn clear(&mut self) {
         match self {

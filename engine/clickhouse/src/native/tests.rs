@@ -234,3 +234,43 @@ fn bytes_that_are_not_whole_rows_are_an_error_naming_the_column() {
     let e = BlockPlan::new(&[("l".into(), "LowCardinality(Array(UInt8))".into())]).unwrap_err();
     assert!(matches!(e, NativeError::Unsupported { .. }), "{e}");
 }
+
+#[test]
+fn a_plan_reusing_its_builders_writes_what_a_fresh_plan_writes() {
+    // Nullable, LowCardinality, Array and String columns keep buffers
+    // between transcodes: a large batch, a failed one and a small one in
+    // turn must each read exactly as a fresh plan would write them.
+    let cols = [
+        ("q", "Nullable(Int32)"),
+        ("lc", "LowCardinality(String)"),
+        ("a", "Array(UInt16)"),
+        ("s", "String"),
+    ];
+    let row = |i: i128| {
+        vec![
+            if i % 3 == 0 { Value::Null } else { int(i) },
+            s(if i % 2 == 0 { "even" } else { "odd" }),
+            Value::Array((0..i % 4).map(int).collect()),
+            s(&"x".repeat(i as usize % 7)),
+        ]
+    };
+    let big = rowbinary(&cols, &(0..500).map(row).collect::<Vec<_>>());
+    let small = rowbinary(&cols, &(7..10).map(row).collect::<Vec<_>>());
+    let fresh = |rb: &[u8]| {
+        let mut out = Vec::new();
+        plan(&cols).transcode([rb], &mut out).unwrap();
+        out
+    };
+    let reused = plan(&cols);
+    for rb in [&big, &small, &big] {
+        let mut out = Vec::new();
+        reused.transcode([&rb[..]], &mut out).unwrap();
+        assert_eq!(out, fresh(rb));
+        // A batch cut short mid-row fails, and what it read is not kept.
+        let mut bad = Vec::new();
+        assert!(reused.transcode([&rb[..rb.len() - 1]], &mut bad).is_err());
+    }
+    let mut out = Vec::new();
+    reused.transcode([&small[..]], &mut out).unwrap();
+    assert_eq!(out, fresh(&small));
+}

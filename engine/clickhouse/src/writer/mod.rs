@@ -1301,7 +1301,11 @@ async fn encode_body(
         (Some(native), _) => {
             let native = Arc::clone(native);
             tokio::task::spawn_blocking(move || {
-                let mut body = Vec::with_capacity(segments.iter().map(|s| s.len()).sum());
+                // Not presized from the RowBinary length: a Native block is
+                // longer where a Nullable value is NULL, and growing a
+                // presized buffer copies all of it; the transcode reserves
+                // each block's exact size.
+                let mut body = Vec::new();
                 native
                     .transcode(segments.iter().map(|s| &s[..]), &mut body)
                     .map(|_| compression.apply(vec![Bytes::from(body)]))
