@@ -123,7 +123,7 @@ done
 [[ "$WORKLOAD" == flights || "$WORKLOAD" == sensor || "$WORKLOAD" == all ]] || usage
 want() { [[ "$WORKLOAD" == all || "$WORKLOAD" == "$1" ]]; }
 want sensor && [[ "$KAFKA_KIND" != real ]] &&
-  { echo "$0: the sensor workload runs on the real cluster only (--kafka real): 10,000 messages of ~4 KB outgrow the mock broker's 5 MiB-per-partition retention" >&2; exit 2; }
+  { echo "$0: the sensor workload runs on the real cluster only (--kafka real): 20,000 messages of ~4 KB outgrow the mock broker's 5 MiB-per-partition retention" >&2; exit 2; }
 export SPATE_KAFKA_DIR="${SPATE_KAFKA_DIR:-/tmp/spate-kafka-peer-bench}"
 export SPATE_KAFKA_BASE_PORT="${SPATE_KAFKA_BASE_PORT:-17292}"
 
@@ -637,7 +637,7 @@ log "table written to $OUT; every run in $RUNS"
 fi
 
 # --- 7. the sensor workload (issue 21's SensorBatch; the upstream project's own) ---
-# PEER_BENCH_SENSOR_MESSAGES (default 10,000) messages of 100 events each,
+# PEER_BENCH_SENSOR_MESSAGES (default 20,000) messages of 100 events each,
 # Confluent-framed Avro with the writer schema in the schema registry
 # (ci/registry.sh: a test fixture serving the Confluent REST subset; no real
 # registry runs here, see its header), produced once by `spate produce
@@ -659,7 +659,7 @@ fi
 # spate arm writes into 18.16. The arms' own CPU per row is the comparison
 # that holds across both.
 if want sensor; then
-SENSOR_MESSAGES="${PEER_BENCH_SENSOR_MESSAGES:-10000}"
+SENSOR_MESSAGES="${PEER_BENCH_SENSOR_MESSAGES:-20000}"
 SENSOR_TOPIC=sensors
 SENSOR_SYSTEMS="${PEER_BENCH_SENSOR_SYSTEMS:-spate spate-chdb upstream upstream-native}"
 REGISTRY_PORT="${PEER_BENCH_REGISTRY_PORT:-17181}"
