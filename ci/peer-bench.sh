@@ -210,25 +210,28 @@ thread_cpu_of() {
 # Peak resident set size of PID in MiB (VmHWM).
 hwm_of() { awk '/^VmHWM:/ { printf "%.0f", $2 / 1024 }' "/proc/$1/status"; }
 
-# Profiling (PEER_BENCH_PROFILE=1): PROFILE_TO names the run being profiled;
-# profile_start PID (called by measure at the arm's first consumed row)
-# samples it at 999 Hz until profile_stop writes the self time by library
-# and by function to $PROFILE_TO.txt. Such a run is never reported as a
-# measurement (sampling costs the arm CPU).
+# Profiling (PEER_BENCH_PROFILE=1): PROFILE_TO names the run being profiled.
+# Such a run starts its arm under `perf record -F 999` (PROFILER; perf as the
+# parent follows every thread from its birth, which `perf record -p` on a
+# starting process does not), stop_arm signals the arm itself, and
+# profile_stop writes the self time by library and by function to
+# $PROFILE_TO.txt. It is never reported as a measurement (sampling costs the
+# arm CPU, and the PID measured is perf's).
 PROFILE_TO=""
-PERF_PID=""
-profile_start() {
-  [[ -n "$PROFILE_TO" ]] || return 0
-  perf record -F 999 -p "$1" -o "$PROFILE_TO.data" >"$PROFILE_TO.perf.log" 2>&1 &
-  PERF_PID=$!
+PROFILER=()
+profiler_for_run() {
+  PROFILER=()
+  [[ -z "$PROFILE_TO" ]] || PROFILER=(perf record -F 999 -o "$PROFILE_TO.data" --)
+}
+# stop_arm PID: SIGTERM to the arm (perf's child in a profiled run).
+stop_arm() {
+  if [[ -n "$PROFILE_TO" ]]; then pkill -TERM -P "$1" 2>/dev/null || true
+  else kill -TERM "$1" 2>/dev/null || true; fi
 }
 profile_stop() {
-  [[ -n "$PERF_PID" ]] || return 0
-  kill -INT "$PERF_PID" 2>/dev/null || true
-  wait "$PERF_PID" 2>/dev/null || true
-  PERF_PID=""
+  [[ -n "$PROFILE_TO" ]] || return 0
   {
-    echo "# $1: perf record -F 999 -p PID, from the arm's first consumed row to its last row landed"
+    echo "# $1: perf record -F 999, the arm's whole run (start-up and the group join included)"
     echo "## self time by library"
     perf report -i "$PROFILE_TO.data" --stdio --no-children --sort dso --percent-limit 0.5 2>/dev/null | awk '!/^#/ && NF'
     echo "## self time by function (top 40)"
@@ -400,10 +403,6 @@ measure() {
     t="$EPOCHREALTIME"
     if [[ -z "$M_FIRST" ]]; then
       M_FIRST="$(eval "$first_cmd" || true)"
-      # A profile covers the rows/s interval: sampling starts once the arm
-      # consumes (its threads are up then; perf -p follows only the threads
-      # it found or that those start).
-      [[ -z "$M_FIRST" || -z "$pid" ]] || profile_start "$pid"
     fi
     n="$(count_of "$table")"
     if [[ -z "$M_FIRST_LANDED" ]] && ((n > 0)); then M_FIRST_LANDED="$t"; fi
@@ -464,7 +463,8 @@ EOF
   log "$name rep $REP: running"
   reset_server_hwm
   s_cpu0="$(server_cpu)"
-  "$SPATE" run -c "$WORK/$table-$REP.yaml" >"$WORK/$table-$REP.out" 2>"$WORK/$table-$REP.log" &
+  profiler_for_run
+  "${PROFILER[@]}" "$SPATE" run -c "$WORK/$table-$REP.yaml" >"$WORK/$table-$REP.out" 2>"$WORK/$table-$REP.log" &
   CONSUMER_PID=$!
   spate_first() {
     local polled
@@ -473,7 +473,6 @@ EOF
     ((polled > 0)) && now
   }
   measure "$name" "$table" "$CONSUMER_PID" spate_first
-  profile_stop "$name, flights, $ROWS rows"
   c_cpu="$(cpu_of "$CONSUMER_PID")"; c_rss="$(hwm_of "$CONSUMER_PID")"
   c_threads="$(thread_cpu_of "$CONSUMER_PID")"
   # Inserts made (batches flushed) while the rows landed, per second.
@@ -484,11 +483,12 @@ EOF
     ins_rate="$(printf '%.1f' "$(calc "$inserts / ($M_DONE - $M_FIRST)")")"
   fi
   s_cpu="$(calc "$(server_cpu) - $s_cpu0")"; s_rss="$(hwm_of "$CH_PID")"
-  kill -TERM "$CONSUMER_PID"
+  stop_arm "$CONSUMER_PID"
   spate_rc=0; wait "$CONSUMER_PID" || spate_rc=$?
   CONSUMER_PID=""
+  profile_stop "$name, flights, $ROWS rows"
   note="delivery $delivery; format native (default); $inserts inserts ($ins_rate/s); threads $SPATE_THREADS, io_threads 2, batch max_rows 1M / 64 MiB / linger 200ms, max_inflight 2; CPU s by thread (whole run): $c_threads; exit $spate_rc after SIGTERM"
-  [[ -z "$PROFILE_TO" ]] || { printf '%s\n' "# CPU s by thread: $c_threads" >>"$PROFILE_TO.txt"; return 0; }
+  [[ -z "$PROFILE_TO" ]] || return 0
   report "$name" "$table" "$c_cpu" "$c_rss" "$s_cpu" "$s_rss" "$note"
 }
 
@@ -809,21 +809,27 @@ EOF
   cpu0="$(cpu_of "$spid")"
   local save_url="$CH_URL" save_rows="$ROWS"
   CH_URL="$url"; ROWS="$EXP_KEPT"
+  profiler_for_run
   if [[ "$kind" == spate ]]; then
-    "$SPATE" run -c "$yaml" >"$WORK/$table.out" 2>"$WORK/$table.log" &
+    "${PROFILER[@]}" "$SPATE" run -c "$yaml" >"$WORK/$table.out" 2>"$WORK/$table.log" &
   else
     SPATE_CONFIG="$yaml" UPSTREAM_FORMAT="$([[ "$kind" == upstream-native ]] && echo native || echo rowbinary)" \
-      "$UPSTREAM" >"$WORK/$table.out" 2>"$WORK/$table.log" &
+      "${PROFILER[@]}" "$UPSTREAM" >"$WORK/$table.out" 2>"$WORK/$table.log" &
   fi
   CONSUMER_PID=$!
   measure "$name" "$table" "$CONSUMER_PID" "first_by_metric $metric"
-  profile_stop "$name, sensor, $EXP_KEPT kept rows"
   CH_URL="$save_url"; ROWS="$save_rows"
   c_cpu="$(cpu_of "$CONSUMER_PID" 2>/dev/null || echo -)"; c_rss="$(hwm_of "$CONSUMER_PID" 2>/dev/null || echo -)"
   s_cpu="$(calc "$(cpu_of "$spid") - $cpu0")"; s_rss="$(hwm_of "$spid")"
-  kill -TERM "$CONSUMER_PID" 2>/dev/null || true
+  stop_arm "$CONSUMER_PID"
   rc=0; wait "$CONSUMER_PID" || rc=$?
   CONSUMER_PID=""
+  profile_stop "$name, sensor, $EXP_KEPT kept rows"
+  if [[ "$url" == "$CHDB_URL" ]]; then
+    # The endpoint pays per insert (one lock, a temp file, a query each):
+    # how many inserts an arm made says what its rows/s there is bound by.
+    note="$note; $(curl -s "$CHDB_URL/_chdb/inserts" | grep -c "\"table\": \"default.$table\"" || true) inserts"
+  fi
   if [[ "$M_STATUS" != complete ]]; then
     note="$note; last log lines: $(tail -n 2 "$WORK/$table.log" | cut -c1-240 | tr '\n|' '  ')"
   fi

@@ -522,7 +522,15 @@ impl KafkaSource {
             }
             Some(Err(e)) if self.pattern_waiting(&e) => true,
             Some(Err(e)) => {
-                let error = errors::source_error(format!("poll group {}", self.group), &e);
+                let mut error = errors::source_error(format!("poll group {}", self.group), &e);
+                // librdkafka's poll error does not say which topic is
+                // unknown; the error callback's text does.
+                if let SourceError::Fatal { message, .. } = &mut error
+                    && e.rdkafka_error_code() == Some(RDKafkaErrorCode::UnknownTopicOrPartition)
+                    && let Some(reason) = self.shared.take_unknown_topic()
+                {
+                    message.push_str(&format!(" ({reason})"));
+                }
                 match error {
                     SourceError::Fatal { .. } => return Err(error),
                     _ => {

@@ -101,6 +101,25 @@ fn a_pattern_matching_no_topic_yet_waits_and_picks_the_topic_up() {
     assert_eq!(lane.partition().topic(), "later.a");
 }
 
+/// A plain topic that does not exist stays fatal, and the error names it
+/// (librdkafka's poll error alone said "UnknownTopicOrPartition").
+#[test]
+fn a_plain_topic_that_does_not_exist_fails_naming_the_topic() {
+    let (_mock, bootstrap) = mock("present", 1);
+    let config = source_config(&bootstrap, "absent-topic", "g-absent", "range");
+    let mut source = KafkaSource::new(config).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let error = loop {
+        assert!(Instant::now() < deadline, "no error for a missing topic");
+        match source.poll_event(Duration::from_millis(50)) {
+            Ok(None) => {}
+            Ok(Some(ev)) => panic!("the topic does not exist, got {ev:?}"),
+            Err(e) => break e.to_string(),
+        }
+    };
+    assert!(error.contains("absent-topic"), "{error}");
+}
+
 /// With `debug: cgrp`, librdkafka's consumer-group lines are logged for the
 /// whole run, not only during client creation: lines after the assignment
 /// (the join and assign traffic) and at close (the leave).
