@@ -40,6 +40,12 @@ Served:
 - Engine errors: HTTP 500, header `X-ClickHouse-Exception-Code: N`, body the
   engine's `Code: N. DB::Exception: ...` text.
 
+`--discard-inserts`: every INSERT is checked as above (table, columns,
+switches) and its body read, then dropped unexecuted with a 200 reply
+(outcome "discarded" in the insert log): an endpoint whose cost per insert
+is near nothing, for measuring a client's own CPU per row
+(ci/peer-bench.sh). Nothing lands, so nothing about the rows is checked.
+
 Test-only switches (also the CLI flags --drop-replies N, --refuse N,
 --delay-ms MS):
 - `GET|POST /_chdb/fault?[table=db.t&]drop=N&refuse=N&delay_ms=MS`: the
@@ -126,6 +132,7 @@ class Engine:
         self.faults = {}
         self.delay_ms = 0
         self.inserts = []
+        self.discard = False
 
     def run(self, sql, fmt="TabSeparated"):
         """Runs `sql` (caller holds the lock); raises EngineError."""
@@ -349,6 +356,10 @@ class Handler(BaseHTTPRequestHandler):
                 if e.take_fault(f"{db}.{table}", "refuse"):
                     record["outcome"] = "refused"
                     raise EngineError(252, "Code: 252. DB::Exception: Too many parts (refused by chdb_server's test switch). (TOO_MANY_PARTS)")
+                if e.discard:
+                    record["outcome"] = "discarded"
+                    drop = False
+                    return self.reply(200, b"")
                 path = os.path.join(e.tmp, "body.bin")
                 with open(path, "wb") as f:
                     f.write(body)
@@ -385,11 +396,14 @@ def main():
     ap.add_argument("--drop-replies", type=int, default=0)
     ap.add_argument("--refuse", type=int, default=0)
     ap.add_argument("--delay-ms", type=int, default=0)
+    ap.add_argument("--discard-inserts", action="store_true",
+                    help="answer INSERTs without executing them (nothing lands)")
     args = ap.parse_args()
     chdb = chdb_venv.ensure_chdb(__file__, sys.argv[1:], tag="chdb_server")
     engine = Engine(chdb, os.path.abspath(args.data), args.user, args.password)
     engine.faults["*"] = {"drop": args.drop_replies, "refuse": args.refuse}
     engine.delay_ms = args.delay_ms
+    engine.discard = args.discard_inserts
     Handler.engine = engine
     servers = []
     for port in args.port:

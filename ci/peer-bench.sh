@@ -245,7 +245,19 @@ profile_stop() {
 }
 
 ch() { curl -sS --fail-with-body "$CH_URL/" --data-binary "$1"; }
-count_of() { curl -sf "$CH_URL/" --data-binary "SELECT count() FROM $1" || echo 0; }
+# count_of TABLE: its count(); with COUNT_METRIC set (an arm writing into
+# the discarding endpoint), the arm's own count of rows acknowledged instead.
+COUNT_METRIC=""
+count_of() {
+  if [[ -n "$COUNT_METRIC" ]]; then
+    # Before the admin server listens curl fails: that is 0 rows, not the
+    # end of this script (pipefail, errexit).
+    { curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" 2>/dev/null || true; } |
+      awk -v m="$COUNT_METRIC" 'index($0, m) == 1 && $1 !~ /^#/ { s += $NF } END { printf "%d\n", s }'
+  else
+    curl -sf "$CH_URL/" --data-binary "SELECT count() FROM $1" || echo 0
+  fi
+}
 
 # --- 1. build and tools -------------------------------------------------------
 apt_install() {
@@ -661,7 +673,7 @@ fi
 if want sensor; then
 SENSOR_MESSAGES="${PEER_BENCH_SENSOR_MESSAGES:-20000}"
 SENSOR_TOPIC=sensors
-SENSOR_SYSTEMS="${PEER_BENCH_SENSOR_SYSTEMS:-spate spate-chdb upstream upstream-native}"
+SENSOR_SYSTEMS="${PEER_BENCH_SENSOR_SYSTEMS:-spate spate-chdb upstream upstream-native spate-discard upstream-discard}"
 REGISTRY_PORT="${PEER_BENCH_REGISTRY_PORT:-17181}"
 UPSTREAM_DIR="benches/peers/upstream-spate"
 UPSTREAM="$CARGO_TARGET_DIR/upstream-spate/release/upstream-spate-arm"
@@ -671,7 +683,7 @@ CARGO_TARGET_DIR="$CARGO_TARGET_DIR/upstream-spate" cargo build --release --lock
 export SPATE_REGISTRY_DIR="$WORK/registry" SPATE_REGISTRY_PORT="$REGISTRY_PORT"
 REGISTRY_URL="$(bash ci/registry.sh start | tail -n1)" || die "ci/registry.sh start failed"
 REGISTRY_STARTED=1
-trap 'bash ci/registry.sh stop >/dev/null 2>&1 || true; kill "${CHDB_PID:-}" 2>/dev/null || true; cleanup' EXIT
+trap 'bash ci/registry.sh stop >/dev/null 2>&1 || true; kill "${CHDB_PID:-}" "${DISCARD_PID:-}" 2>/dev/null || true; cleanup' EXIT
 
 "$PY" ci/peer_bench.py create-topic "$BROKERS" "$SENSOR_TOPIC" "$PARTITIONS" 3
 log "producing $SENSOR_MESSAGES SensorBatch messages (registry $REGISTRY_URL)"
@@ -693,6 +705,17 @@ for _ in $(seq 1 1200); do
 done
 CHDB_URL="$(head -n1 "$WORK/chdb.urls")"
 [[ -n "$CHDB_URL" ]] || die "ci/chdb_server.py did not answer in 10 minutes"
+# The same endpoint answering INSERTs without executing them: each arm's own
+# CPU per row with the server's cost per insert taken away.
+python3 ci/chdb_server.py --port 0 --data "$WORK/chdb-discard-data" --discard-inserts >"$WORK/chdb-discard.urls" 2>"$WORK/chdb-discard.log" &
+DISCARD_PID=$!
+for _ in $(seq 1 600); do
+  [[ -s "$WORK/chdb-discard.urls" ]] && break
+  kill -0 "$DISCARD_PID" 2>/dev/null || die "ci/chdb_server.py --discard-inserts exited: $(tail -n 5 "$WORK/chdb-discard.log")"
+  sleep 0.5
+done
+DISCARD_URL="$(head -n1 "$WORK/chdb-discard.urls")"
+[[ -n "$DISCARD_URL" ]] || die "ci/chdb_server.py --discard-inserts did not answer"
 CH18_URL="$CH_URL"
 CHDB_VERSION="$(curl -sS "$CHDB_URL/" --data-binary 'SELECT version()')"
 log "chdb endpoint $CHDB_URL (engine $CHDB_VERSION)"
@@ -705,7 +728,33 @@ sensor_table() { # URL TABLE
 }
 SENSOR_CHECK_SQL="count(), uniqExact(batch_id, event_seq), sum(value), sum(value_scaled), countIf(isNull(quality)), sum(ifNull(quality, 0)), countIf(region = 'unknown'), sum(toUInt64(substring(name_upper, 8))), countIf(substring(name_upper, 1, 7) = 'SENSOR-')"
 RUNS_SENSOR="$WORK/runs-sensor.tsv"
+RUNS_DISCARD="$WORK/runs-discard.tsv"
 : >"$RUNS_SENSOR"
+: >"$RUNS_DISCARD"
+
+# report_discard NAME TABLE CPU_ARM RSS_ARM CPU_SERVER RSS_SERVER NOTE: a run
+# into the discarding endpoint. Nothing lands, so its gates are the arm's own
+# count of rows acknowledged (exactly the kept rows, M_LANDED read before the
+# stop) and the endpoint's account of every insert it answered (no error).
+report_discard() {
+  local name=$1 table=$2 cpu_c=$3 rss_c=$4 cpu_s=$5 rss_s=$6 note=$7
+  local first wall rate gate inserts errors
+  first="${M_FIRST:-}"
+  if [[ -z "$first" ]] || (($(calc "$M_DONE <= $first"))) || ((M_LANDED == 0)); then wall="-"; rate="-"
+  else wall="$(printf '%.2f' "$(calc "$M_DONE - $first")")"; rate="$(calc "int($M_LANDED / ($M_DONE - $first))")"; fi
+  per_m() { if [[ "$1" == "-" ]]; then echo "-"; else printf '%.2f' "$(calc "$1 * 1000000 / $EXP_KEPT")"; fi; }
+  inserts="$(curl -s "$DISCARD_URL/_chdb/inserts" | grep -c "\"table\": \"default.$table\"" || true)"
+  errors="$(curl -s "$DISCARD_URL/_chdb/inserts" | grep "\"table\": \"default.$table\"" | grep -vc '"outcome": "discarded"' || true)"
+  gate=pass
+  if [[ "$M_STATUS" != complete ]]; then gate="$M_STATUS"
+  elif ((M_LANDED != EXP_KEPT)); then gate="acknowledged $M_LANDED rows, expected $EXP_KEPT"
+  elif ((errors != 0)); then gate="$errors inserts refused by the endpoint"
+  elif [[ "$rate" == "-" ]]; then gate="no first-row time"
+  fi
+  [[ "$gate" == pass ]] || log "$name rep $REP: FAILED a gate: $gate"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+    "$name" "$REP" "$gate" "$M_LANDED" "-" "$wall" "$rate" "$(per_m "$cpu_c")" "$rss_c" "$(per_m "$cpu_s")" "$rss_s" "$note; $inserts inserts discarded" >>"$RUNS_DISCARD"
+}
 
 # report_sensor NAME URL TABLE CPU_ARM RSS_ARM CPU_SERVER RSS_SERVER NOTE
 report_sensor() {
@@ -809,6 +858,9 @@ EOF
   cpu0="$(cpu_of "$spid")"
   local save_url="$CH_URL" save_rows="$ROWS"
   CH_URL="$url"; ROWS="$EXP_KEPT"
+  if [[ "$url" == "$DISCARD_URL" ]]; then
+    if [[ "$kind" == spate ]]; then COUNT_METRIC=spate_sink_rows_written_total; else COUNT_METRIC=spate_sink_records_total; fi
+  fi
   profiler_for_run
   if [[ "$kind" == spate ]]; then
     "${PROFILER[@]}" "$SPATE" run -c "$yaml" >"$WORK/$table.out" 2>"$WORK/$table.log" &
@@ -818,6 +870,7 @@ EOF
   fi
   CONSUMER_PID=$!
   measure "$name" "$table" "$CONSUMER_PID" "first_by_metric $metric"
+  COUNT_METRIC=""
   CH_URL="$save_url"; ROWS="$save_rows"
   c_cpu="$(cpu_of "$CONSUMER_PID" 2>/dev/null || echo -)"; c_rss="$(hwm_of "$CONSUMER_PID" 2>/dev/null || echo -)"
   s_cpu="$(calc "$(cpu_of "$spid") - $cpu0")"; s_rss="$(hwm_of "$spid")"
@@ -825,6 +878,10 @@ EOF
   rc=0; wait "$CONSUMER_PID" || rc=$?
   CONSUMER_PID=""
   profile_stop "$name, sensor, $EXP_KEPT kept rows"
+  if [[ "$url" == "$DISCARD_URL" ]]; then
+    [[ -n "$PROFILE_TO" ]] || report_discard "$name" "$table" "$c_cpu" "$c_rss" "$s_cpu" "$s_rss" "$note; exit $rc after SIGTERM"
+    return 0
+  fi
   if [[ "$url" == "$CHDB_URL" ]]; then
     # The endpoint pays per insert (one lock, a temp file, a query each):
     # how many inserts an arm made says what its rows/s there is bound by.
@@ -847,7 +904,9 @@ for ((REP = 1; REP <= REPS; REP++)); do
       spate-chdb) sensor_arm "spate -> chdb endpoint" spate "$CHDB_URL" "$CHDB_PID" "$arm" ;;
       upstream) sensor_arm "upstream spate 0.2.0 (RowBinary) -> chdb endpoint" upstream "$CHDB_URL" "$CHDB_PID" "$arm" ;;
       upstream-native) sensor_arm "upstream spate 0.2.0 (Native) -> chdb endpoint" upstream-native "$CHDB_URL" "$CHDB_PID" "$arm" ;;
-      *) die "PEER_BENCH_SENSOR_SYSTEMS: unknown arm $arm (known: spate spate-chdb upstream upstream-native)" ;;
+      spate-discard) sensor_arm "spate -> discarding endpoint" spate "$DISCARD_URL" "$DISCARD_PID" "$arm" ;;
+      upstream-discard) sensor_arm "upstream spate 0.2.0 (RowBinary) -> discarding endpoint" upstream "$DISCARD_URL" "$DISCARD_PID" "$arm" ;;
+      *) die "PEER_BENCH_SENSOR_SYSTEMS: unknown arm $arm (known: spate spate-chdb upstream upstream-native spate-discard upstream-discard)" ;;
     esac
   done
 done
@@ -863,5 +922,11 @@ fi
   echo "Sensor workload: $SENSOR_MESSAGES SensorBatch messages (100 events each, $((SENSOR_MESSAGES * 100)) candidate rows, $EXP_KEPT kept by the filters) of Confluent-framed Avro in $BROKER_DESC, writer schema from the registry test fixture, into a fresh MergeTree table per run on ClickHouse $CH_VERSION or on the chdb endpoint (engine $CHDB_VERSION behind ci/chdb_server.py), one arm at a time, $REPS repetitions interleaved. Gates: count, duplicates and column checksums against the closed form. Command: \`bash ci/peer-bench.sh --kafka $KAFKA_KIND --workload $WORKLOAD --reps $REPS\`."
   echo
   "$PY" ci/peer_bench.py summarize "$RUNS_SENSOR" "$REPS"
+  if [[ -s "$RUNS_DISCARD" ]]; then
+    echo
+    echo "Sensor workload into the discarding endpoint (\`ci/chdb_server.py --discard-inserts\`: every INSERT checked against the table and its body read, then answered 200 unexecuted): the arms' own CPU per row without the server's cost per insert. Nothing lands, so the gates are the arm's own count of rows acknowledged (exactly $EXP_KEPT) and the endpoint's answer to every insert; \"loss, dups\" is not measured (the tables above measure it)."
+    echo
+    "$PY" ci/peer_bench.py summarize "$RUNS_DISCARD" "$REPS"
+  fi
 } | tee -a "$OUT"
 fi

@@ -198,7 +198,9 @@ def summarize(runs_tsv: str, reps: int) -> None:
         elif failed and failed[-1][2].startswith("not run"):
             notes = [f"**{failed[-1][2]}**"]
         if ok:
-            lossdups = "0, 0"
+            # A run into the discarding endpoint lands nothing: its dups
+            # column is "-", and loss is its gate on rows acknowledged.
+            lossdups = "0, 0" if all(r[4] != "-" for r in ok) else "not measured"
             cells = [
                 stat(ok, 6, "{:,.0f}"),
                 stat(ok, 7, "{:.2f}"),
