@@ -669,7 +669,13 @@ fi
 # ci/chdb_server.py (chdb-core 26.9; the HTTP layer is ours and serializes
 # inserts through one lock, so its "server" CPU includes Python's); one more
 # spate arm writes into 18.16. The arms' own CPU per row is the comparison
-# that holds across both.
+# that holds across both. The spate-discard and upstream-discard arms write
+# into a second endpoint started with --discard-inserts (every INSERT
+# checked against the table, its body read, then answered unexecuted): the
+# arms' own CPU per row with the server's cost per insert taken away, in a
+# table of their own (nothing lands there, so "loss, dups" is not measured;
+# the gates are the arm's count of rows acknowledged and the endpoint's
+# answer to every insert).
 if want sensor; then
 SENSOR_MESSAGES="${PEER_BENCH_SENSOR_MESSAGES:-20000}"
 SENSOR_TOPIC=sensors
