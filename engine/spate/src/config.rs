@@ -26,6 +26,7 @@ use spate_core::sink::{BatchConfig, RetryConfig, SinkConfig};
 use spate_kafka::KafkaSourceConfig;
 
 pub mod formats;
+pub mod secrets;
 
 /// A config that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -971,7 +972,8 @@ impl Config {
     ) -> Result<Config, ConfigError> {
         let text = interpolate(text, env)?;
         let de = serde_norway::Deserializer::from_str(&text);
-        let config: Config = serde_path_to_error::deserialize(de).map_err(parse_error)?;
+        let mut config: Config = serde_path_to_error::deserialize(de).map_err(parse_error)?;
+        secrets::lift_url_credentials(&mut config)?;
         config.validate()?;
         Ok(config)
     }
@@ -1082,7 +1084,10 @@ impl Config {
                 if !(url.starts_with("http://") || url.starts_with("https://")) {
                     return Err(invalid(
                         format!("sink.clickhouse.shards[{s}][{r}]"),
-                        format!("`{url}`: expected an http:// or https:// URL"),
+                        format!(
+                            "`{}`: expected an http:// or https:// URL",
+                            secrets::redact(url)
+                        ),
                     ));
                 }
             }

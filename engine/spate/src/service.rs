@@ -529,9 +529,12 @@ impl DeadLetter for KafkaDeadLetter {
                 key: "spate.offset",
                 value: Some(offset.as_bytes()),
             });
-        let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(&self.topic)
-            .payload(payload.bytes())
-            .headers(headers);
+        let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(&self.topic).headers(headers);
+        // A tombstone stays a tombstone (a null value, not an empty one), so
+        // its dead-letter copy still deletes in a compacted topic.
+        if let Some(value) = payload.value {
+            record = record.payload(value);
+        }
         if let Some(k) = payload.key {
             record = record.key(k);
         }
@@ -766,5 +769,57 @@ mod tests {
         }
         dl.flush(Duration::from_secs(5));
         assert_eq!(dl.dropped(), 2);
+    }
+
+    /// A dead letter is the original message: a tombstone's copy has a null
+    /// value (not an empty one) and its key; other values keep their bytes.
+    #[test]
+    fn a_dead_tombstone_stays_a_tombstone() {
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        let mock = crate::kafka_tools::start_broker("dead", 1).expect("mock broker");
+        let mut client = ClientConfig::new();
+        client.set("bootstrap.servers", mock.bootstrap_servers());
+        let dl = KafkaDeadLetter::with_client(client, "dead").expect("producer");
+        let tp = TopicPartition::new("events", 0);
+        for (offset, value) in [(1, None), (2, Some(&b""[..])), (3, Some(&b"x"[..]))] {
+            let payload = Payload {
+                value,
+                key: Some(b"k1"),
+                partition: &tp,
+                offset,
+                timestamp_ms: None,
+                timestamp_kind: spate_core::record::TimestampKind::None,
+                headers: spate_core::record::Headers::NONE,
+            };
+            dl.dead_letter(&payload, &RecordError::decode("refused"));
+        }
+        dl.flush(Duration::from_secs(5));
+        assert_eq!(dl.dropped(), 0);
+        let c: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", mock.bootstrap_servers())
+            .set("group.id", "reader")
+            .create()
+            .unwrap();
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        tpl.add_partition_offset("dead", 0, rdkafka::Offset::Beginning)
+            .unwrap();
+        c.assign(&tpl).unwrap();
+        let mut got = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while got.len() < 3 && std::time::Instant::now() < deadline {
+            if let Some(m) = c.poll(Duration::from_millis(200)) {
+                let m = m.unwrap();
+                got.push((m.key().map(<[u8]>::to_vec), m.payload().map(<[u8]>::to_vec)));
+            }
+        }
+        let key = Some(b"k1".to_vec());
+        assert_eq!(
+            got,
+            vec![
+                (key.clone(), None),
+                (key.clone(), Some(Vec::new())),
+                (key, Some(b"x".to_vec()))
+            ]
+        );
     }
 }

@@ -774,3 +774,59 @@ fn default_columns_epoch_units_and_empty_strings_through_the_binary() {
     assert_eq!(q("SELECT countIf(isNull(note) AND id % 2 = 0)"), rows / 2);
     assert_eq!(q("SELECT countIf(note = 'n' AND id % 2 = 1)"), rows / 2);
 }
+
+/// A replica URL written with credentials (`http://user:secret@host`, as
+/// clickhouse-client accepts) never shows its password: not in `spate
+/// check`'s report, not in `spate run`'s errors, log lines or summary.
+#[test]
+fn a_password_in_a_replica_url_is_never_printed() {
+    const SECRET: &str = "s3cret-in-url";
+    let feed = Feed::start("flights", 1, "pwurl");
+    let placeholder = "http://127.0.0.1:1";
+    let dead = free_port();
+    let yaml = feed
+        .config(placeholder, "t_pwurl", "{ policy: fail }")
+        .replace(
+            &format!("\"${{SPATE_CLICKHOUSE_URL:-{placeholder}}}\""),
+            &format!("\"http://spate:{SECRET}@127.0.0.1:{dead}\""),
+        );
+    assert!(yaml.contains(SECRET), "the replica URL was rewritten");
+    let path = std::env::temp_dir().join(format!("spate-e2e-pwurl-{}.yaml", std::process::id()));
+    std::fs::write(&path, &yaml).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_spate"))
+        .args(["check", "-c"])
+        .arg(&path)
+        .output()
+        .expect("spawn spate check");
+    let report =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "an unreachable replica: {report}"
+    );
+    assert!(
+        report.contains(&format!("127.0.0.1:{dead}")),
+        "the replica is named: {report}"
+    );
+    assert!(
+        !report.contains(SECRET),
+        "spate check printed the password: {report}"
+    );
+    let mut spate = Spate::start("pwurl", &yaml);
+    let (code, summary) = spate.wait_exit(EXIT);
+    let logs = spate.logs();
+    assert_ne!(code, Some(0), "no replica answers: {logs}");
+    assert!(
+        logs.contains(&format!("127.0.0.1:{dead}")),
+        "the replica is named: {logs}"
+    );
+    assert!(
+        !logs.contains(SECRET),
+        "spate run logged the password: {logs}"
+    );
+    assert!(
+        !summary.contains(SECRET),
+        "the summary printed the password: {summary}"
+    );
+}

@@ -276,7 +276,10 @@ impl RegistrySection {
             _ => {
                 return Err(invalid(
                     format!("{key}.url"),
-                    format!("`{}`: expected an http:// or https:// URL", self.url),
+                    format!(
+                        "`{}`: expected an http:// or https:// URL",
+                        super::secrets::redact(&self.url)
+                    ),
                 ));
             }
         }

@@ -249,7 +249,8 @@ fn table_doc(key: &str, value: Value) -> Result<Value, ConfigError> {
 
 /// Deserializes and validates one resolved document.
 fn read(doc: Value) -> Result<Config, ConfigError> {
-    let config: Config = serde_path_to_error::deserialize(doc).map_err(parse_error)?;
+    let mut config: Config = serde_path_to_error::deserialize(doc).map_err(parse_error)?;
+    super::secrets::lift_url_credentials(&mut config)?;
     config.validate()?;
     Ok(config)
 }

@@ -594,3 +594,29 @@ fn explode_filter_and_defaults_load_and_bad_ones_name_their_key() {
         assert!(e.contains(says), "{yaml}: {e}");
     }
 }
+
+#[test]
+fn credentials_in_urls_move_to_the_sections_keys() {
+    let text = MINIMAL.replace("http://c:8123", "http://u:p%40ss@c:8123");
+    let c = Config::from_yaml(&text, no_env).unwrap();
+    let ch = &c.sink.clickhouse;
+    assert_eq!(ch.shards, vec![vec!["http://c:8123".to_owned()]]);
+    assert_eq!(
+        (ch.user.as_deref(), ch.password.as_deref()),
+        (Some("u"), Some("p@ss"))
+    );
+    // The same user in the key and the URL agrees; another one is an error
+    // naming the URL's key, without its password.
+    let agree = text.replace("table: t}", "table: t, user: u}");
+    assert!(Config::from_yaml(&agree, no_env).is_ok());
+    let differ = text.replace("table: t}", "table: t, user: other, password: x}");
+    let e = err(&differ);
+    assert!(e.contains("sink.clickhouse.shards[0][0]"), "{e}");
+    assert!(!e.contains("p%40ss") && !e.contains("p@ss"), "{e}");
+    let bad_scheme = MINIMAL.replace("http://c:8123", "ftp://u:hidden@c:21");
+    let e = err(&bad_scheme);
+    assert!(
+        e.contains("expected an http://") && !e.contains("hidden"),
+        "{e}"
+    );
+}
