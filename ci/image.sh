@@ -261,6 +261,7 @@ run() {
 }
 
 stop() {
+  trap - EXIT
   setup
   local names
   names=$(pm ps -a --format '{{.Names}}' | grep "^$PREFIX-" || true)
@@ -306,8 +307,8 @@ test_image() {
   local t0=$SECONDS
   build
   local built=$SECONDS
-  trap stop EXIT
   stop
+  trap stop EXIT
   local rows
   rows=$(wc -l <"$FIXTURE")
 
@@ -316,10 +317,10 @@ test_image() {
 
   # The broker, from the same image (read-only root too).
   pm run -d --pull=never --name "$PREFIX-broker" --network host --read-only --read-only-tmpfs=false \
-    --cap-drop=ALL "$IMAGE" broker --port "$KAFKA_PORT" --topic flights --partitions 4 >/dev/null
+    --cap-drop=ALL --no-healthcheck "$IMAGE" broker --port "$KAFKA_PORT" --topic flights --partitions 4 >/dev/null
   wait_for 30 "embedded broker up" broker_up
   pm run --rm --pull=never --network host --read-only --read-only-tmpfs=false --cap-drop=ALL \
-    -v "$FIXTURE:/data/flights.ndjson:ro" "$IMAGE" \
+    --no-healthcheck -v "$FIXTURE:/data/flights.ndjson:ro" "$IMAGE" \
     produce --brokers "127.0.0.1:$KAFKA_PORT" --topic flights /data/flights.ndjson >&2
 
   mkdir -p "$CACHE/test"
@@ -350,8 +351,11 @@ sink:
 shutdown: { drain_timeout: 30s }
 admin: { listen: "127.0.0.1:$ADMIN_PORT" }
 EOF
+  # No healthcheck timer (podman schedules it with systemd, absent here):
+  # the check below runs it by hand.
   KAFKA_BROKERS="127.0.0.1:$KAFKA_PORT" CLICKHOUSE_URL="$CH_URL" POD_NAME="spate-flights-0" \
-    run_container "$PREFIX-spate" "$config"
+    run_container "$PREFIX-spate" "$config" --health-interval=disable \
+    -e SPATE_HEALTHCHECK_PORT="$ADMIN_PORT"
   local started=$SECONDS
 
   wait_for 60 "/readyz 200" readyz_ok
@@ -366,8 +370,9 @@ EOF
   [ "$written" = "$rows" ] || die "/metrics spate_sink_rows_written_total $written, expected $rows"
   [ "$polled" = "$rows" ] || die "/metrics spate_records_polled_total $polled, expected $rows"
   [ "$(metric_sum spate_ready)" = 1 ] || die "/metrics spate_ready is not 1"
-  curl -fsS "http://127.0.0.1:$ADMIN_PORT/metrics" | grep -q '^spate_build_info{' ||
-    die "/metrics has no spate_build_info"
+  local metrics
+  metrics=$(curl -fsS "http://127.0.0.1:$ADMIN_PORT/metrics")
+  grep -q '^spate_build_info{' <<<"$metrics" || die "/metrics has no spate_build_info"
   log "/metrics: rows written $written, polled $polled, committed $rows, spate_ready 1"
 
   # The process: uid/gid 10001 (the kernel's view), read-only root.

@@ -603,7 +603,9 @@ fn dockerfile_is_multi_stage_non_root_and_ships_the_binary_only() {
     let cmd: Vec<String> = serde_json::from_str(cmd).expect("HEALTHCHECK CMD in exec form");
     let script = cmd.last().expect("HEALTHCHECK command");
     assert!(
-        script.contains(&format!("/dev/tcp/127.0.0.1/{port}")) && script.contains("GET /healthz "),
+        script.contains(&format!(
+            "/dev/tcp/127.0.0.1/${{SPATE_HEALTHCHECK_PORT:-{port}}}"
+        )) && script.contains("GET /healthz "),
         "HEALTHCHECK asks /healthz on port {port}: {script}"
     );
 }
