@@ -300,6 +300,7 @@ wait_for() {
 
 readyz_ok() { [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 3 "http://127.0.0.1:$ADMIN_PORT/readyz")" = 200 ]; }
 rows_landed() { [ "$(ch "SELECT count() FROM default.flights_image")" = "$1" ]; }
+rows_above() { [ "$(ch "SELECT count() FROM default.flights_image")" -gt "$1" ]; }
 broker_up() { pm logs "$PREFIX-broker" 2>/dev/null | grep -qx "127.0.0.1:$KAFKA_PORT"; }
 committed() { [ "$(metric_sum spate_committed_offset)" = "$1" ]; }
 
@@ -411,6 +412,32 @@ EOF
   }
   pm logs "$PREFIX-spate" 2>&1 | tail -n 3 >&2
   rows_landed "$rows" || die "the count moved after the drain: $(ch "SELECT count() FROM default.flights_image")"
+
+  # A second load, SIGTERM as soon as its first rows land (in flight when
+  # the load is slower than here; the log says how many had landed), then
+  # a restart into the same group with the same group.instance.id: every
+  # row lands once (the drain commits what it delivered; the restart reads
+  # the rest from there).
+  pm rm "$PREFIX-spate" >/dev/null
+  pm run --rm --pull=never --network host --read-only --read-only-tmpfs=false --cap-drop=ALL \
+    --no-healthcheck -v "$FIXTURE:/data/flights.ndjson:ro" "$IMAGE" \
+    produce --brokers "127.0.0.1:$KAFKA_PORT" --topic flights /data/flights.ndjson >&2
+  KAFKA_BROKERS="127.0.0.1:$KAFKA_PORT" CLICKHOUSE_URL="$CH_URL" POD_NAME="spate-flights-0" \
+    run_container "$PREFIX-spate" "$config" --no-healthcheck
+  wait_for 60 "rows of the second load landing" rows_above "$rows"
+  pm kill --signal TERM "$PREFIX-spate" >/dev/null
+  rc=$(pm wait "$PREFIX-spate")
+  local mid
+  mid=$(ch "SELECT count() FROM default.flights_image")
+  log "SIGTERM as the second load lands: exit $rc, $mid of $((2 * rows)) rows in the table"
+  [ "$rc" = 0 ] || die "exit $rc after SIGTERM during the second load"
+  pm rm "$PREFIX-spate" >/dev/null
+  KAFKA_BROKERS="127.0.0.1:$KAFKA_PORT" CLICKHOUSE_URL="$CH_URL" POD_NAME="spate-flights-0" \
+    run_container "$PREFIX-spate" "$config" --no-healthcheck
+  wait_for 90 "offsets committed up to $((2 * rows)) after the restart" committed "$((2 * rows))"
+  rows_landed "$((2 * rows))" ||
+    die "after the restart $(ch "SELECT count() FROM default.flights_image") rows, expected $((2 * rows))"
+  log "restart: $((2 * rows)) rows, each once"
 
   log "PASSED: $rows rows; build $((built - t0)) s, run to drained $((SECONDS - started)) s, total $((SECONDS - t0)) s"
 }
