@@ -1,17 +1,23 @@
 //! The deployment examples of `ops/` (README "Operating spate") read the
 //! way spate does: the Kubernetes manifests parse as YAML; the ConfigMap's
 //! `spate.yaml` loads through spate's own config loader with exactly the
-//! environment the Deployment gives the container (every `${NAME}` a
-//! secret or value it sets, no password written in the ConfigMap); the
-//! probes and the PodMonitor use the port of the config's `admin.listen`
-//! and the paths spate serves; `terminationGracePeriodSeconds` exceeds the
-//! preStop sleep plus `shutdown.drain_timeout` plus the final commit and
-//! the consumer's close (D5: a drain the kubelet cuts short replays more).
-//! The Dockerfile cannot be built here (no Docker engine): its shape is
-//! checked (two stages, a numeric non-root user that the Deployment's
-//! `runAsUser` matches, the binary and CA bundle the only files copied into
-//! the runtime stage, the entrypoint that binary, the default command the
-//! Deployment's args).
+//! environment the StatefulSet gives the container (every `${NAME}` a
+//! secret, the pod's name or a value it sets, no password written in the
+//! ConfigMap); static membership is the default (`group.instance.id` is
+//! the pod's name, stable in a StatefulSet); the probes and the PodMonitor
+//! use the port of the config's `admin.listen` and the paths spate serves;
+//! `terminationGracePeriodSeconds` exceeds the preStop sleep plus
+//! `shutdown.drain_timeout` plus the final commit and the consumer's close
+//! (D5: a drain the kubelet cuts short replays more); the Service, the
+//! PodDisruptionBudget and KEDA's ScaledObject select or target the
+//! StatefulSet, and the ScaledObject's Kafka trigger reads the config's
+//! group, topic, brokers, offset reset and SASL settings. The Dockerfile's
+//! shape is checked (two stages, a numeric non-root user that the
+//! StatefulSet's `runAsUser` matches, the binary and CA bundle the only
+//! files copied into the runtime stage, a HEALTHCHECK on the exposed port,
+//! the entrypoint that binary, the default command the StatefulSet's args);
+//! `ci/image.sh test` builds and runs it for real, and `ci/image.sh k8s`
+//! decodes the manifests strictly into Kubernetes' own types.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -64,13 +70,16 @@ fn u64_of(v: &Value, what: &str) -> u64 {
 }
 
 /// The container's environment as spate would see it: literal values as
-/// written, values from a secret as a placeholder naming the secret key.
+/// written, values from a secret as a placeholder naming the secret key,
+/// values from the pod's fields (the downward API) as `field:PATH`.
 fn container_env(container: &Value) -> BTreeMap<String, String> {
     let mut env = BTreeMap::new();
     for e in container["env"].as_sequence().expect("container env") {
         let name = str_of(&e["name"], "env name").to_owned();
         let value = if let Some(v) = e["value"].as_str() {
             v.to_owned()
+        } else if let Some(path) = e["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
+            format!("field:{path}")
         } else {
             let key = &e["valueFrom"]["secretKeyRef"];
             format!(
@@ -105,7 +114,7 @@ fn resolve_port(container: &Value, port: &Value) -> u64 {
 #[test]
 fn k8s_manifests_match_the_configmaps_admin_section_and_outlast_the_drain() {
     let configmap = manifest("k8s/configmap.yaml", "ConfigMap");
-    let deployment = manifest("k8s/deployment.yaml", "Deployment");
+    let deployment = manifest("k8s/statefulset.yaml", "StatefulSet");
     let podmonitor = manifest("k8s/podmonitor.yaml", "PodMonitor");
     manifest("k8s/prometheusrule.yaml", "PrometheusRule");
     let secret = manifest("k8s/secret.example.yaml", "Secret");
@@ -266,8 +275,182 @@ fn k8s_manifests_match_the_configmaps_admin_section_and_outlast_the_drain() {
     assert_eq!(
         args,
         dockerfile_json("CMD"),
-        "Deployment args vs the image's CMD"
+        "StatefulSet args vs the image's CMD"
     );
+}
+
+/// Every `matchLabels` (or a Service's plain `selector`) entry is a label
+/// of the pods.
+fn assert_selects(selector: &Value, pods: &serde_norway::Mapping, what: &str) {
+    let selector = selector
+        .as_mapping()
+        .unwrap_or_else(|| panic!("{what}: selector"));
+    assert!(!selector.is_empty(), "{what}: an empty selector");
+    for (k, v) in selector {
+        assert_eq!(pods.get(k), Some(v), "{what} selects the pods ({k:?})");
+    }
+}
+
+/// Issue 33: a StatefulSet, so each pod's name is stable and is its
+/// `group.instance.id` (static membership by default: a restarted pod takes
+/// its partitions back without a rebalance); the headless Service, the
+/// PodDisruptionBudget and KEDA's ScaledObject select or target it; the
+/// ScaledObject's Kafka trigger reads the lag of exactly the config's
+/// group, topic and brokers, as the config authenticates, and the KEDA
+/// component leaves the replica count to KEDA.
+#[test]
+fn static_membership_by_default_and_the_service_budget_and_scaler_follow_the_statefulset() {
+    let sts = manifest("k8s/statefulset.yaml", "StatefulSet");
+    let service = manifest("k8s/service.yaml", "Service");
+    let pdb = manifest("k8s/poddisruptionbudget.yaml", "PodDisruptionBudget");
+    let configmap = manifest("k8s/configmap.yaml", "ConfigMap");
+    let c = &sts["spec"]["template"]["spec"]["containers"][0];
+    let env = container_env(c);
+    let yaml = str_of(&configmap["data"]["spate.yaml"], "spate.yaml");
+    let config = Config::from_yaml(yaml, |name| env.get(name).cloned())
+        .unwrap_or_else(|e| panic!("ops/k8s/configmap.yaml spate.yaml: {e}"));
+    let kafka = &config.source.kafka;
+
+    assert_eq!(
+        kafka
+            .properties
+            .get("group.instance.id")
+            .map(String::as_str),
+        Some("field:metadata.name"),
+        "group.instance.id is the pod's name (a ${{NAME}} set from fieldRef metadata.name)"
+    );
+
+    let pods = pod_labels(&sts);
+    assert_selects(
+        &sts["spec"]["selector"]["matchLabels"],
+        &pods,
+        "StatefulSet",
+    );
+    assert_eq!(
+        sts["spec"]["serviceName"], service["metadata"]["name"],
+        "the StatefulSet's serviceName is service.yaml"
+    );
+    assert_eq!(
+        service["spec"]["clusterIP"].as_str(),
+        Some("None"),
+        "a headless Service"
+    );
+    assert_selects(&service["spec"]["selector"], &pods, "Service");
+    assert_selects(
+        &pdb["spec"]["selector"]["matchLabels"],
+        &pods,
+        "PodDisruptionBudget",
+    );
+    assert_eq!(
+        pdb["spec"]["maxUnavailable"].as_u64(),
+        Some(1),
+        "one pod away at a time, and a single replica can still be drained"
+    );
+    assert!(
+        sts["spec"]["volumeClaimTemplates"].is_null(),
+        "spate stores nothing: no volumes claimed"
+    );
+
+    // The KEDA component: its files, and the replica count left to KEDA.
+    let component = documents("k8s/keda/kustomization.yaml").remove(0);
+    assert_eq!(component["kind"].as_str(), Some("Component"));
+    for r in component["resources"].as_sequence().expect("resources") {
+        let file = str_of(r, "resource");
+        assert!(
+            ops(&format!("k8s/keda/{file}")).is_file(),
+            "keda names {file}"
+        );
+    }
+    let patches = component["patches"].as_sequence().expect("patches");
+    assert!(
+        patches.iter().any(|p| {
+            p["target"]["kind"].as_str() == Some("StatefulSet")
+                && p["target"]["name"] == sts["metadata"]["name"]
+                && p["patch"]
+                    .as_str()
+                    .is_some_and(|t| t.contains("op: remove") && t.contains("path: /spec/replicas"))
+        }),
+        "the KEDA component removes the StatefulSet's spec.replicas"
+    );
+    let so = manifest("k8s/keda/scaledobject.yaml", "ScaledObject");
+    let auth = manifest(
+        "k8s/keda/triggerauthentication.yaml",
+        "TriggerAuthentication",
+    );
+    let target = &so["spec"]["scaleTargetRef"];
+    assert_eq!(target["kind"].as_str(), Some("StatefulSet"));
+    assert_eq!(target["apiVersion"].as_str(), Some("apps/v1"));
+    assert_eq!(target["name"], sts["metadata"]["name"], "scaleTargetRef");
+    let min = u64_of(&so["spec"]["minReplicaCount"], "minReplicaCount");
+    let max = u64_of(&so["spec"]["maxReplicaCount"], "maxReplicaCount");
+    assert!(1 <= min && min <= max, "replicas {min}..{max}");
+    let triggers = so["spec"]["triggers"].as_sequence().expect("triggers");
+    assert_eq!(triggers.len(), 1, "one trigger");
+    let t = &triggers[0];
+    assert_eq!(t["type"].as_str(), Some("kafka"));
+    let m = &t["metadata"];
+    let meta = |k: &str| str_of(&m[k], k).to_owned();
+    assert_eq!(
+        meta("consumerGroup"),
+        kafka.group_id,
+        "consumerGroup vs group_id"
+    );
+    assert_eq!(vec![meta("topic")], kafka.topics, "topic vs topics");
+    assert_eq!(
+        meta("bootstrapServers"),
+        kafka.brokers.joined(),
+        "bootstrapServers vs the config's brokers"
+    );
+    assert_eq!(
+        meta("offsetResetPolicy"),
+        kafka.auto_offset_reset,
+        "offsetResetPolicy vs auto_offset_reset (the lag of an uncommitted partition)"
+    );
+    assert_eq!(
+        meta("allowIdleConsumers"),
+        "false",
+        "no more replicas than partitions"
+    );
+    let prop = |k: &str| kafka.properties.get(k).map(String::as_str).unwrap_or("");
+    let sasl = match prop("sasl.mechanism") {
+        "PLAIN" => "plaintext",
+        "SCRAM-SHA-256" => "scram_sha256",
+        "SCRAM-SHA-512" => "scram_sha512",
+        "" => "none",
+        other => panic!("sasl.mechanism {other}: add its KEDA name here"),
+    };
+    assert_eq!(meta("sasl"), sasl, "sasl vs sasl.mechanism");
+    let tls = if prop("security.protocol").to_lowercase().ends_with("ssl") {
+        "enable"
+    } else {
+        "disable"
+    };
+    assert_eq!(meta("tls"), tls, "tls vs security.protocol");
+    assert_eq!(
+        t["authenticationRef"]["name"], auth["metadata"]["name"],
+        "authenticationRef"
+    );
+    let refs = auth["spec"]["secretTargetRef"]
+        .as_sequence()
+        .expect("secretTargetRef");
+    for (param, var) in [
+        ("username", "KAFKA_USERNAME"),
+        ("password", "KAFKA_PASSWORD"),
+    ] {
+        let r = refs
+            .iter()
+            .find(|r| r["parameter"].as_str() == Some(param))
+            .unwrap_or_else(|| panic!("TriggerAuthentication has no {param}"));
+        assert_eq!(
+            format!(
+                "secret:{}/{}",
+                str_of(&r["name"], "secret name"),
+                str_of(&r["key"], "secret key")
+            ),
+            env[var],
+            "KEDA's {param} is the secret key the pods' {var} reads"
+        );
+    }
 }
 
 fn pod_labels(deployment: &Value) -> serde_norway::Mapping {
@@ -365,7 +548,7 @@ fn dockerfile_is_multi_stage_non_root_and_ships_the_binary_only() {
         assert!(
             matches!(
                 ins.as_str(),
-                "COPY" | "USER" | "EXPOSE" | "ENTRYPOINT" | "CMD" | "LABEL"
+                "COPY" | "USER" | "EXPOSE" | "HEALTHCHECK" | "ENTRYPOINT" | "CMD" | "LABEL"
             ),
             "the runtime stage adds nothing but the binary: {ins} {rest}"
         );
@@ -405,6 +588,26 @@ fn dockerfile_is_multi_stage_non_root_and_ships_the_binary_only() {
         .expect("admin.listen")
         .port();
     assert_eq!(expose, [&port.to_string()], "EXPOSE vs admin.listen");
+    // The HEALTHCHECK asks /healthz on that port, in exec form (bash's
+    // /dev/tcp: the image has no curl; ci/image.sh test runs it).
+    let health: Vec<&String> = stage
+        .iter()
+        .filter(|(i, _)| i == "HEALTHCHECK")
+        .map(|(_, r)| r)
+        .collect();
+    assert_eq!(health.len(), 1, "one HEALTHCHECK: {health:?}");
+    let cmd = health[0]
+        .split_once("CMD ")
+        .map(|(_, c)| c)
+        .expect("HEALTHCHECK ... CMD [...]");
+    let cmd: Vec<String> = serde_json::from_str(cmd).expect("HEALTHCHECK CMD in exec form");
+    let script = cmd.last().expect("HEALTHCHECK command");
+    assert!(
+        script.contains(&format!(
+            "/dev/tcp/127.0.0.1/${{SPATE_HEALTHCHECK_PORT:-{port}}}"
+        )) && script.contains("GET /healthz "),
+        "HEALTHCHECK asks /healthz on port {port}: {script}"
+    );
 }
 
 /// `ops/k8s/prometheusrule.yaml` holds exactly the groups of
