@@ -745,6 +745,24 @@ mod tests {
     use super::*;
     use spate_core::record::TopicPartition;
 
+    /// A consumed message at `offset` of `tp`, without timestamp or headers.
+    fn message<'a>(
+        tp: &'a TopicPartition,
+        offset: spate_core::record::Offset,
+        key: Option<&'a [u8]>,
+        value: Option<&'a [u8]>,
+    ) -> Payload<'a> {
+        Payload {
+            value,
+            key,
+            partition: tp,
+            offset,
+            timestamp_ms: None,
+            timestamp_kind: spate_core::record::TimestampKind::None,
+            headers: spate_core::record::Headers::NONE,
+        }
+    }
+
     /// D6: a dead letter the broker never takes is counted, not lost
     /// silently. Nothing listens on port 1; the message times out.
     #[test]
@@ -756,15 +774,7 @@ mod tests {
         let dl = KafkaDeadLetter::with_client(client, "dead").expect("producer");
         let tp = TopicPartition::new("events", 3);
         for offset in [7, 8] {
-            let payload = Payload {
-                value: Some(b"not json"),
-                key: None,
-                partition: &tp,
-                offset,
-                timestamp_ms: None,
-                timestamp_kind: spate_core::record::TimestampKind::None,
-                headers: spate_core::record::Headers::NONE,
-            };
+            let payload = message(&tp, offset, None, Some(b"not json"));
             dl.dead_letter(&payload, &RecordError::decode("expected a JSON object"));
         }
         dl.flush(Duration::from_secs(5));
@@ -782,15 +792,7 @@ mod tests {
         let dl = KafkaDeadLetter::with_client(client, "dead").expect("producer");
         let tp = TopicPartition::new("events", 0);
         for (offset, value) in [(1, None), (2, Some(&b""[..])), (3, Some(&b"x"[..]))] {
-            let payload = Payload {
-                value,
-                key: Some(b"k1"),
-                partition: &tp,
-                offset,
-                timestamp_ms: None,
-                timestamp_kind: spate_core::record::TimestampKind::None,
-                headers: spate_core::record::Headers::NONE,
-            };
+            let payload = message(&tp, offset, Some(b"k1"), value);
             dl.dead_letter(&payload, &RecordError::decode("refused"));
         }
         dl.flush(Duration::from_secs(5));

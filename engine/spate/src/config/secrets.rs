@@ -27,14 +27,13 @@ pub struct Lifted {
     pub credentials: Option<(String, String)>,
 }
 
-/// Where a URL's authority starts and ends (byte offsets into `url`), or
-/// `None` for text without `scheme://`.
-fn authority(url: &str) -> Option<(usize, usize)> {
+/// Where a URL's userinfo is: the byte offset where the authority starts
+/// (after `scheme://`) and the offset of the `@` that ends the userinfo, or
+/// `None` for a URL without userinfo (or text without `scheme://`).
+fn userinfo_span(url: &str) -> Option<(usize, usize)> {
     let start = url.find("://")? + 3;
-    let len = url[start..]
-        .find(['/', '?', '#'])
-        .unwrap_or(url.len() - start);
-    Some((start, start + len))
+    let authority = url[start..].split(['/', '?', '#']).next()?;
+    Some((start, start + authority.rfind('@')?))
 }
 
 /// Splits the userinfo off `url`.
@@ -43,19 +42,13 @@ fn authority(url: &str) -> Option<(usize, usize)> {
 /// The reason, when the userinfo's percent-encoding is not valid UTF-8 or
 /// not `%XX`; the reason never contains the userinfo's text.
 pub fn lift(url: &str) -> Result<Lifted, String> {
-    let Some((start, end)) = authority(url) else {
+    let Some((start, at)) = userinfo_span(url) else {
         return Ok(Lifted {
             url: url.to_owned(),
             credentials: None,
         });
     };
-    let Some(at) = url[start..end].rfind('@') else {
-        return Ok(Lifted {
-            url: url.to_owned(),
-            credentials: None,
-        });
-    };
-    let userinfo = &url[start..start + at];
+    let userinfo = &url[start..at];
     let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
     let decode = |part: &str, what: &str| {
         percent_decode(part)
@@ -65,8 +58,8 @@ pub fn lift(url: &str) -> Result<Lifted, String> {
     if credentials.0.is_empty() {
         return Err("the URL has userinfo with an empty user".into());
     }
-    let stripped = format!("{}{}", &url[..start], &url[start + at + 1..]);
-    debug_assert!(authority(&stripped).is_some_and(|(s, e)| !stripped[s..e].contains('@')));
+    let stripped = format!("{}{}", &url[..start], &url[at + 1..]);
+    debug_assert!(userinfo_span(&stripped).is_none(), "one userinfo per URL");
     Ok(Lifted {
         url: stripped,
         credentials: Some(credentials),
@@ -76,11 +69,8 @@ pub fn lift(url: &str) -> Result<Lifted, String> {
 /// `url` with any userinfo replaced by `***`, for messages about a URL that
 /// is not (or not yet) lifted.
 pub fn redact(url: &str) -> Cow<'_, str> {
-    match authority(url) {
-        Some((start, end)) => match url[start..end].rfind('@') {
-            Some(at) => Cow::Owned(format!("{}***{}", &url[..start], &url[start + at..])),
-            None => Cow::Borrowed(url),
-        },
+    match userinfo_span(url) {
+        Some((start, at)) => Cow::Owned(format!("{}***{}", &url[..start], &url[at..])),
         None => Cow::Borrowed(url),
     }
 }
