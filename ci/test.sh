@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one test command (README "Tests"; .ci/run calls exactly this).
+# The one test command (docs/VERIFICATION.md; .ci/run calls exactly this).
 # Runs: format check, clippy, unit + integration + proptest suites, the loom
 # models (RUSTFLAGS="--cfg loom", separate target dir), and the benches in
 # test mode so they cannot rot.
@@ -42,6 +42,7 @@ cargo fmt --all -- --check
 
 step "docs/DESIGN.md: every test, oracle and planted bug under 'Checked by' exists"
 python3 ci/check_design.py
+python3 ci/check_docs.py  # links, anchors, scripts, cargo targets, alert/dashboard tables, config keys (self-test first)
 
 step "cargo clippy (all targets, -D warnings)"
 cargo clippy --workspace --all-targets --features spate/containers --locked -- -D warnings
@@ -128,7 +129,7 @@ else
 fi
 
 step "spate-kafka with TLS and SASL PLAIN/SCRAM (cargo check --features ssl)"
-# The ssl feature builds librdkafka against the system OpenSSL (README "Kafka
+# The ssl feature builds librdkafka against the system OpenSSL (docs/CONFIG.md "Kafka
 # security"); GSSAPI (feature sasl, libsasl2-dev) is documented, not built.
 if ! pkg-config --exists openssl 2>/dev/null; then
   echo "libssl-dev missing; installing it for the ssl feature check"

@@ -19,7 +19,7 @@
 //! - **values**: every row decodes, under the schema in force when it was
 //!   written, to exactly its record's values and identity (facts gathered
 //!   by the simulated server as it writes, `sim/src/clickhouse.rs`);
-//! - not demanded by D1 (and said so in README "Verification"): records
+//! - not demanded by D1 (and said so in docs/VERIFICATION.md): records
 //!   retention deleted before they were read, and new records a truncation
 //!   put below what the consumer had fetched or committed;
 //! - **replication** (a check of the simulator itself): once healed, every
