@@ -620,3 +620,32 @@ fn credentials_in_urls_move_to_the_sections_keys() {
         "{e}"
     );
 }
+
+/// A zero limit is refused naming the key as the user wrote it (the
+/// core's `sink.` keys map to `sink.clickhouse.`; `max_inflight` lives
+/// under `inflight`, where an error once said it did not).
+#[test]
+fn zero_limits_name_the_key_the_user_wrote() {
+    for (section, key) in [
+        (
+            "inflight: {max_inflight: 0}",
+            "sink.clickhouse.inflight.max_inflight",
+        ),
+        (
+            "inflight: {max_bytes: 0}",
+            "sink.clickhouse.inflight.max_bytes",
+        ),
+        (
+            "inflight: {max_rows: 0}",
+            "sink.clickhouse.inflight.max_rows",
+        ),
+        ("batch: {max_rows: 0}", "sink.clickhouse.batch.max_rows"),
+    ] {
+        let e = err(&MINIMAL.replace("table: t}", &format!("table: t, {section}}}")));
+        assert!(
+            e.contains(&format!("`{key}`")) || e.contains(key),
+            "{section}: {e}"
+        );
+        assert!(e.contains("greater than 0"), "{section}: {e}");
+    }
+}
