@@ -3,8 +3,8 @@
 //! (`tests/real_server.rs`) check every type end to end.
 
 use super::*;
-use crate::num::Wide;
-use crate::rowbinary::{Value, encode};
+use spate_row::num::Wide;
+use spate_row::rowbinary::{Value, encode};
 
 fn plan(cols: &[(&str, &str)]) -> BlockPlan {
     let cols: Vec<(String, String)> = cols

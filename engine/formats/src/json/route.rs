@@ -1,0 +1,709 @@
+//! The shard router: picks the shard of each record (DESIGN "Chain": encode
+//! the row into the chunk of the shard the router picks).
+//!
+//! [`ShardRouter`] implements `spate_core::pipeline::chain::Router<Payload>`.
+//! It shards by a hash of a **sharding key**, which is one of
+//!
+//! - [`ShardKey::KafkaKey`]: the Kafka message key, byte for byte;
+//! - [`ShardKey::Field`]: one JSON field of the message value, found by a path
+//!   of object keys (a top-level name, or a JSON pointer such as
+//!   `/user/id`);
+//! - [`ShardKey::None`]: no key: plain round robin, record by record.
+//!
+//! # A record without its key
+//!
+//! A record whose message is a well-formed JSON object without the field (or
+//! with `null` there), or which has no Kafka key when the key is the Kafka
+//! key, is refused: [`ShardRouter::try_route`] returns a record error naming
+//! the key, which the pipeline's `on_error` policy skips (counted,
+//! dead-lettered) or fails on. A mistyped field name thus shows at once
+//! instead of spreading the rows evenly. With [`MissingKey::RoundRobin`] such
+//! records go round robin instead (counted by [`ShardRouter::unkeyed`]). A
+//! message that is not a JSON object at all goes round robin and is refused
+//! by the encoder right after routing, with the decode error.
+//!
+//! Reading a field scans the message once up to the field (skipping other
+//! values without building anything) and allocates nothing per record once
+//! the unescape buffer has grown.
+
+use spate_core::pipeline::chain::{RecordCx, Router};
+use spate_core::record::Payload;
+
+use spate_core::pipeline::chain::RecordError;
+
+use crate::json::unescape;
+use spate_row::shard::{
+    KeyHash, KeyType, MissingKey, RouteError, ShardKey, ShardSpec, key_hash, weighted_shard,
+};
+
+/// Routes records to shards by a hash of their [`ShardKey`] (see the module
+/// docs for the formula, the typed modes and weights).
+#[derive(Clone, Debug)]
+pub struct ShardRouter {
+    spec: ShardSpec,
+    next: usize,
+    unkeyed: u64,
+    scratch: Vec<u8>,
+}
+
+impl ShardRouter {
+    /// A router hashing `key`'s text, every shard weighing 1, records
+    /// without the key refused.
+    pub fn new(key: ShardKey) -> Self {
+        Self::with_spec(ShardSpec {
+            key,
+            ..ShardSpec::default()
+        })
+    }
+
+    /// A router per `spec`.
+    pub fn with_spec(spec: ShardSpec) -> Self {
+        Self {
+            spec,
+            next: 0,
+            unkeyed: 0,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// A router without a key: round robin.
+    pub fn round_robin() -> Self {
+        Self::new(ShardKey::None)
+    }
+
+    /// The key this router hashes.
+    pub fn key(&self) -> &ShardKey {
+        &self.spec.key
+    }
+
+    /// Records that had a sharding key configured but no key value and went
+    /// round robin instead ([`MissingKey::RoundRobin`], or a message that is
+    /// not a JSON object).
+    pub fn unkeyed(&self) -> u64 {
+        self.unkeyed
+    }
+
+    /// The shard for a message with Kafka key `key` and value `value`, among
+    /// `shards` (at least 1); a record without its key goes round robin
+    /// whatever the spec says (see [`ShardRouter::try_shard_for`]).
+    pub fn shard_for(&mut self, key: Option<&[u8]>, value: &[u8], shards: usize) -> usize {
+        match self.try_shard_for(key, value, shards) {
+            Ok(s) => s,
+            Err(_) => {
+                self.unkeyed += 1;
+                self.round(shards)
+            }
+        }
+    }
+
+    /// The shard for a message, or why it has none: [`RouteError::Missing`]
+    /// when the record is a JSON object without the field (or `null` there),
+    /// or has no Kafka key, and the spec says [`MissingKey::Error`];
+    /// [`RouteError::BadValue`] when the value does not fit a typed mode.
+    ///
+    /// # Errors
+    /// As above.
+    pub fn try_shard_for(
+        &mut self,
+        key: Option<&[u8]>,
+        value: &[u8],
+        shards: usize,
+    ) -> Result<usize, RouteError> {
+        let h = match &self.spec.key {
+            ShardKey::None => return Ok(self.round(shards)),
+            ShardKey::KafkaKey => key.map(|k| self.hash_of(k, false)),
+            ShardKey::Field(path) => match field_value(value, path, &mut self.scratch) {
+                Some(Found::Input(a, b, string)) => Some(self.hash_of_input(&value[a..b], string)),
+                Some(Found::Scratch) => {
+                    let text = std::mem::take(&mut self.scratch);
+                    let h = self.hash_of(&text, true);
+                    self.scratch = text;
+                    Some(h)
+                }
+                None if !is_json_object(value) => {
+                    // The encoder refuses it right after, with the reason.
+                    self.unkeyed += 1;
+                    return Ok(self.round(shards));
+                }
+                None => None,
+            },
+        };
+        match h {
+            Some(h) => Ok(weighted_shard(h?, shards, &self.spec.weights)),
+            None if self.spec.missing == MissingKey::RoundRobin => {
+                self.unkeyed += 1;
+                Ok(self.round(shards))
+            }
+            None => Err(RouteError::Missing),
+        }
+    }
+
+    fn hash_of_input(&self, text: &[u8], string: bool) -> Result<u64, RouteError> {
+        self.hash_of(text, string)
+    }
+
+    /// The sharding value of a key: `text` is a string's content when
+    /// `string`, else a JSON value's raw text.
+    fn hash_of(&self, text: &[u8], string: bool) -> Result<u64, RouteError> {
+        match self.spec.hash {
+            KeyHash::Text => Ok(key_hash(text)),
+            KeyHash::Typed(KeyType::String) => Ok(key_hash(text)),
+            KeyHash::Typed(t) => {
+                let mut b = [0u8; 8];
+                let n = t
+                    .bytes(text, string, &mut b)
+                    .map_err(RouteError::BadValue)?;
+                Ok(key_hash(&b[..n]))
+            }
+            KeyHash::Value(KeyType::String) => {
+                Err(RouteError::BadValue("a String has no integer value"))
+            }
+            KeyHash::Value(t) => {
+                let mut b = [0u8; 8];
+                t.bytes(text, string, &mut b)
+                    .map_err(RouteError::BadValue)?;
+                // The value's bits as the unsigned integer of its own width
+                // (zero-extended): what 18.16's Distributed takes the
+                // remainder of (an Int32 -1 is 2^32 - 1, an Int64 -1 is
+                // 2^64 - 1; measured in tests/distributed_routing.rs).
+                Ok(u64::from_le_bytes(b))
+            }
+        }
+    }
+
+    /// Whether the JSON `value` holds this router's key field (non-null):
+    /// always false for a key that is not a field. The fan-out router asks
+    /// it to pick the element or the record ([`crate::json::explode`]).
+    pub(crate) fn has_field(&mut self, value: &[u8]) -> bool {
+        match &self.spec.key {
+            ShardKey::Field(path) => field_value(value, path, &mut self.scratch).is_some(),
+            _ => false,
+        }
+    }
+
+    /// The record error for a route error, naming the key.
+    pub fn record_error(&self, e: &RouteError) -> RecordError {
+        let name = match &self.spec.key {
+            ShardKey::None => "shard_key".to_owned(),
+            ShardKey::KafkaKey => "the Kafka key".to_owned(),
+            ShardKey::Field(p) => p.join("/"),
+        };
+        let reason = match e {
+            RouteError::Missing => match &self.spec.key {
+                ShardKey::KafkaKey => {
+                    "the message has no Kafka key, and sink.clickhouse.shard_key \
+                                       is kafka_key"
+                        .to_owned()
+                }
+                _ => format!(
+                    "the shard key field `{name}` (sink.clickhouse.shard_key) is missing or null"
+                ),
+            },
+            RouteError::BadValue(why) => {
+                format!("the shard key `{name}` does not fit sink.clickhouse.shard_key.type: {why}")
+            }
+        };
+        RecordError::encode(name, reason)
+    }
+
+    fn round(&mut self, shards: usize) -> usize {
+        let s = self.next % shards;
+        self.next = s + 1;
+        s
+    }
+}
+
+/// Whether `value` is one JSON object, structurally (checked only on the
+/// rare path of a record without its key; scalars are checked by the
+/// encoder).
+fn is_json_object(value: &[u8]) -> bool {
+    let mut sc = Scan { s: value, i: 0 };
+    sc.ws();
+    if sc.peek() != Some(b'{') || sc.skip_value(0).is_none() {
+        return false;
+    }
+    sc.ws();
+    sc.i == value.len()
+}
+
+impl<'a> Router<Payload<'a>> for ShardRouter {
+    fn route(&mut self, record: &Payload<'a>, _cx: &RecordCx<'_>, shards: usize) -> usize {
+        self.shard_for(record.key, record.bytes(), shards)
+    }
+
+    fn try_route(
+        &mut self,
+        record: &Payload<'a>,
+        _cx: &RecordCx<'_>,
+        shards: usize,
+    ) -> Result<usize, RecordError> {
+        self.try_shard_for(record.key, record.bytes(), shards)
+            .map_err(|e| self.record_error(&e))
+    }
+}
+
+/// Where the key bytes of a field are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Found {
+    /// `value[a..b]`; whether it is a string's content.
+    Input(usize, usize, bool),
+    /// The unescaped string now in the scratch buffer.
+    Scratch,
+}
+
+/// Finds the value at `path` in the JSON object `json`: a string's unescaped
+/// content, any other value's raw text; `None` when absent, `null`, or the
+/// input is not a well-formed object up to that point.
+fn field_value(json: &[u8], path: &[String], scratch: &mut Vec<u8>) -> Option<Found> {
+    let mut sc = Scan { s: json, i: 0 };
+    let (last, parents) = path.split_last()?;
+    for seg in parents {
+        sc.find_key(seg, scratch)?;
+        // The parent must be an object; find_key checks the `{`.
+    }
+    sc.find_key(last, scratch)?;
+    sc.ws();
+    match sc.peek()? {
+        b'"' => {
+            let (a, b, escaped) = sc.string()?;
+            if escaped {
+                unescape(&json[a..b], scratch).ok()?;
+                Some(Found::Scratch)
+            } else {
+                Some(Found::Input(a, b, true))
+            }
+        }
+        b'n' => None,
+        _ => {
+            let a = sc.i;
+            sc.skip_value(0)?;
+            Some(Found::Input(a, sc.i, false))
+        }
+    }
+}
+
+/// Nesting bound while skipping values, as the mapper's.
+const MAX_DEPTH: u32 = 128;
+
+struct Scan<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl Scan<'_> {
+    fn peek(&self) -> Option<u8> {
+        self.s.get(self.i).copied()
+    }
+
+    fn ws(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.i += 1;
+        }
+    }
+
+    fn eat(&mut self, c: u8) -> Option<()> {
+        self.ws();
+        (self.peek()? == c).then(|| self.i += 1)
+    }
+
+    /// At an object: moves past the key `want` and its `:`, leaving the
+    /// cursor before its value.
+    fn find_key(&mut self, want: &str, scratch: &mut Vec<u8>) -> Option<()> {
+        self.eat(b'{')?;
+        self.ws();
+        if self.peek()? == b'}' {
+            return None;
+        }
+        loop {
+            self.ws();
+            if self.peek()? != b'"' {
+                return None;
+            }
+            let (a, b, escaped) = self.string()?;
+            let hit = if escaped {
+                unescape(&self.s[a..b], scratch).ok()?;
+                scratch.as_slice() == want.as_bytes()
+            } else {
+                &self.s[a..b] == want.as_bytes()
+            };
+            self.eat(b':')?;
+            if hit {
+                return Some(());
+            }
+            self.ws();
+            self.skip_value(0)?;
+            self.ws();
+            match self.peek()? {
+                b',' => self.i += 1,
+                _ => return None,
+            }
+        }
+    }
+
+    /// At a `"`: moves past the string; returns its content's range and
+    /// whether it holds escapes.
+    fn string(&mut self) -> Option<(usize, usize, bool)> {
+        self.i += 1;
+        let a = self.i;
+        let mut escaped = false;
+        loop {
+            match self.peek()? {
+                b'"' => {
+                    let b = self.i;
+                    self.i += 1;
+                    return Some((a, b, escaped));
+                }
+                b'\\' => {
+                    escaped = true;
+                    self.i += 2;
+                }
+                _ => self.i += 1,
+            }
+        }
+    }
+
+    /// Moves past one value (of any kind) without checking scalars closely.
+    fn skip_value(&mut self, depth: u32) -> Option<()> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        self.ws();
+        match self.peek()? {
+            b'"' => self.string().map(drop),
+            open @ (b'{' | b'[') => {
+                let close = if open == b'{' { b'}' } else { b']' };
+                self.i += 1;
+                self.ws();
+                if self.peek()? == close {
+                    self.i += 1;
+                    return Some(());
+                }
+                loop {
+                    if open == b'{' {
+                        self.ws();
+                        if self.peek()? != b'"' {
+                            return None;
+                        }
+                        self.string()?;
+                        self.eat(b':')?;
+                    }
+                    self.skip_value(depth + 1)?;
+                    self.ws();
+                    match self.peek()? {
+                        b',' => self.i += 1,
+                        c if c == close => {
+                            self.i += 1;
+                            return Some(());
+                        }
+                        _ => return None,
+                    }
+                }
+            }
+            _ => {
+                let a = self.i;
+                while let Some(c) = self.peek() {
+                    if matches!(c, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r') {
+                        break;
+                    }
+                    self.i += 1;
+                }
+                (self.i > a).then_some(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spate_row::shard::shard_of_key;
+
+    fn route(r: &mut ShardRouter, key: Option<&str>, value: &str, shards: usize) -> usize {
+        r.shard_for(key.map(str::as_bytes), value.as_bytes(), shards)
+    }
+
+    #[test]
+    fn field_strings_hash_their_unescaped_content() {
+        let mut r = ShardRouter::new(ShardKey::field("u"));
+        for shards in [2, 3, 5, 16] {
+            let want = shard_of_key("h\u{e9}llo \"x\"".as_bytes(), shards);
+            for v in [
+                r#"{"u":"héllo \"x\""}"#,
+                r#"{"a":[1,{"u":2}],"u":"h\u00e9llo \"x\"","z":null}"#,
+                r#" { "b" : {"c":"}"} , "u" :  "h\u00E9llo \u0022x\u0022" } "#,
+                r#"{"\u0075":"héllo \"x\""}"#,
+            ] {
+                assert_eq!(route(&mut r, None, v, shards), want, "{v}");
+            }
+        }
+        assert_eq!(r.unkeyed(), 0);
+        // A surrogate pair unescapes to the 4-byte character.
+        let want = shard_of_key("😀".as_bytes(), 16);
+        assert_eq!(route(&mut r, None, r#"{"u":"\ud83d\ude00"}"#, 16), want);
+    }
+
+    #[test]
+    fn field_scalars_hash_their_text() {
+        let mut r = ShardRouter::new(ShardKey::field("id"));
+        for (v, key) in [
+            (r#"{"id":42}"#, "42"),
+            (r#"{"id":-4.2e1,"x":1}"#, "-4.2e1"),
+            (r#"{"id":true}"#, "true"),
+            (r#"{"id":[1, 2]}"#, "[1, 2]"),
+            (r#"{"id":{"a":"]"}}"#, r#"{"a":"]"}"#),
+        ] {
+            assert_eq!(
+                route(&mut r, None, v, 1 << 20),
+                shard_of_key(key.as_bytes(), 1 << 20),
+                "{v}"
+            );
+        }
+    }
+
+    #[test]
+    fn nested_fields_by_pointer() {
+        let mut r = ShardRouter::new(ShardKey::pointer("/user/id").unwrap());
+        let v = r#"{"id":"no","user":{"name":"x","id":"u-7"},"id2":1}"#;
+        assert_eq!(route(&mut r, None, v, 97), shard_of_key(b"u-7", 97));
+        assert!(ShardKey::pointer("user").is_err());
+    }
+
+    #[test]
+    fn kafka_keys_hash_their_bytes() {
+        let mut r = ShardRouter::new(ShardKey::KafkaKey);
+        assert_eq!(
+            route(&mut r, Some("user-3"), "{}", 4),
+            shard_of_key(b"user-3", 4)
+        );
+        assert_eq!(r.unkeyed(), 0);
+    }
+
+    #[test]
+    fn missing_keys_are_record_errors() {
+        let mut r = ShardRouter::new(ShardKey::field("u"));
+        for v in [
+            r#"{"a":1}"#,
+            r#"{"u":null}"#,
+            r#"{"v":{"u":"nested, not top level"}}"#,
+        ] {
+            assert_eq!(
+                r.try_shard_for(None, v.as_bytes(), 3),
+                Err(RouteError::Missing),
+                "{v}"
+            );
+        }
+        let e = r.record_error(&RouteError::Missing);
+        assert_eq!(e.column.as_deref(), Some("u"));
+        assert!(e.reason.contains("shard key field `u`"), "{}", e.reason);
+        // Not a JSON object: round robin, for the encoder to refuse.
+        let got: Vec<usize> = ["not json", r#"{"a":"unterminated"#, ""]
+            .iter()
+            .map(|v| r.try_shard_for(None, v.as_bytes(), 3).unwrap())
+            .collect();
+        assert_eq!(got, [0, 1, 2]);
+        assert_eq!(r.unkeyed(), 3);
+        let mut k = ShardRouter::new(ShardKey::KafkaKey);
+        assert_eq!(k.try_shard_for(None, b"{}", 2), Err(RouteError::Missing));
+    }
+
+    #[test]
+    fn missing_keys_go_round_robin_when_asked_and_are_counted() {
+        let mut r = ShardRouter::with_spec(ShardSpec {
+            key: ShardKey::field("u"),
+            missing: MissingKey::RoundRobin,
+            ..ShardSpec::default()
+        });
+        let got: Vec<usize> = [
+            r#"{"a":1}"#,
+            r#"{"u":null}"#,
+            "not json",
+            r#"{"a":"unterminated"#,
+            "",
+            r#"{"v":{"u":"nested, not top level"}}"#,
+        ]
+        .iter()
+        .map(|v| route(&mut r, None, v, 3))
+        .collect();
+        assert_eq!(got, [0, 1, 2, 0, 1, 2]);
+        assert_eq!(r.unkeyed(), 6);
+        let mut k = ShardRouter::new(ShardKey::KafkaKey);
+        assert_eq!(route(&mut k, None, "{}", 2), 0);
+        assert_eq!(route(&mut k, None, "{}", 2), 1);
+        assert_eq!(k.unkeyed(), 2);
+    }
+
+    /// `xxHash64(col)` of typed values, from a current ClickHouse engine
+    /// (chdb-core 26.9): `SELECT xxHash64(toUInt64(5)), xxHash64(toInt32(-1)),
+    /// xxHash64(toUInt8(200)), xxHash64(toInt64(-42)),
+    /// xxHash64(toUInt16(1000)), xxHash64('5'), xxHash64(toUInt32(7))`.
+    #[test]
+    fn typed_hashes_match_clickhouse_xxhash64() {
+        let cases: [(KeyType, &str, u64); 7] = [
+            (KeyType::UInt64, "5", 9925382920258869565),
+            (KeyType::Int32, "-1", 9185342943168159635),
+            (KeyType::UInt8, "200", 164852255672563262),
+            (KeyType::Int64, "-42", 15400679513160455156),
+            (KeyType::UInt16, "1000", 11540459941412362131),
+            (KeyType::String, "\"5\"", 7674613650421074157),
+            (KeyType::UInt32, "7", 13243476881813409038),
+        ];
+        for (t, json, want) in cases {
+            let shards = 1usize << 40;
+            let mut r = ShardRouter::with_spec(ShardSpec {
+                key: ShardKey::field("id"),
+                hash: KeyHash::Typed(t),
+                ..ShardSpec::default()
+            });
+            let v = format!(r#"{{"id":{json}}}"#);
+            assert_eq!(
+                r.try_shard_for(None, v.as_bytes(), shards),
+                Ok((want % shards as u64) as usize),
+                "{t:?} {json}"
+            );
+        }
+    }
+
+    #[test]
+    fn typed_values_that_do_not_fit_are_refused() {
+        for (t, json) in [
+            (KeyType::UInt32, "-1"),
+            (KeyType::UInt8, "256"),
+            (KeyType::UInt64, "1.5"),
+            (KeyType::UInt64, "\"5\""),
+            (KeyType::Int64, "true"),
+        ] {
+            let mut r = ShardRouter::with_spec(ShardSpec {
+                key: ShardKey::field("id"),
+                hash: KeyHash::Typed(t),
+                ..ShardSpec::default()
+            });
+            let v = format!(r#"{{"id":{json}}}"#);
+            let got = r.try_shard_for(None, v.as_bytes(), 2);
+            assert!(
+                matches!(got, Err(RouteError::BadValue(_))),
+                "{t:?} {json}: {got:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn weights_pick_by_cumulative_ranges_as_distributed_does() {
+        // Weights 1, 2: remainder 0 -> shard 0; 1, 2 -> shard 1.
+        let got: Vec<usize> = (0..6).map(|v| weighted_shard(v, 2, &[1, 2])).collect();
+        assert_eq!(got, [0, 1, 1, 0, 1, 1]);
+        let got: Vec<usize> = (0..7).map(|v| weighted_shard(v, 3, &[2, 0, 5])).collect();
+        assert_eq!(got, [0, 0, 2, 2, 2, 2, 2]);
+        assert_eq!(weighted_shard(u64::MAX, 3, &[]), (u64::MAX % 3) as usize);
+        let mut r = ShardRouter::with_spec(ShardSpec {
+            key: ShardKey::field("id"),
+            hash: KeyHash::Value(KeyType::Int64),
+            weights: vec![1, 2],
+            ..ShardSpec::default()
+        });
+        // -1 as UInt64 is 2^64 - 1, and (2^64 - 1) mod 3 = 0.
+        assert_eq!(r.try_shard_for(None, br#"{"id":-1}"#, 2), Ok(0));
+        assert_eq!(r.try_shard_for(None, br#"{"id":4}"#, 2), Ok(1));
+        // An Int32 -150 counts as 2^32 - 150 (mod 7 = 1: shard 0), not 2^64 - 150
+        // (mod 7 = 6: shard 1).
+        let mut r = ShardRouter::with_spec(ShardSpec {
+            key: ShardKey::field("w"),
+            hash: KeyHash::Value(KeyType::Int32),
+            weights: vec![2, 5],
+            ..ShardSpec::default()
+        });
+        assert_eq!(r.try_shard_for(None, br#"{"w":-150}"#, 2), Ok(0));
+    }
+
+    #[test]
+    fn no_key_is_round_robin() {
+        let mut r = ShardRouter::round_robin();
+        let got: Vec<usize> = (0..7).map(|_| route(&mut r, Some("k"), "{}", 3)).collect();
+        assert_eq!(got, [0, 1, 2, 0, 1, 2, 0]);
+        assert_eq!(r.unkeyed(), 0, "no key configured is not a missing key");
+    }
+
+    use proptest::prelude::*;
+    use serde_json::Value;
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(Value::from),
+            "\\PC{0,8}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 32, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::btree_map("[a-c\"\\\\é]{0,2}", inner, 0..5)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        /// The scanner agrees with serde_json on which bytes a top-level
+        /// field's key is, for random objects, compact or pretty.
+        #[test]
+        fn field_lookup_agrees_with_serde(
+            fields in proptest::collection::btree_map("[a-c\"\\\\é]{0,2}", json_value(), 0..6),
+            want in "[a-c\"\\\\é]{0,2}",
+            pretty in any::<bool>(),
+        ) {
+            let obj: serde_json::Map<String, Value> = fields.into_iter().collect();
+            let text = if pretty {
+                serde_json::to_string_pretty(&obj).unwrap()
+            } else {
+                serde_json::to_string(&obj).unwrap()
+            };
+            let mut r = ShardRouter::new(ShardKey::field(want.clone()));
+            let got = r.shard_for(None, text.as_bytes(), 1 << 30);
+            match obj.get(&want) {
+                None | Some(Value::Null) => prop_assert_eq!(r.unkeyed(), 1),
+                Some(Value::String(s)) => {
+                    prop_assert_eq!(got, shard_of_key(s.as_bytes(), 1 << 30));
+                }
+                Some(v) => {
+                    let raw = if pretty {
+                        serde_json::to_string_pretty(v).unwrap()
+                    } else {
+                        v.to_string()
+                    };
+                    // Pretty nested values are indented by their depth;
+                    // compare compact ones exactly and pretty scalars.
+                    if !pretty || !(v.is_array() || v.is_object()) {
+                        prop_assert_eq!(got, shard_of_key(raw.as_bytes(), 1 << 30));
+                    }
+                    prop_assert_eq!(r.unkeyed(), 0);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn routes_through_the_chain_seam() {
+        use spate_core::ack::{AckIssuer, ack_channel};
+        use spate_core::record::TopicPartition;
+        let (tx, _rx) = ack_channel();
+        let tp = TopicPartition::new("t", 0);
+        let mut issuer = AckIssuer::new(tp.clone(), 1, tx);
+        let ack = issuer.issue(0, 0);
+        let payload = Payload {
+            value: Some(br#"{"u":"user-4"}"#),
+            key: Some(b"user-1"),
+            partition: &tp,
+            offset: 0,
+            timestamp_ms: None,
+            timestamp_kind: spate_core::record::TimestampKind::None,
+            headers: spate_core::record::Headers::NONE,
+        };
+        let cx = RecordCx { payload, ack: &ack };
+        let mut by_field = ShardRouter::new(ShardKey::field("u"));
+        let mut by_key = ShardRouter::new(ShardKey::KafkaKey);
+        assert_eq!(by_field.route(&payload, &cx, 4), shard_of_key(b"user-4", 4));
+        assert_eq!(by_key.route(&payload, &cx, 4), shard_of_key(b"user-1", 4));
+    }
+}
