@@ -83,6 +83,8 @@
 //! spate-clickhouse's `tests/it/real_server.rs`.
 //!
 
+use spate_core::pipeline::chain::RecordError;
+
 use crate::spec::{MappingError, parse_pointer};
 
 /// What a shard router hashes.
@@ -169,29 +171,20 @@ impl KeyType {
         })
     }
 
-    /// The value's bytes as ClickHouse holds it in a column of this type
-    /// (little-endian integers, a string's bytes), written to `out`;
-    /// `Err` says why `text` (a JSON string's content when `string`, else a
-    /// JSON value's raw text) is not a value of the type.
+    /// The integer `v` as ClickHouse holds it in a column of this type:
+    /// its little-endian bytes at the type's width, written to `out`; the
+    /// byte count. What [`KeyHash::Typed`] hashes and [`KeyHash::Value`]
+    /// reads (zero-extended). Every format's router reads an integer key
+    /// through this one function.
     ///
     /// # Errors
-    /// As above.
-    pub fn bytes(
-        self,
-        text: &[u8],
-        string: bool,
-        out: &mut [u8; 8],
-    ) -> Result<usize, &'static str> {
-        if string {
-            return Err("a JSON string where an integer is expected");
-        }
-        let t = std::str::from_utf8(text).map_err(|_| "not UTF-8")?;
+    /// `v` outside the type's range, or the type is `String` (no integer).
+    pub fn int_bytes(self, v: i128, out: &mut [u8; 8]) -> Result<usize, &'static str> {
+        let range = "not an integer in the type's range";
         macro_rules! int {
             ($t:ty) => {{
-                let v: $t = t
-                    .parse()
-                    .map_err(|_| "not an integer in the type's range")?;
-                let b = v.to_le_bytes();
+                let x = <$t>::try_from(v).map_err(|_| range)?;
+                let b = x.to_le_bytes();
                 out[..b.len()].copy_from_slice(&b);
                 Ok(b.len())
             }};
@@ -205,8 +198,16 @@ impl KeyType {
             KeyType::Int16 => int!(i16),
             KeyType::Int32 => int!(i32),
             KeyType::Int64 => int!(i64),
-            KeyType::String => unreachable!("strings are hashed as they are"),
+            KeyType::String => Err("a String has no integer value"),
         }
+    }
+
+    /// Whether the type is an unsigned integer.
+    pub fn is_unsigned(self) -> bool {
+        matches!(
+            self,
+            KeyType::UInt8 | KeyType::UInt16 | KeyType::UInt32 | KeyType::UInt64
+        )
     }
 }
 
@@ -279,6 +280,167 @@ pub enum RouteError {
     BadValue(&'static str),
 }
 
+/// The integer in `text` (decimal ASCII, as Rust reads an integer of the
+/// key type: an optional sign, `-` only for a signed type) as
+/// [`KeyType::int_bytes`] writes it.
+fn text_int_bytes(t: KeyType, text: &[u8], out: &mut [u8; 8]) -> Result<usize, &'static str> {
+    if t == KeyType::String {
+        return Err("a String has no integer value");
+    }
+    let range = "not an integer in the type's range";
+    let s = std::str::from_utf8(text).map_err(|_| "not UTF-8")?;
+    if t.is_unsigned() && s.starts_with('-') {
+        return Err(range);
+    }
+    let v: i128 = s.parse().map_err(|_| range)?;
+    t.int_bytes(v, out)
+}
+
+/// The format-neutral half of every shard router: round robin, the Kafka
+/// key, the weights and the missing-key policy, and the record error naming
+/// the key. A format's router finds a field's value in its records and
+/// hands its sharding value here (spate-formats' `json::route` and
+/// `avro::route`), so every format routes alike.
+#[derive(Clone, Debug)]
+pub struct ShardPicker {
+    spec: ShardSpec,
+    next: usize,
+    unkeyed: u64,
+}
+
+impl ShardPicker {
+    /// A picker per `spec`, starting its round robin at shard 0.
+    pub fn new(spec: ShardSpec) -> Self {
+        Self {
+            spec,
+            next: 0,
+            unkeyed: 0,
+        }
+    }
+
+    /// What it routes by.
+    pub fn spec(&self) -> &ShardSpec {
+        &self.spec
+    }
+
+    /// Records that had a sharding key configured but no key value and went
+    /// round robin instead ([`ShardPicker::unkeyed_round`]).
+    pub fn unkeyed(&self) -> u64 {
+        self.unkeyed
+    }
+
+    /// The next shard of the round robin among `shards` (at least 1).
+    pub fn round(&mut self, shards: usize) -> usize {
+        debug_assert!(shards > 0, "at least one shard");
+        let s = self.next % shards;
+        self.next = s + 1;
+        s
+    }
+
+    /// The next round-robin shard for a record without its key value,
+    /// counted in [`ShardPicker::unkeyed`].
+    pub fn unkeyed_round(&mut self, shards: usize) -> usize {
+        self.unkeyed += 1;
+        self.round(shards)
+    }
+
+    /// The shard for a record whose key is not a field: round robin for
+    /// [`ShardKey::None`], the Kafka key's [`ShardPicker::hash_text`] for
+    /// [`ShardKey::KafkaKey`].
+    ///
+    /// # Errors
+    /// As [`ShardPicker::settle`].
+    ///
+    /// # Panics
+    /// For a [`ShardKey::Field`] key: the format's router finds fields.
+    pub fn pick_unfielded(
+        &mut self,
+        key: Option<&[u8]>,
+        shards: usize,
+    ) -> Result<usize, RouteError> {
+        match &self.spec.key {
+            ShardKey::None => Ok(self.round(shards)),
+            ShardKey::KafkaKey => {
+                let h = key.map(|k| self.hash_text(k));
+                self.settle(h, shards)
+            }
+            ShardKey::Field(_) => unreachable!("a field key is found by the format's router"),
+        }
+    }
+
+    /// The shard for a record's sharding value: `Some` picks by the weights
+    /// ([`weighted_shard`]); `None` (the record lacks its key) goes round
+    /// robin under [`MissingKey::RoundRobin`].
+    ///
+    /// # Errors
+    /// The value's own error; [`RouteError::Missing`] for `None` under
+    /// [`MissingKey::Error`].
+    pub fn settle(
+        &mut self,
+        value: Option<Result<u64, RouteError>>,
+        shards: usize,
+    ) -> Result<usize, RouteError> {
+        match value {
+            Some(h) => Ok(weighted_shard(h?, shards, &self.spec.weights)),
+            None if self.spec.missing == MissingKey::RoundRobin => Ok(self.unkeyed_round(shards)),
+            None => Err(RouteError::Missing),
+        }
+    }
+
+    /// The sharding value of a key given as text (a Kafka key's bytes, a
+    /// JSON value's literal text, a string's content) per the spec's
+    /// [`KeyHash`]: XXH64 of the text; in the typed modes the text read as
+    /// a decimal integer of the key type ([`KeyType::int_bytes`]) and hashed
+    /// ([`KeyHash::Typed`]) or taken as it is ([`KeyHash::Value`]: its bits
+    /// as the unsigned integer of its own width, zero-extended, which is
+    /// what 18.16's `Distributed` takes the remainder of: an Int32 -1 is
+    /// 2^32 - 1, an Int64 -1 is 2^64 - 1; measured in spate-clickhouse's
+    /// `tests/it/distributed_routing.rs`).
+    ///
+    /// # Errors
+    /// [`RouteError::BadValue`] when the text is no integer of the type.
+    pub fn hash_text(&self, text: &[u8]) -> Result<u64, RouteError> {
+        match self.spec.hash {
+            KeyHash::Text | KeyHash::Typed(KeyType::String) => Ok(key_hash(text)),
+            KeyHash::Typed(t) => {
+                let mut b = [0u8; 8];
+                let n = text_int_bytes(t, text, &mut b).map_err(RouteError::BadValue)?;
+                Ok(key_hash(&b[..n]))
+            }
+            KeyHash::Value(t) => {
+                let mut b = [0u8; 8];
+                text_int_bytes(t, text, &mut b).map_err(RouteError::BadValue)?;
+                Ok(u64::from_le_bytes(b))
+            }
+        }
+    }
+
+    /// The record error for a route error, naming the key.
+    pub fn record_error(&self, e: &RouteError) -> RecordError {
+        let name = match &self.spec.key {
+            ShardKey::None => "shard_key".to_owned(),
+            ShardKey::KafkaKey => "the Kafka key".to_owned(),
+            ShardKey::Field(p) => p.join("/"),
+        };
+        let reason = match e {
+            RouteError::Missing => match &self.spec.key {
+                ShardKey::KafkaKey => {
+                    "the message has no Kafka key, and sink.clickhouse.shard_key \
+                                       is kafka_key"
+                        .to_owned()
+                }
+                _ => format!(
+                    "the shard key field `{name}` (sink.clickhouse.shard_key) is missing or null"
+                ),
+            },
+            RouteError::BadValue(why) => {
+                format!("the shard key `{name}` does not fit sink.clickhouse.shard_key.type: {why}")
+            }
+        };
+        RecordError::encode(name, reason)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -329,5 +491,31 @@ mod tests {
                 assert!(dev < 0.03, "{shards} shards: shard {s} got {c} of {n}");
             }
         }
+    }
+
+    /// An integer key's text reads as Rust reads an integer of the key type
+    /// (what the JSON router did with `str::parse` per type before the Avro
+    /// and JSON routers shared `int_bytes`): `+` allowed, `-` only signed,
+    /// the type's range exactly, little-endian at the type's width.
+    #[test]
+    fn integer_key_text_reads_as_the_type_does() {
+        let mut b = [0u8; 8];
+        assert_eq!(text_int_bytes(KeyType::UInt8, b"+5", &mut b), Ok(1));
+        assert_eq!(b[0], 5);
+        assert!(text_int_bytes(KeyType::UInt8, b"-0", &mut b).is_err());
+        assert_eq!(text_int_bytes(KeyType::Int8, b"-0", &mut b), Ok(1));
+        assert!(text_int_bytes(KeyType::UInt8, b"256", &mut b).is_err());
+        assert_eq!(
+            text_int_bytes(KeyType::UInt64, b"18446744073709551615", &mut b),
+            Ok(8)
+        );
+        assert_eq!(b, [0xff; 8]);
+        assert!(text_int_bytes(KeyType::UInt64, b"18446744073709551616", &mut b).is_err());
+        assert_eq!(text_int_bytes(KeyType::Int32, b"-1", &mut b), Ok(4));
+        assert_eq!(b[..4], [0xff; 4]);
+        assert!(text_int_bytes(KeyType::Int64, b"1.5", &mut b).is_err());
+        assert!(text_int_bytes(KeyType::String, b"5", &mut b).is_err());
+        assert_eq!(KeyType::Int16.int_bytes(-2, &mut b), Ok(2));
+        assert_eq!(b[..2], [0xfe, 0xff]);
     }
 }

@@ -195,6 +195,20 @@ pub fn parse_source(text: &str) -> Result<ColumnSource, MappingError> {
         .ok_or_else(|| MappingError::BadSource(text.to_owned()))
 }
 
+impl ColumnSpec {
+    /// The record paths that feed this column, as every format reads them:
+    /// its explicit path when it has one; else, under a (non-empty) flatten
+    /// join, every cut of its name at the join ([`flattened_paths`]); else
+    /// its name as one top-level field.
+    pub fn source_paths(&self, flatten_join: Option<&str>) -> Vec<Vec<String>> {
+        match (&self.path, flatten_join) {
+            (Some(p), _) => vec![p.clone()],
+            (None, Some(join)) if !join.is_empty() => flattened_paths(&self.name, join),
+            (None, _) => vec![vec![self.name.clone()]],
+        }
+    }
+}
+
 /// Every path a column name stands for under a flatten join: the name itself
 /// and each way of cutting it at the join (at most 2^6 cuts considered).
 pub fn flattened_paths(name: &str, join: &str) -> Vec<Vec<String>> {

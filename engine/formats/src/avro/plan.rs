@@ -479,33 +479,11 @@ impl<'s> Ctx<'s> {
     }
 }
 
-/// Every path a column name stands for under a flatten join (as the JSON
-/// mapper reads it): the name itself and each cut at the join.
+/// Every path a column name stands for under a flatten join (as every
+/// format reads it, [`ColumnSpec::source_paths`]), and whether the column
+/// names its path explicitly.
 fn candidate_paths(c: &ColumnSpec, join: Option<&str>) -> (Vec<Vec<String>>, bool) {
-    if let Some(p) = &c.path {
-        return (vec![p.clone()], true);
-    }
-    let name = &c.name;
-    let Some(join) = join.filter(|j| !j.is_empty()) else {
-        return (vec![vec![name.clone()]], false);
-    };
-    let cuts: Vec<usize> = name.match_indices(join).map(|(i, _)| i).take(6).collect();
-    let paths = (0u32..(1 << cuts.len()))
-        .map(|mask| {
-            let mut path = Vec::new();
-            let mut from = 0;
-            for (bit, &at) in cuts.iter().enumerate() {
-                if mask & (1 << bit) != 0 {
-                    path.push(name[from..at].to_owned());
-                    from = at + join.len();
-                }
-            }
-            path.push(name[from..].to_owned());
-            path
-        })
-        .filter(|p| p.iter().all(|seg| !seg.is_empty()))
-        .collect();
-    (paths, false)
+    (c.source_paths(join), c.path.is_some())
 }
 
 /// Compiles the plan of writer schema `schema` (registry id `id`) onto

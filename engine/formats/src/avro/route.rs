@@ -1,8 +1,8 @@
 //! The shard router for Avro records: [`ShardKey::Field`] names an Avro
 //! field (a path through records; under `explode` an element's field too,
 //! as the columns resolve them), [`ShardKey::KafkaKey`] and
-//! [`ShardKey::None`] route as [`ShardRouter`] does. The hash is the one
-//! [`crate::json::route`] documents: XXH64 of a string's bytes, of an int or
+//! [`ShardKey::None`] route as every router does ([`ShardPicker`]). The hash
+//! is the one [`spate_row::shard`] documents: XXH64 of a string's bytes, of an int or
 //! long's decimal text (what a JSON producer would have written), of an
 //! enum's symbol ([`KeyHash::Text`]); or the integer read as the key type
 //! ([`KeyHash::Typed`], [`KeyHash::Value`]).
@@ -12,9 +12,8 @@ use spate_core::pipeline::chain::{RecordCx, RecordError, Router};
 use apache_avro::Schema;
 use apache_avro::schema::RecordSchema;
 
-use crate::json::route::ShardRouter;
 use spate_row::shard::{
-    KeyHash, KeyType, MissingKey, ShardKey, ShardSpec, key_hash, weighted_shard,
+    KeyHash, KeyType, MissingKey, ShardKey, ShardPicker, ShardSpec, key_hash, weighted_shard,
 };
 
 use super::exec::{Cur, skip};
@@ -53,7 +52,7 @@ struct KeyLoc {
 
 /// Routes [`AvroRecord`]s (see the module docs).
 pub struct AvroRouter {
-    inner: ShardRouter,
+    inner: ShardPicker,
     spec: ShardSpec,
     plans: LocalPlans,
     /// Key locators per schema id (the last one first).
@@ -64,7 +63,7 @@ impl AvroMapping {
     /// A router for one pipeline thread, by `spec`.
     pub fn router(self: &std::sync::Arc<Self>, spec: ShardSpec) -> AvroRouter {
         AvroRouter {
-            inner: ShardRouter::with_spec(spec.clone()),
+            inner: ShardPicker::new(spec.clone()),
             spec,
             plans: LocalPlans::new(self),
             keys: Vec::new(),
@@ -339,29 +338,6 @@ fn read_kind<'x>(kind: &'x KeyKind, c: &mut Cur<'x>) -> Result<Found<'x>, super:
     })
 }
 
-fn int_bytes(t: KeyType, v: i64, out: &mut [u8; 8]) -> Result<usize, &'static str> {
-    let range = "not an integer in the type's range";
-    macro_rules! int {
-        ($t:ty) => {{
-            let x = <$t>::try_from(v).map_err(|_| range)?;
-            let b = x.to_le_bytes();
-            out[..b.len()].copy_from_slice(&b);
-            Ok(b.len())
-        }};
-    }
-    match t {
-        KeyType::UInt8 => int!(u8),
-        KeyType::UInt16 => int!(u16),
-        KeyType::UInt32 => int!(u32),
-        KeyType::UInt64 => int!(u64),
-        KeyType::Int8 => int!(i8),
-        KeyType::Int16 => int!(i16),
-        KeyType::Int32 => int!(i32),
-        KeyType::Int64 => int!(i64),
-        KeyType::String => Err("a String has no integer value"),
-    }
-}
-
 impl AvroRouter {
     fn key_value(&mut self, record: &AvroRecord<'_>) -> Result<Option<u64>, RecordError> {
         let ShardKey::Field(path) = &self.spec.key else {
@@ -417,12 +393,12 @@ impl AvroRouter {
             }
             (Found::Int(v), KeyHash::Typed(t)) => {
                 let mut b = [0u8; 8];
-                let n = int_bytes(t, v, &mut b).map_err(bad)?;
+                let n = t.int_bytes(i128::from(v), &mut b).map_err(bad)?;
                 key_hash(&b[..n])
             }
             (Found::Int(v), KeyHash::Value(t)) => {
                 let mut b = [0u8; 8];
-                int_bytes(t, v, &mut b).map_err(bad)?;
+                t.int_bytes(i128::from(v), &mut b).map_err(bad)?;
                 u64::from_le_bytes(b)
             }
         };
@@ -454,7 +430,7 @@ impl<'a> Router<AvroRecord<'a>> for AvroRouter {
     fn route(&mut self, record: &AvroRecord<'a>, cx: &RecordCx<'_>, shards: usize) -> usize {
         match self.try_route(record, cx, shards) {
             Ok(s) => s,
-            Err(_) => self.inner.shard_for(None, &[], shards),
+            Err(_) => self.inner.unkeyed_round(shards),
         }
     }
 
@@ -467,12 +443,12 @@ impl<'a> Router<AvroRecord<'a>> for AvroRouter {
         match &self.spec.key {
             ShardKey::None | ShardKey::KafkaKey => self
                 .inner
-                .try_shard_for(cx.payload.key, &[], shards)
+                .pick_unfielded(cx.payload.key, shards)
                 .map_err(|e| self.inner.record_error(&e)),
             ShardKey::Field(_) => match self.key_value(record)? {
                 Some(h) => Ok(weighted_shard(h, shards, &self.spec.weights)),
                 None if self.spec.missing == MissingKey::RoundRobin => {
-                    Ok(self.inner.shard_for(None, &[], shards))
+                    Ok(self.inner.unkeyed_round(shards))
                 }
                 None => {
                     let name = match &self.spec.key {

@@ -62,9 +62,7 @@ use spate_core::pipeline::chain::{Encoder, RecordCx, RecordError};
 use spate_core::record::Payload;
 use spate_row::coerce::TimeRules;
 use spate_row::meta::{MetaPut, encode_meta};
-use spate_row::spec::{
-    ColumnSpec, MappingError, MappingOptions, MissingValue, encode_literal, flattened_paths,
-};
+use spate_row::spec::{ColumnSpec, MappingError, MappingOptions, MissingValue, encode_literal};
 use spate_row::types::ChType;
 
 pub(crate) use scan::unescape;
@@ -346,12 +344,7 @@ impl JsonRowEncoder {
                     })?;
                 continue;
             }
-            let paths = match (&c.path, &options.flatten_join) {
-                (Some(p), _) => vec![p.clone()],
-                (None, Some(join)) if !join.is_empty() => flattened_paths(&c.name, join),
-                (None, _) => vec![vec![c.name.clone()]],
-            };
-            for p in paths {
+            for p in c.source_paths(options.flatten_join.as_deref()) {
                 root.insert(&p, i, &columns)?;
             }
         }

@@ -17,7 +17,7 @@
 //! key, is refused: [`ShardRouter::try_route`] returns a record error naming
 //! the key, which the pipeline's `on_error` policy skips (counted,
 //! dead-lettered) or fails on. A mistyped field name thus shows at once
-//! instead of spreading the rows evenly. With [`MissingKey::RoundRobin`] such
+//! instead of spreading the rows evenly. With [`spate_row::shard::MissingKey::RoundRobin`] such
 //! records go round robin instead (counted by [`ShardRouter::unkeyed`]). A
 //! message that is not a JSON object at all goes round robin and is refused
 //! by the encoder right after routing, with the decode error.
@@ -32,17 +32,14 @@ use spate_core::record::Payload;
 use spate_core::pipeline::chain::RecordError;
 
 use crate::json::unescape;
-use spate_row::shard::{
-    KeyHash, KeyType, MissingKey, RouteError, ShardKey, ShardSpec, key_hash, weighted_shard,
-};
+use spate_row::shard::{KeyHash, KeyType, RouteError, ShardKey, ShardPicker, ShardSpec};
 
-/// Routes records to shards by a hash of their [`ShardKey`] (see the module
-/// docs for the formula, the typed modes and weights).
+/// Routes records to shards by a hash of their [`ShardKey`] (see
+/// [`spate_row::shard`] for the formula, the typed modes and weights): finds
+/// a field's value in the JSON message, the [`ShardPicker`] does the rest.
 #[derive(Clone, Debug)]
 pub struct ShardRouter {
-    spec: ShardSpec,
-    next: usize,
-    unkeyed: u64,
+    picker: ShardPicker,
     scratch: Vec<u8>,
 }
 
@@ -59,9 +56,7 @@ impl ShardRouter {
     /// A router per `spec`.
     pub fn with_spec(spec: ShardSpec) -> Self {
         Self {
-            spec,
-            next: 0,
-            unkeyed: 0,
+            picker: ShardPicker::new(spec),
             scratch: Vec::new(),
         }
     }
@@ -73,14 +68,14 @@ impl ShardRouter {
 
     /// The key this router hashes.
     pub fn key(&self) -> &ShardKey {
-        &self.spec.key
+        &self.picker.spec().key
     }
 
     /// Records that had a sharding key configured but no key value and went
-    /// round robin instead ([`MissingKey::RoundRobin`], or a message that is
+    /// round robin instead ([`spate_row::shard::MissingKey::RoundRobin`], or a message that is
     /// not a JSON object).
     pub fn unkeyed(&self) -> u64 {
-        self.unkeyed
+        self.picker.unkeyed()
     }
 
     /// The shard for a message with Kafka key `key` and value `value`, among
@@ -89,16 +84,13 @@ impl ShardRouter {
     pub fn shard_for(&mut self, key: Option<&[u8]>, value: &[u8], shards: usize) -> usize {
         match self.try_shard_for(key, value, shards) {
             Ok(s) => s,
-            Err(_) => {
-                self.unkeyed += 1;
-                self.round(shards)
-            }
+            Err(_) => self.picker.unkeyed_round(shards),
         }
     }
 
     /// The shard for a message, or why it has none: [`RouteError::Missing`]
     /// when the record is a JSON object without the field (or `null` there),
-    /// or has no Kafka key, and the spec says [`MissingKey::Error`];
+    /// or has no Kafka key, and the spec says [`spate_row::shard::MissingKey::Error`];
     /// [`RouteError::BadValue`] when the value does not fit a typed mode.
     ///
     /// # Errors
@@ -109,73 +101,41 @@ impl ShardRouter {
         value: &[u8],
         shards: usize,
     ) -> Result<usize, RouteError> {
-        let h = match &self.spec.key {
-            ShardKey::None => return Ok(self.round(shards)),
-            ShardKey::KafkaKey => key.map(|k| self.hash_of(k, false)),
-            ShardKey::Field(path) => match field_value(value, path, &mut self.scratch) {
-                Some(Found::Input(a, b, string)) => Some(self.hash_of_input(&value[a..b], string)),
-                Some(Found::Scratch) => {
-                    let text = std::mem::take(&mut self.scratch);
-                    let h = self.hash_of(&text, true);
-                    self.scratch = text;
-                    Some(h)
-                }
-                None if !is_json_object(value) => {
-                    // The encoder refuses it right after, with the reason.
-                    self.unkeyed += 1;
-                    return Ok(self.round(shards));
-                }
-                None => None,
-            },
+        let ShardKey::Field(path) = &self.picker.spec().key else {
+            return self.picker.pick_unfielded(key, shards);
         };
-        match h {
-            Some(h) => Ok(weighted_shard(h?, shards, &self.spec.weights)),
-            None if self.spec.missing == MissingKey::RoundRobin => {
-                self.unkeyed += 1;
-                Ok(self.round(shards))
+        let h = match field_value(value, path, &mut self.scratch) {
+            Some(Found::Input(a, b, string)) => Some(self.hash_of(&value[a..b], string)),
+            Some(Found::Scratch) => Some(self.hash_of(&self.scratch, true)),
+            None if !is_json_object(value) => {
+                // The encoder refuses it right after, with the reason.
+                return Ok(self.picker.unkeyed_round(shards));
             }
-            None => Err(RouteError::Missing),
-        }
+            None => None,
+        };
+        self.picker.settle(h, shards)
     }
 
-    fn hash_of_input(&self, text: &[u8], string: bool) -> Result<u64, RouteError> {
-        self.hash_of(text, string)
-    }
-
-    /// The sharding value of a key: `text` is a string's content when
-    /// `string`, else a JSON value's raw text.
+    /// The sharding value of a field: `text` is a string's content when
+    /// `string`, else a JSON value's raw text. A string is no integer for
+    /// the typed modes (even `"5"`).
     fn hash_of(&self, text: &[u8], string: bool) -> Result<u64, RouteError> {
-        match self.spec.hash {
-            KeyHash::Text => Ok(key_hash(text)),
-            KeyHash::Typed(KeyType::String) => Ok(key_hash(text)),
-            KeyHash::Typed(t) => {
-                let mut b = [0u8; 8];
-                let n = t
-                    .bytes(text, string, &mut b)
-                    .map_err(RouteError::BadValue)?;
-                Ok(key_hash(&b[..n]))
-            }
-            KeyHash::Value(KeyType::String) => {
-                Err(RouteError::BadValue("a String has no integer value"))
-            }
-            KeyHash::Value(t) => {
-                let mut b = [0u8; 8];
-                t.bytes(text, string, &mut b)
-                    .map_err(RouteError::BadValue)?;
-                // The value's bits as the unsigned integer of its own width
-                // (zero-extended): what 18.16's Distributed takes the
-                // remainder of (an Int32 -1 is 2^32 - 1, an Int64 -1 is
-                // 2^64 - 1; measured in tests/distributed_routing.rs).
-                Ok(u64::from_le_bytes(b))
-            }
+        if string
+            && let KeyHash::Typed(t) | KeyHash::Value(t) = self.picker.spec().hash
+            && t != KeyType::String
+        {
+            return Err(RouteError::BadValue(
+                "a JSON string where an integer is expected",
+            ));
         }
+        self.picker.hash_text(text)
     }
 
     /// Whether the JSON `value` holds this router's key field (non-null):
     /// always false for a key that is not a field. The fan-out router asks
     /// it to pick the element or the record ([`crate::json::explode`]).
     pub(crate) fn has_field(&mut self, value: &[u8]) -> bool {
-        match &self.spec.key {
+        match &self.picker.spec().key {
             ShardKey::Field(path) => field_value(value, path, &mut self.scratch).is_some(),
             _ => false,
         }
@@ -183,33 +143,7 @@ impl ShardRouter {
 
     /// The record error for a route error, naming the key.
     pub fn record_error(&self, e: &RouteError) -> RecordError {
-        let name = match &self.spec.key {
-            ShardKey::None => "shard_key".to_owned(),
-            ShardKey::KafkaKey => "the Kafka key".to_owned(),
-            ShardKey::Field(p) => p.join("/"),
-        };
-        let reason = match e {
-            RouteError::Missing => match &self.spec.key {
-                ShardKey::KafkaKey => {
-                    "the message has no Kafka key, and sink.clickhouse.shard_key \
-                                       is kafka_key"
-                        .to_owned()
-                }
-                _ => format!(
-                    "the shard key field `{name}` (sink.clickhouse.shard_key) is missing or null"
-                ),
-            },
-            RouteError::BadValue(why) => {
-                format!("the shard key `{name}` does not fit sink.clickhouse.shard_key.type: {why}")
-            }
-        };
-        RecordError::encode(name, reason)
-    }
-
-    fn round(&mut self, shards: usize) -> usize {
-        let s = self.next % shards;
-        self.next = s + 1;
-        s
+        self.picker.record_error(e)
     }
 }
 
@@ -416,7 +350,7 @@ impl Scan<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use spate_row::shard::shard_of_key;
+    use spate_row::shard::{MissingKey, shard_of_key, weighted_shard};
 
     fn route(r: &mut ShardRouter, key: Option<&str>, value: &str, shards: usize) -> usize {
         r.shard_for(key.map(str::as_bytes), value.as_bytes(), shards)

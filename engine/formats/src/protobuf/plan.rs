@@ -282,13 +282,7 @@ pub fn compile(
                 ),
             ));
         }
-        let candidates: Vec<Vec<String>> = match (&c.path, &options.flatten_join) {
-            (Some(p), _) => vec![p.clone()],
-            (None, Some(join)) if !join.is_empty() => {
-                spate_row::spec::flattened_paths(&c.name, join)
-            }
-            (None, _) => vec![vec![c.name.clone()]],
-        };
+        let candidates = c.source_paths(options.flatten_join.as_deref());
         let mut found: Vec<(Vec<FieldDescriptor>, String)> = Vec::new();
         for p in &candidates {
             if let Some(fields) = resolve(message, p) {
