@@ -1,6 +1,6 @@
 //! Byte-exact Native layouts for small hand-computed cases; the decoders of
-//! a current engine (chdb, `tests/chdb_fixtures.rs`) and of 18.16
-//! (`tests/real_server.rs`) check every type end to end.
+//! a current engine (chdb, `tests/it/chdb_fixtures.rs`) and of 18.16
+//! (`tests/it/real_server.rs`) check every type end to end.
 
 use super::*;
 use spate_row::num::Wide;

@@ -44,7 +44,7 @@
 //! checked when the plan is compiled.
 //!
 //! `tests/it/avro_prop.rs` checks the decoder against apache-avro's own
-//! decoding; `tests/it/no_alloc.rs` counts allocations per row (zero);
+//! decoding; spate-clickhouse's `tests/it/no_alloc.rs` counts allocations per row (zero);
 //! `spate_testkit::sensor::avro` is the benchmark workload's generator.
 
 mod exec;

@@ -45,8 +45,8 @@
 //! fast path for its usual token (plain integers, strings, fixed-shape time
 //! text, plain floats and decimals, bools, UUIDs, fixed strings, dotted
 //! quads, null into a Nullable) that declines to the general coercions for
-//! anything else (the `fast` module). `tests/no_alloc.rs` counts allocations per row (zero).
-//! Measure with `cargo run --release -p spate-clickhouse --example throughput`
+//! anything else (the `fast` module). spate-clickhouse's `tests/it/no_alloc.rs` counts allocations per row (zero).
+//! Measure with `cargo run --release -p spate-formats --example throughput`
 //! (`ID_COLUMN=1` with rows carrying `"id"` first, as `spate run` maps them).
 
 pub mod explode;

@@ -9,7 +9,8 @@
 //! - [`plan`]: message descriptor + [`ColumnSpec`]s -> a [`Plan`] (fields by
 //!   name, types that carry exactly, absent fields vs `missing`).
 //! - `decode`: the hot path (no `DynamicMessage`, no allocation per
-//!   record once scratch has grown; `tests/it/no_alloc.rs` counts), with
+//!   record once scratch has grown; spate-clickhouse's `tests/it/no_alloc.rs`
+//!   counts), with
 //!   `conv` (which scalar carries into which column type) and `put` (the
 //!   value writers).
 //! - The sensor workload as a flat message (`spate_testkit::sensor::protobuf`)

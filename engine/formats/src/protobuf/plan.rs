@@ -270,7 +270,7 @@ pub fn compile(
             column: c.name.clone(),
             reason,
         };
-        // Kafka metadata columns (`_offset`, ...: `mapping::meta`) are
+        // Kafka metadata columns (`_offset`, ...: `spate_row::meta`) are
         // written by the JSON mappers only so far; refusing them here keeps
         // a Nullable one from landing as NULL.
         if let Some(source) = &c.meta {
