@@ -446,10 +446,8 @@ mod tests {
 
     #[test]
     fn plain_avro_reads_and_plans_the_schema_file() {
-        let file = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../testkit/fixtures/sensor_batch.avsc"
-        );
+        let file = spate_testkit::fixtures::dir().join("sensor_batch.avsc");
+        let file = file.display();
         let c = config(&format!("{{avro: {{schema_file: '{file}'}}}}"), "");
         let p = plan(&c, Some(vec!["events".into()])).unwrap();
         let FormatPlan::Avro(a) = &p else {
