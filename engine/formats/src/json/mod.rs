@@ -3,7 +3,7 @@
 //!
 //! **Which field feeds which column.** Each [`ColumnSpec`] names a JSON path:
 //! by default the column's own name; a rename or a JSON pointer
-//! ([`parse_pointer`]) gives another. With a flatten join (say `"_"`), nested
+//! ([`spate_row::spec::parse_pointer`]) gives another. With a flatten join (say `"_"`), nested
 //! objects are read as if flattened: the column `properties_mag` also takes
 //! `{"properties": {"mag": 2}}` (every way of splitting the name at the join
 //! is a path). A column may also take a whole object or array as JSON text
@@ -11,7 +11,7 @@
 //!
 //! **Kafka metadata.** A column with [`ColumnSpec::meta`] takes the
 //! message's topic, partition, offset, timestamp, key or headers instead
-//! of a field ([`meta`]); the scanner never meets it, and the finishing
+//! of a field ([`spate_row::meta`]); the scanner never meets it, and the finishing
 //! pass writes it ([`JsonRowEncoder::encode_message`]), so a mapping
 //! without such columns keeps its hot path.
 //!
@@ -24,7 +24,7 @@
 //! which). A JSON `null` into a non-Nullable column counts as missing. With
 //! [`MappingOptions::empty_as_null`] a `""` counts as missing too.
 //!
-//! **Coercions**: see [`coerce`]. A value that cannot map is a
+//! **Coercions**: see [`spate_row::coerce`]. A value that cannot map is a
 //! [`RecordError`] (kind Encode) naming the column and the reason; it is never
 //! replaced by a type's default (D6). The lane driver adds topic, partition
 //! and offset.
