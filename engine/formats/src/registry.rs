@@ -15,7 +15,7 @@
 //!   factory. Called from inside an async context, `get` runs the request
 //!   on a scoped helper thread instead of panicking.
 //! - **HTTP and TLS** are the ClickHouse writer's: the same hyper client and
-//!   connector ([`spate_clickhouse::writer::tls`]: the system's roots, a CA file, or
+//!   connector ([`spate_http::tls`]: the system's roots, a CA file, or
 //!   `insecure`), HTTP Basic auth from [`Credentials`].
 //! - **Retries.** A transport error (refused, reset, timed out), HTTP 5xx,
 //!   408 and 429 are retried with doubling backoff up to

@@ -10,7 +10,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 
 /// The connector every spate HTTP client uses (the writer, the schema
 /// registry client): plain TCP for `http://`, rustls for `https://` with
-/// `tls` (`None`: the system's roots, [`crate::tls::system_default`]), HTTP/1.1,
+/// `tls` (`None`: the system's roots, as the TLS module loads them), HTTP/1.1,
 /// `connect_timeout` on establishing the TCP connection, no Nagle.
 pub fn https_connector(
     connect_timeout: Duration,

@@ -214,11 +214,11 @@ impl fmt::Display for MetaSource {
 ///
 /// `ty` must have passed [`MetaSource::check_type`] (a mapping planned by
 /// [`crate::schema::plan_insert`] or built by
-/// [`super::JsonRowEncoder::new`] has); another type is a record error.
+/// a format's encoder has); another type is a record error.
 ///
 /// Returns [`MetaPut::Absent`], having written nothing, when the message
 /// has no value for the source: the caller applies the column's
-/// missing-value rule ([`super::MissingValue`]).
+/// missing-value rule ([`crate::spec::MissingValue`]).
 ///
 /// # Errors
 /// A [`RecordError`] (kind Encode) naming `column` when the value does not

@@ -4,7 +4,7 @@
 //! [`TableSchema`] holds `system.columns` rows (name, type text, default
 //! kind, default expression); [`TableSchema::from_json_each_row`] reads the
 //! answer of [`columns_query`]. The writer's schema probe runs that query
-//! against a replica ([`spate_clickhouse::writer::HttpWriter::table_schema`]).
+//! against a replica (spate-clickhouse's `HttpWriter::table_schema`).
 //!
 //! [`plan_insert`] decides the INSERT column list (D6: nothing is silently
 //! filled with a type default):
@@ -272,7 +272,7 @@ pub struct InsertOptions {
 
 /// The wire format of the INSERT's rows, decided by the plan: the writer
 /// names it in the INSERT and the mapper writes its rows
-/// ([`spate_formats::json::JsonRowEncoder::with_defaults`]).
+/// (spate-formats' `JsonRowEncoder::with_defaults`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RowFormat {
     /// Plain RowBinary.

@@ -159,7 +159,7 @@ pub struct HttpWriterConfig {
     /// ([`spate_row::schema::row_format`]; default RowBinary).
     pub row_format: spate_row::schema::RowFormat,
     /// The live INSERT plan shared with the pipeline threads' encoders
-    /// ([`spate_formats::json::live`]): with it, a change of the table's columns that
+    /// (spate-formats' `json::live`): with it, a change of the table's columns that
     /// every old value carries over exactly is re-planned while running
     /// (ADR 0005); without it (`None`, the default) any change to a planned
     /// column fails the batch and a restart re-plans. Its plan at start
