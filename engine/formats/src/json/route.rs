@@ -17,32 +17,27 @@
 //! key, is refused: [`ShardRouter::try_route`] returns a record error naming
 //! the key, which the pipeline's `on_error` policy skips (counted,
 //! dead-lettered) or fails on. A mistyped field name thus shows at once
-//! instead of spreading the rows evenly. With [`spate_row::shard::MissingKey::RoundRobin`] such
-//! records go round robin instead (counted by [`ShardRouter::unkeyed`]). A
-//! message that is not a JSON object at all goes round robin and is refused
-//! by the encoder right after routing, with the decode error.
+//! instead of spreading the rows evenly. With
+//! [`spate_row::shard::MissingKey::RoundRobin`] such records go round robin
+//! instead (counted by [`ShardRouter::unkeyed`]). A message that is not one
+//! well-formed JSON object (malformed before the field, or not an object at
+//! all) goes round robin and is refused by the encoder right after routing,
+//! with the decode error.
 //!
-//! Reading a field scans the message once up to the field (skipping other
-//! values without building anything) and allocates nothing per record once
-//! the unescape buffer has grown.
-//!
-//! The scan is this file's own, lax one (it skips scalars to the next
-//! delimiter without checking their grammar), not the mapper's lexer
-//! (`scan::lex`): the encoder checks the whole message right after routing,
-//! so a malformed one is refused either way. Routing through the mapper's
-//! lexer was measured (callgrind, `examples/route_cost.rs`, instructions per
-//! record): flights rows keyed by `origin` 1,462 against this scan's 1,274
-//! (+15%; the lexer checks each skipped number's grammar and takes its
-//! word-at-a-time string path for the 16-byte date), the 15-column event
-//! keyed by `country` 2,311 against 2,426 (-5%). A slowdown on the common
-//! short-row case, so the lax scan stays.
+//! Reading a field scans the message once up to the field with the mapper's
+//! lexer (`scan::field`: values before it skipped with their grammar
+//! checked, keys of up to 7 bytes compared as one word) and allocates
+//! nothing per record once the unescape buffer has grown. Measured against
+//! the router's former scan of its own (callgrind, `examples/route_cost.rs`,
+//! instructions per record): flights rows keyed by `origin` 1,232 against
+//! 1,274, the 15-column event keyed by `country` 1,869 against 2,426.
 
 use spate_core::pipeline::chain::{RecordCx, Router};
 use spate_core::record::Payload;
 
 use spate_core::pipeline::chain::RecordError;
 
-use crate::json::unescape;
+use super::scan::{Found, NotFound, find_field, is_one_object};
 use spate_row::shard::{KeyHash, KeyType, RouteError, ShardKey, ShardPicker, ShardSpec};
 
 /// Routes records to shards by a hash of their [`ShardKey`] (see
@@ -115,14 +110,15 @@ impl ShardRouter {
         let ShardKey::Field(path) = &self.picker.spec().key else {
             return self.picker.pick_unfielded(key, shards);
         };
-        let h = match field_value(value, path, &mut self.scratch) {
-            Some(Found::Input(a, b, string)) => Some(self.hash_of(&value[a..b], string)),
-            Some(Found::Scratch) => Some(self.hash_of(&self.scratch, true)),
-            None if !is_json_object(value) => {
-                // The encoder refuses it right after, with the reason.
+        let h = match find_field(value, path, &mut self.scratch) {
+            Ok(Found::Input(a, b, string)) => Some(self.hash_of(&value[a..b], string)),
+            Ok(Found::Scratch) => Some(self.hash_of(&self.scratch, true)),
+            Err(NotFound::Absent) if is_one_object(value, &mut self.scratch) => None,
+            Err(_) => {
+                // Not one JSON object: the encoder refuses it right after,
+                // with the reason.
                 return Ok(self.picker.unkeyed_round(shards));
             }
-            None => None,
         };
         self.picker.settle(h, shards)
     }
@@ -147,7 +143,7 @@ impl ShardRouter {
     /// it to pick the element or the record ([`crate::json::explode`]).
     pub(crate) fn has_field(&mut self, value: &[u8]) -> bool {
         match &self.picker.spec().key {
-            ShardKey::Field(path) => field_value(value, path, &mut self.scratch).is_some(),
+            ShardKey::Field(path) => find_field(value, path, &mut self.scratch).is_ok(),
             _ => false,
         }
     }
@@ -156,19 +152,6 @@ impl ShardRouter {
     pub fn record_error(&self, e: &RouteError) -> RecordError {
         self.picker.record_error(e)
     }
-}
-
-/// Whether `value` is one JSON object, structurally (checked only on the
-/// rare path of a record without its key; scalars are checked by the
-/// encoder).
-fn is_json_object(value: &[u8]) -> bool {
-    let mut sc = Scan { s: value, i: 0 };
-    sc.ws();
-    if sc.peek() != Some(b'{') || sc.skip_value(0).is_none() {
-        return false;
-    }
-    sc.ws();
-    sc.i == value.len()
 }
 
 impl<'a> Router<Payload<'a>> for ShardRouter {
@@ -184,177 +167,6 @@ impl<'a> Router<Payload<'a>> for ShardRouter {
     ) -> Result<usize, RecordError> {
         self.try_shard_for(record.key, record.bytes(), shards)
             .map_err(|e| self.record_error(&e))
-    }
-}
-
-/// Where the key bytes of a field are.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Found {
-    /// `value[a..b]`; whether it is a string's content.
-    Input(usize, usize, bool),
-    /// The unescaped string now in the scratch buffer.
-    Scratch,
-}
-
-/// Finds the value at `path` in the JSON object `json`: a string's unescaped
-/// content, any other value's raw text; `None` when absent, `null`, or the
-/// input is not a well-formed object up to that point.
-fn field_value(json: &[u8], path: &[String], scratch: &mut Vec<u8>) -> Option<Found> {
-    let mut sc = Scan { s: json, i: 0 };
-    let (last, parents) = path.split_last()?;
-    for seg in parents {
-        sc.find_key(seg, scratch)?;
-        // The parent must be an object; find_key checks the `{`.
-    }
-    sc.find_key(last, scratch)?;
-    sc.ws();
-    match sc.peek()? {
-        b'"' => {
-            let (a, b, escaped) = sc.string()?;
-            if escaped {
-                unescape(&json[a..b], scratch).ok()?;
-                Some(Found::Scratch)
-            } else {
-                Some(Found::Input(a, b, true))
-            }
-        }
-        b'n' => None,
-        _ => {
-            let a = sc.i;
-            sc.skip_value(0)?;
-            Some(Found::Input(a, sc.i, false))
-        }
-    }
-}
-
-/// Nesting bound while skipping values, as the mapper's.
-const MAX_DEPTH: u32 = 128;
-
-struct Scan<'a> {
-    s: &'a [u8],
-    i: usize,
-}
-
-impl Scan<'_> {
-    fn peek(&self) -> Option<u8> {
-        self.s.get(self.i).copied()
-    }
-
-    fn ws(&mut self) {
-        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
-            self.i += 1;
-        }
-    }
-
-    fn eat(&mut self, c: u8) -> Option<()> {
-        self.ws();
-        (self.peek()? == c).then(|| self.i += 1)
-    }
-
-    /// At an object: moves past the key `want` and its `:`, leaving the
-    /// cursor before its value.
-    fn find_key(&mut self, want: &str, scratch: &mut Vec<u8>) -> Option<()> {
-        self.eat(b'{')?;
-        self.ws();
-        if self.peek()? == b'}' {
-            return None;
-        }
-        loop {
-            self.ws();
-            if self.peek()? != b'"' {
-                return None;
-            }
-            let (a, b, escaped) = self.string()?;
-            let hit = if escaped {
-                unescape(&self.s[a..b], scratch).ok()?;
-                scratch.as_slice() == want.as_bytes()
-            } else {
-                &self.s[a..b] == want.as_bytes()
-            };
-            self.eat(b':')?;
-            if hit {
-                return Some(());
-            }
-            self.ws();
-            self.skip_value(0)?;
-            self.ws();
-            match self.peek()? {
-                b',' => self.i += 1,
-                _ => return None,
-            }
-        }
-    }
-
-    /// At a `"`: moves past the string; returns its content's range and
-    /// whether it holds escapes.
-    fn string(&mut self) -> Option<(usize, usize, bool)> {
-        self.i += 1;
-        let a = self.i;
-        let mut escaped = false;
-        loop {
-            match self.peek()? {
-                b'"' => {
-                    let b = self.i;
-                    self.i += 1;
-                    return Some((a, b, escaped));
-                }
-                b'\\' => {
-                    escaped = true;
-                    self.i += 2;
-                }
-                _ => self.i += 1,
-            }
-        }
-    }
-
-    /// Moves past one value (of any kind) without checking scalars closely.
-    fn skip_value(&mut self, depth: u32) -> Option<()> {
-        if depth > MAX_DEPTH {
-            return None;
-        }
-        self.ws();
-        match self.peek()? {
-            b'"' => self.string().map(drop),
-            open @ (b'{' | b'[') => {
-                let close = if open == b'{' { b'}' } else { b']' };
-                self.i += 1;
-                self.ws();
-                if self.peek()? == close {
-                    self.i += 1;
-                    return Some(());
-                }
-                loop {
-                    if open == b'{' {
-                        self.ws();
-                        if self.peek()? != b'"' {
-                            return None;
-                        }
-                        self.string()?;
-                        self.eat(b':')?;
-                    }
-                    self.skip_value(depth + 1)?;
-                    self.ws();
-                    match self.peek()? {
-                        b',' => self.i += 1,
-                        c if c == close => {
-                            self.i += 1;
-                            return Some(());
-                        }
-                        _ => return None,
-                    }
-                }
-            }
-            _ => {
-                let a = self.i;
-                while let Some(c) = self.peek() {
-                    if matches!(c, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r') {
-                        break;
-                    }
-                    self.i += 1;
-                }
-                (self.i > a).then_some(())
-            }
-        }
     }
 }
 

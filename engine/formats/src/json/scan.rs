@@ -22,11 +22,13 @@
 //! Layout: [`lex`] reads JSON tokens (strings, numbers, literals, skipped
 //! values, the bracketed-sequence loop, the word-at-a-time helpers);
 //! [`row`] reads the top-level object into columns (fast paths, then the
-//! general path); [`composite`] reads arrays, maps and tuples. This file
+//! general path); [`composite`] reads arrays, maps and tuples; [`field`]
+//! finds one field's value for the shard router. This file
 //! holds the entry point ([`read_row`]), what it reads against
 //! ([`RowTarget`]) and why it stops ([`Stop`]).
 
 mod composite;
+mod field;
 mod lex;
 mod row;
 
@@ -41,6 +43,7 @@ use spate_row::spec::ColumnSpec;
 // The serde reference reader (test-only) writes counts the same way.
 #[cfg(test)]
 pub(super) use composite::insert_leb128;
+pub(crate) use field::{Found, NotFound, find_field, is_one_object};
 pub(crate) use lex::unescape;
 
 /// Why reading stopped.

@@ -114,7 +114,7 @@ impl<'a> Scanner<'a> {
     /// [`Self::string`] for strings with an escape, a control character, or
     /// more than 7 bytes.
     #[inline(never)]
-    fn long_string(&mut self, scratch: &mut Vec<u8>) -> Result<Str, Stop> {
+    pub(super) fn long_string(&mut self, scratch: &mut Vec<u8>) -> Result<Str, Stop> {
         debug_assert_eq!(self.peek(), Some(b'"'));
         self.i += 1;
         let start = self.i;
