@@ -71,7 +71,7 @@ echo "SPATE_CLICKHOUSE_SHARDS=$SPATE_CLICKHOUSE_SHARDS"
 # Say what the server lacks rather than skip silently.
 ch_http=${SPATE_CLICKHOUSE_URL##*:}
 if [ "$(clickhouse-client --port $((ch_http + 1)) -q "SELECT count() FROM system.settings WHERE name = 'insert_deduplication_token'")" = 0 ]; then
-  echo "ClickHouse $(clickhouse-client --port $((ch_http + 1)) -q 'SELECT version()') lacks insert_deduplication_token: retries rely on ReplicatedMergeTree block dedup (identical bytes), tested in engine/clickhouse/tests/replicated.rs"
+  echo "ClickHouse $(clickhouse-client --port $((ch_http + 1)) -q 'SELECT version()') lacks insert_deduplication_token: retries rely on ReplicatedMergeTree block dedup (identical bytes), tested in engine/clickhouse/tests/it/replicated.rs"
 fi
 
 step "a current ClickHouse engine behind a test endpoint (ci/chdb_server.py, chdb-core)"
@@ -159,4 +159,4 @@ cargo test -p spate-benches --benches --locked
 
 step "examples that check themselves: the Avro sensor workload through the chain's typed operators (a few seconds)"
 # Exits non-zero when its totals differ from the workload's closed form.
-MESSAGES=300 cargo run -p spate-clickhouse --example avro_sensor --locked
+MESSAGES=300 cargo run -p spate-formats --example avro_sensor --locked

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use spate::kafka_tools;
-use spate_clickhouse::router::shard_of_key;
+use spate_row::shard::shard_of_key;
 
 /// One test at a time on the shared servers (see the module docs).
 static SERVERS: Mutex<()> = Mutex::new(());

@@ -318,7 +318,7 @@ fn insert_format_and_schema_refresh_parse_and_name_bad_keys() {
 
 #[test]
 fn epoch_units_and_empty_strings_parse_globally_and_per_column() {
-    use spate_clickhouse::mapping::EpochUnit;
+    use spate_row::coerce::EpochUnit;
     let c = Config::from_yaml(MINIMAL, no_env).unwrap();
     assert_eq!(c.time.epoch_unit.unit(), EpochUnit::Auto);
     assert!(!c.mapping.empty_as_null);
@@ -362,7 +362,7 @@ fn epoch_units_and_empty_strings_parse_globally_and_per_column() {
 
 #[test]
 fn shard_key_modes_weights_and_missing_parse_and_name_bad_keys() {
-    use spate_clickhouse::router::{KeyHash, KeyType, MissingKey};
+    use spate_row::shard::{KeyHash, KeyType, MissingKey};
     let with = |key: &str| {
         format!("{MINIMAL}\n").replace("table: t}}", &format!("table: t, shard_key: {key}}}}}"))
     };
