@@ -211,29 +211,9 @@ where
     where
         S::Lane: 'static,
     {
-        let io_scope = self.metrics.clone();
-        let io = match tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(io_threads.max(1))
-            .thread_name("spate-io")
-            .on_thread_start(move || io_scope.enter_for_thread())
-            .enable_all()
-            .build()
-        {
-            Ok(rt) => rt,
-            Err(e) => {
-                return failed_before_start(PipelineError::Thread(format!("I/O runtime: {e}")));
-            }
-        };
-        let control = match tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        {
-            Ok(rt) => rt,
-            Err(e) => {
-                return failed_before_start(PipelineError::Thread(format!(
-                    "controller runtime: {e}"
-                )));
-            }
+        let (io, control) = match runtimes(&self.metrics, io_threads) {
+            Ok(rts) => rts,
+            Err(e) => return failed_before_start(e),
         };
         let io_handle = io.handle().clone();
         let scope = self.metrics.clone();
@@ -387,6 +367,28 @@ async fn wait_for_signal() {
     {
         let _ = tokio::signal::ctrl_c().await;
     }
+}
+
+/// Thread mode's two runtimes: the multi-thread I/O runtime of the sink
+/// pool (`io_threads` workers, each in the pipeline's metrics scope) and
+/// the controller's current-thread runtime.
+fn runtimes(
+    metrics: &crate::metrics::Scope,
+    io_threads: usize,
+) -> Result<(tokio::runtime::Runtime, tokio::runtime::Runtime), PipelineError> {
+    let io_scope = metrics.clone();
+    let io = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(io_threads.max(1))
+        .thread_name("spate-io")
+        .on_thread_start(move || io_scope.enter_for_thread())
+        .enable_all()
+        .build()
+        .map_err(|e| PipelineError::Thread(format!("I/O runtime: {e}")))?;
+    let control = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| PipelineError::Thread(format!("controller runtime: {e}")))?;
+    Ok((io, control))
 }
 
 fn failed_before_start(error: PipelineError) -> RunReport {
