@@ -184,7 +184,7 @@ fn run(args: &DemoArgs) -> Result<ExitCode, DemoError> {
     {
         let shutdown = shutdown.clone();
         std::thread::spawn(move || {
-            current_thread().block_on(crate::wait_for_signal());
+            current_thread().block_on(spate_core::pipeline::wait_for_signal());
             shutdown.trigger();
         });
     }

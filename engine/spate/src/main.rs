@@ -28,6 +28,7 @@ use spate::kafka_tools;
 use spate::service;
 use spate_clickhouse::writer::HttpWriter;
 pub(crate) use spate_core::error::chain;
+use spate_core::pipeline::wait_for_signal;
 use spate_core::sink::{Endpoint, Writer};
 
 /// Exit code for bad usage or an unusable config.
@@ -930,21 +931,6 @@ async fn forward(listener: tokio::net::TcpListener, upstream: String) {
                 Err(e) => tracing::warn!("spate broker: forward to {upstream}: {e}"),
             }
         });
-    }
-}
-
-async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
     }
 }
 

@@ -30,7 +30,7 @@ use std::time::Duration;
 use metrics_exporter_prometheus::{PrometheusHandle, PrometheusRecorder};
 use spate_core::error::chain;
 use spate_core::metrics::Scope;
-use spate_core::pipeline::{ExitStatus, Readiness, RunReport, Shutdown};
+use spate_core::pipeline::{ExitStatus, Readiness, RunReport, Shutdown, trigger_on_signal};
 
 use crate::admin::{self, AdminState, Collector, PipelineState};
 use crate::config::pipelines::{PipelineEntry, ProcessConfig};
@@ -295,7 +295,8 @@ pub fn run(process: &ProcessConfig) -> Result<ProcessReport, ProcessError> {
         tracing::info!("admin server on http://{bound} (/metrics /healthz /readyz)");
     }
     let shutdown = Shutdown::new();
-    spawn_signal_listener(shutdown.clone())?;
+    trigger_on_signal(shutdown.clone(), "signal received; draining every pipeline")
+        .map_err(|e| ProcessError::Io(format!("signal listener: {e}")))?;
     let (tx, rx) = std::sync::mpsc::channel();
     let running = built.len();
     for (i, pipeline, dead_letter) in built {
@@ -361,36 +362,6 @@ pub fn run(process: &ProcessConfig) -> Result<ProcessReport, ProcessError> {
         .collect();
     let status = worst(outcomes.iter().map(Outcome::status));
     Ok(ProcessReport { outcomes, status })
-}
-
-/// Triggers `shutdown` on the first SIGINT or SIGTERM.
-fn spawn_signal_listener(shutdown: Shutdown) -> Result<(), ProcessError> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| ProcessError::Io(format!("signal runtime: {e}")))?;
-    std::thread::Builder::new()
-        .name("spate-signals".into())
-        .spawn(move || {
-            rt.block_on(async {
-                use tokio::signal::unix::{SignalKind, signal};
-                match signal(SignalKind::terminate()) {
-                    Ok(mut term) => {
-                        tokio::select! {
-                            _ = tokio::signal::ctrl_c() => {}
-                            _ = term.recv() => {}
-                        }
-                    }
-                    Err(_) => {
-                        let _ = tokio::signal::ctrl_c().await;
-                    }
-                }
-            });
-            tracing::info!("signal received; draining every pipeline");
-            shutdown.trigger();
-        })
-        .map(drop)
-        .map_err(|e| ProcessError::Io(format!("signal listener: {e}")))
 }
 
 #[cfg(test)]

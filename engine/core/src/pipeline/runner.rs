@@ -20,6 +20,7 @@ use crate::pipeline::terminal::ChunkBuffers;
 use crate::pipeline::threads::{DriverParts, InlineHost, LaneHost, ThreadHost};
 use crate::pipeline::{
     DeadLetter, Delivery, ExitStatus, PipelineConfig, PipelineError, RunReport, Shutdown,
+    trigger_on_signal,
 };
 use crate::sink::{DrainReport, RunNonce, SinkPool, Writer};
 use crate::source::Source;
@@ -266,22 +267,7 @@ where
         S::Lane: 'static,
     {
         let shutdown = Shutdown::new();
-        let trigger = shutdown.clone();
-        let listener = std::thread::Builder::new()
-            .name("spate-signals".into())
-            .spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build();
-                if let Ok(rt) = rt {
-                    rt.block_on(async {
-                        wait_for_signal().await;
-                        tracing::info!("signal received; shutting down");
-                        trigger.trigger();
-                    });
-                }
-            });
-        if let Err(e) = listener {
+        if let Err(e) = trigger_on_signal(shutdown.clone(), "signal received; shutting down") {
             return failed_before_start(PipelineError::Thread(format!("signal listener: {e}")));
         }
         self.run_threaded(shutdown, io_threads)
@@ -344,28 +330,6 @@ where
             record_retry_at: None,
             shutdown_at: None,
         }
-    }
-}
-
-async fn wait_for_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
     }
 }
 
