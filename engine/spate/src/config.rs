@@ -1160,6 +1160,26 @@ impl Config {
         Ok(())
     }
 
+    /// The mapper's options from `mapping`, `format.json` and `time`.
+    pub fn mapping_options(&self) -> spate_clickhouse::mapping::MappingOptions {
+        use spate_clickhouse::mapping::{MappingOptions, TimeRules};
+        MappingOptions {
+            flatten_join: self.mapping.flatten.clone(),
+            time: TimeRules {
+                formats: self
+                    .format
+                    .json()
+                    .time_formats
+                    .iter()
+                    .filter_map(|f| spate_clickhouse::time::TimeFormat::compile(f).ok())
+                    .collect(),
+                epoch_unit: self.time.epoch_unit.unit(),
+                ..TimeRules::default()
+            },
+            empty_as_null: self.mapping.empty_as_null,
+        }
+    }
+
     /// The Kafka source's config.
     pub fn kafka_config(&self) -> KafkaSourceConfig {
         let k = &self.source.kafka;
@@ -1249,6 +1269,26 @@ pub fn interpolate(
         }
     }
     Ok(out)
+}
+
+/// `over` deep-merged onto `base`: mappings key by key (`over` wins),
+/// anything else replaced whole by `over`. What `pipelines:` entries do
+/// with `defaults:` and `tables:` routes with their pipeline.
+pub fn merge(base: serde_norway::Value, over: serde_norway::Value) -> serde_norway::Value {
+    use serde_norway::Value;
+    match (base, over) {
+        (Value::Mapping(mut base), Value::Mapping(over)) => {
+            for (k, v) in over {
+                let merged = match base.remove(&k) {
+                    Some(b) => merge(b, v),
+                    None => v,
+                };
+                base.insert(k, merged);
+            }
+            Value::Mapping(base)
+        }
+        (_, over) => over,
+    }
 }
 
 fn interpolate_line(

@@ -5,8 +5,11 @@
 //! - [`config`]: the YAML config model, interpolation and validation.
 //! - [`admin`]: the admin HTTP server (`/metrics`, `/healthz`, `/readyz`).
 //! - [`kafka_tools`]: embedded broker, NDJSON producer, offsets.
-//! - [`formats`]: `format.avro` and `format.protobuf` planned at start and
-//!   turned into a pipeline thread's chain (with the schema registry).
+//! - [`schema_formats`]: `format.avro` and `format.protobuf` planned at
+//!   start and turned into a pipeline thread's chain (with the schema
+//!   registry).
+//! - [`error`]: [`error::ServiceError`], why a pipeline could not be
+//!   assembled.
 //! - [`process`]: several pipelines in one process (`pipelines:`).
 //! - [`routing`]: topic-to-table routing inside one pipeline (`tables:`).
 //! - [`telemetry`]: the Prometheus recorder, `# HELP` text, build and
@@ -17,10 +20,11 @@
 
 pub mod admin;
 pub mod config;
-pub mod formats;
+pub mod error;
 pub mod kafka_tools;
 pub mod process;
 pub mod routing;
 pub mod sample;
+pub mod schema_formats;
 pub mod service;
 pub mod telemetry;

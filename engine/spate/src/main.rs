@@ -801,7 +801,7 @@ fn dedup_line(
 /// `check --sample N`: reads, maps and routes up to `n` messages; prints the
 /// report; returns the number of problems.
 fn check_sample(config: &Config, plan: &service::Plan, n: usize) -> usize {
-    if !matches!(plan.format, spate::formats::FormatPlan::Json) {
+    if !matches!(plan.format, spate::schema_formats::FormatPlan::Json) {
         println!(
             "sample: NOTE: --sample reads JSON messages only; not run for format.{}",
             plan.format.name()

@@ -23,7 +23,6 @@ use spate_clickhouse::router::ShardRouter;
 use spate_clickhouse::schema::{
     InsertOptions, RowFormat, TableSchema, per_row_defaults_refused, plan_insert, row_format,
 };
-use spate_clickhouse::time::TimeFormat;
 use spate_clickhouse::writer::{
     Credentials, HttpWriter, HttpWriterConfig, SchemaProbeError, TlsOptions, tls,
 };
@@ -31,71 +30,19 @@ use spate_core::pipeline::chain::{Decoder, PayloadDecoder, RecordCx, RecordError
 use spate_core::pipeline::driver::{ChainProcessor, Processor};
 use spate_core::pipeline::lines::LinesDecoder;
 use spate_core::pipeline::terminal::{ChunkBuffers, Terminal};
-use spate_core::pipeline::{DeadLetter, Pipeline, PipelineError};
+use spate_core::pipeline::{DeadLetter, Pipeline};
 use spate_core::record::Payload;
 use spate_kafka::KafkaSource;
 
 use crate::config::{Config, ConfigError, JsonMode, TlsSection};
-use crate::formats::{AvroChain, FormatPlan, ProtoChain, avro_chain, plan_format, proto_chain};
+pub use crate::error::ServiceError;
+use crate::schema_formats::{
+    AvroChain, FormatPlan, ProtoChain, avro_chain, plan_format, proto_chain,
+};
 
 /// Name of the counter of skipped records that could not be handed to the
 /// dead-letter producer (its queue was full or it refused them).
 pub const DEAD_LETTER_DROPPED: &str = "spate_dead_letter_dropped_total";
-
-/// Why a pipeline could not be assembled.
-#[derive(Debug, thiserror::Error)]
-pub enum ServiceError {
-    /// No replica answered the schema probe.
-    #[error("schema probe of {database}.{table}: no replica gave the schema: {errors}")]
-    Probe {
-        /// Target database.
-        database: String,
-        /// Target table.
-        table: String,
-        /// Each replica's error, `; `-joined.
-        errors: String,
-    },
-    /// The table's columns cannot be mapped.
-    #[error("mapping onto {table}: {reason}")]
-    Mapping {
-        /// Target table.
-        table: String,
-        /// Why.
-        reason: String,
-    },
-    /// The Kafka client refused its configuration.
-    #[error("kafka source: {0}")]
-    Kafka(#[from] spate_kafka::ConfigError),
-    /// The dead-letter producer could not be created.
-    #[error("dead-letter producer for topic `{topic}`: {source}")]
-    DeadLetter {
-        /// The dead-letter topic.
-        topic: String,
-        /// Why.
-        source: rdkafka::error::KafkaError,
-    },
-    /// The pipeline refused its configuration.
-    #[error("pipeline: {0}")]
-    Pipeline(#[from] PipelineError),
-    /// A runtime could not start.
-    #[error("runtime: {0}")]
-    Runtime(#[from] std::io::Error),
-    /// The config is invalid (a check that only runs when the pipeline is
-    /// assembled).
-    #[error(transparent)]
-    Config(#[from] crate::config::ConfigError),
-    /// The schema registry did not answer (after its retries) or refused;
-    /// `reason` names the URL.
-    #[error("{key}: {reason}")]
-    Registry {
-        /// The config key of the registry section.
-        key: String,
-        /// The registry's URL.
-        url: String,
-        /// Why.
-        reason: String,
-    },
-}
 
 /// The INSERT plan: the table's schema and the columns the INSERT names.
 #[derive(Clone, Debug)]
@@ -256,25 +203,6 @@ pub fn effectively_once(config: &Config) -> bool {
     config.pipeline_config().delivery == spate_core::pipeline::Delivery::EffectivelyOnce
 }
 
-/// The mapper's options from `mapping` and `format.json`.
-pub fn mapping_options(config: &Config) -> MappingOptions {
-    MappingOptions {
-        flatten_join: config.mapping.flatten.clone(),
-        time: TimeRules {
-            formats: config
-                .format
-                .json()
-                .time_formats
-                .iter()
-                .filter_map(|f| TimeFormat::compile(f).ok())
-                .collect(),
-            epoch_unit: config.time.epoch_unit.unit(),
-            ..TimeRules::default()
-        },
-        empty_as_null: config.mapping.empty_as_null,
-    }
-}
-
 /// Reads the table's columns from the first replica that answers and plans
 /// the INSERT.
 ///
@@ -349,7 +277,7 @@ pub async fn plan(config: &Config) -> Result<Plan, ServiceError> {
         reason,
     };
     let columns = plan_insert(&schema, &insert).map_err(|e| mapping_err(e.to_string()))?;
-    let options = mapping_options(config);
+    let options = config.mapping_options();
     // Build one encoder now so a bad DEFAULT literal fails here, not on a
     // pipeline thread.
     JsonRowEncoder::new(columns.clone(), options.clone())

@@ -20,7 +20,7 @@
 //! - Each table gets its own resolved [`Config`]: the pipeline's document
 //!   with `sink.clickhouse.table` (and `database`, `shard_key`) set from the
 //!   entry and the entry's `mapping` deep-merged over the pipeline's (the
-//!   merge rule of `pipelines.rs`). So each table has its own schema probe,
+//!   merge rule of [`crate::config::merge`]). So each table has its own schema probe,
 //!   INSERT plan and encoder; everything else (brokers, batch sizes, shards,
 //!   retries, settings) is the pipeline's and shared.
 //! - Without `source.kafka.topics`, the subscription is the list of keys.
@@ -40,8 +40,7 @@
 use regex::Regex;
 use serde_norway::{Mapping, Value};
 
-use super::pipelines::merge;
-use super::{Config, ConfigError, invalid, parse_error};
+use super::{Config, ConfigError, invalid, merge, parse_error};
 
 /// The key of the routing map in a pipeline document.
 pub const TABLES: &str = "tables";

@@ -1,7 +1,9 @@
-//! The message format of a pipeline beyond JSON: `format.avro` and
-//! `format.protobuf` planned at start ([`plan_format`]) and turned into one
-//! pipeline thread's chain ([`FormatPlan`], used by
-//! [`crate::service::build`]).
+//! The formats that come with a schema, `format.avro` and
+//! `format.protobuf`: planned at start against the table ([`plan_format`],
+//! whose [`FormatPlan`] says JSON for the rest) and turned into one pipeline
+//! thread's chain ([`avro_chain`], [`proto_chain`], used by
+//! [`crate::service::build`]). This module depends on [`crate::error`] and
+//! the config only; the assembly in [`crate::service`] depends on it.
 //!
 //! Start-up (docs/DESIGN.md "Control": fail before any offset moves):
 //! - with a registry, the client is built from `format.*.registry` and
@@ -44,7 +46,7 @@ use spate_core::pipeline::terminal::{ChunkBuffers, Terminal};
 
 use crate::config::formats::{Framing, RegistrySection};
 use crate::config::{Config, ConfigError};
-use crate::service::ServiceError;
+use crate::error::ServiceError;
 
 /// One pipeline thread's Avro chain.
 pub type AvroChain = ChainProcessor<AvroDecoder, Terminal<Filtered<AvroRowEncoder>, AvroRouter>>;
@@ -434,13 +436,7 @@ mod tests {
     }
 
     fn plan(c: &Config, explode: Option<Vec<String>>) -> Result<FormatPlan, ServiceError> {
-        plan_format(
-            c,
-            &sensor::columns(),
-            &crate::service::mapping_options(c),
-            explode,
-            None,
-        )
+        plan_format(c, &sensor::columns(), &c.mapping_options(), explode, None)
     }
 
     #[test]
