@@ -17,10 +17,10 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use spate::config::Config;
-use spate::kafka_tools;
 use spate::service;
 use spate_clickhouse::writer::{HttpWriter, HttpWriterConfig};
 use spate_core::pipeline::Shutdown;
+use spate_kafka::tools as kafka_tools;
 
 use crate::{EXIT_FAILED, chain, current_thread, progress_bar};
 

@@ -31,13 +31,8 @@ pub enum ServiceError {
     #[error("kafka source: {0}")]
     Kafka(#[from] spate_kafka::ConfigError),
     /// The dead-letter producer could not be created.
-    #[error("dead-letter producer for topic `{topic}`: {source}")]
-    DeadLetter {
-        /// The dead-letter topic.
-        topic: String,
-        /// Why.
-        source: rdkafka::error::KafkaError,
-    },
+    #[error(transparent)]
+    DeadLetter(#[from] spate_kafka::DeadLetterError),
     /// The pipeline refused its configuration.
     #[error("pipeline: {0}")]
     Pipeline(#[from] PipelineError),

@@ -4,7 +4,8 @@
 //!
 //! - [`config`]: the YAML config model, interpolation and validation.
 //! - [`admin`]: the admin HTTP server (`/metrics`, `/healthz`, `/readyz`).
-//! - [`kafka_tools`]: embedded broker, NDJSON producer, offsets.
+//! - [`kafka_tools`]: `spate_kafka::tools` (embedded broker, NDJSON
+//!   producer, offsets) under the name the integration tests use.
 //! - [`schema_formats`]: `format.avro` and `format.protobuf` planned at
 //!   start and turned into a pipeline thread's chain (with the schema
 //!   registry).
@@ -21,10 +22,13 @@
 pub mod admin;
 pub mod config;
 pub mod error;
-pub mod kafka_tools;
 pub mod process;
 pub mod routing;
 pub mod sample;
 pub mod schema_formats;
 pub mod service;
 pub mod telemetry;
+
+/// The Kafka helpers ([`spate_kafka::tools`]) under their old name, for the
+/// integration tests in `tests/`.
+pub use spate_kafka::tools as kafka_tools;

@@ -24,12 +24,12 @@ use indicatif::{ProgressBar, ProgressStyle};
 use spate::admin::{self, AdminState};
 use spate::config::Config;
 use spate::config::pipelines::ProcessConfig;
-use spate::kafka_tools;
 use spate::service;
 use spate_clickhouse::writer::HttpWriter;
 pub(crate) use spate_core::error::chain;
 use spate_core::pipeline::wait_for_signal;
 use spate_core::sink::{Endpoint, Writer};
+use spate_kafka::tools as kafka_tools;
 
 /// Exit code for bad usage or an unusable config.
 const EXIT_CONFIG: u8 = 1;
@@ -949,6 +949,28 @@ pub(crate) fn progress_bar(total: u64, what: &str) -> ProgressBar {
 
 /// `spate produce --sensor N`: registers the workload's writer schema (v1
 /// or v2) under `subject` and produces messages `first..first + n`.
+/// The Avro sensor workload's messages `first..first + count`, as
+/// `(index, message)`: each a Confluent-framed `SensorBatch` under
+/// `schema_id` (writer schema version 2, with `firmware`, when `v2`).
+fn sensor_messages(
+    first: u64,
+    count: u64,
+    schema_id: u32,
+    v2: bool,
+) -> impl Iterator<Item = (u64, Vec<u8>)> {
+    use spate_clickhouse::avro::sensor;
+    let mut buf = Vec::new();
+    (first..first + count).map(move |i| {
+        buf.clear();
+        if v2 {
+            sensor::message_v2(i, schema_id, &mut buf);
+        } else {
+            sensor::message(i, schema_id, &mut buf);
+        }
+        (i, buf.clone())
+    })
+}
+
 fn produce_sensor(
     brokers: &str,
     topic: &str,
@@ -983,14 +1005,12 @@ fn produce_sensor(
     };
     println!("registered SensorBatch schema v{version} under subject {subject}: schema id {id}");
     let bar = progress_bar(n, "produce");
-    let result = kafka_tools::produce_sensor(
+    let result = kafka_tools::produce_indexed(
         brokers,
         topic,
         partitions,
-        first,
-        n,
-        id,
-        v2,
+        sensor_messages(first, n, id, v2),
+        "b",
         Duration::from_secs(60),
         |k| bar.set_position(k),
     );

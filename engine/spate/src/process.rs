@@ -31,11 +31,12 @@ use metrics_exporter_prometheus::{PrometheusHandle, PrometheusRecorder};
 use spate_core::error::chain;
 use spate_core::metrics::Scope;
 use spate_core::pipeline::{ExitStatus, Readiness, RunReport, Shutdown, trigger_on_signal};
+use spate_kafka::KafkaDeadLetter;
 
 use crate::admin::{self, AdminState, Collector, PipelineState};
 use crate::config::pipelines::{PipelineEntry, ProcessConfig};
 use crate::routing::{self, RoutedPipeline};
-use crate::service::{self, KafkaDeadLetter, ServiceError, SpatePipeline};
+use crate::service::{self, ServiceError, SpatePipeline};
 
 /// The metric label naming a pipeline on every one of its series.
 pub const PIPELINE_LABEL: &str = "pipeline";

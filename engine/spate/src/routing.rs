@@ -38,17 +38,17 @@ use spate_clickhouse::filter::{FilterExpr, Filtered};
 use spate_clickhouse::mapping::{ColumnSpec, JsonRowEncoder, MappingOptions};
 use spate_clickhouse::router::ShardRouter;
 use spate_clickhouse::writer::HttpWriter;
+use spate_core::pipeline::Pipeline;
 use spate_core::pipeline::chain::{Encoder, RecordCx, RecordError, RecordErrorKind, Router};
 use spate_core::pipeline::driver::ChainProcessor;
 use spate_core::pipeline::terminal::{ChunkBuffers, Terminal};
-use spate_core::pipeline::{DeadLetter, Pipeline};
 use spate_core::record::Payload;
 use spate_core::sink::{Endpoint, SealedBatch, WriteError, Writer};
-use spate_kafka::KafkaSource;
+use spate_kafka::{KafkaDeadLetter, KafkaSource};
 
+use crate::config::Config;
 use crate::config::tables::{TableRoute, TopicMatch};
-use crate::config::{Config, JsonMode};
-use crate::service::{self, KafkaDeadLetter, MessageDecoder, Plan, ServiceError};
+use crate::service::{self, MessageDecoder, Plan, ServiceError};
 
 /// Resolves a record's topic to its route index, per thread.
 #[derive(Clone, Debug)]
@@ -272,10 +272,7 @@ pub fn build(
     }
     let writer = RoutedWriter { writers, shards };
     let source = KafkaSource::new(config.kafka_config())?;
-    let decoder = match config.format.json().mode {
-        JsonMode::Object => MessageDecoder::Object,
-        JsonMode::Ndjson => MessageDecoder::Ndjson,
-    };
+    let decoder = MessageDecoder::of(config);
     type TableMapping = (Vec<ColumnSpec>, MappingOptions, Option<FilterExpr>);
     let mapping: Vec<TableMapping> = plans
         .iter()
@@ -308,14 +305,7 @@ pub fn build(
             };
             ChainProcessor::new(decoder, Terminal::new(encoder, router, buffers))
         });
-    let mut builder = Pipeline::builder(pc, source, writer, factory);
-    let mut dead_letter = None;
-    if let Some(dl) = &config.on_error.dead_letter {
-        let hook = Arc::new(KafkaDeadLetter::new(config, &dl.topic)?);
-        builder = builder.dead_letter(Arc::clone(&hook) as Arc<dyn DeadLetter>);
-        dead_letter = Some(hook);
-    }
-    Ok((builder.build()?, dead_letter))
+    service::assemble(config, pc, source, writer, factory)
 }
 
 #[cfg(test)]

@@ -30,8 +30,8 @@ use spate_clickhouse::router::{ShardRouter, ShardSpec};
 use spate_core::record::{Header, Headers, Payload, TimestampKind, TopicPartition};
 
 use crate::config::{Config, JsonMode};
-use crate::kafka_tools::KafkaToolError;
 use crate::service::Plan;
+use spate_kafka::tools::KafkaToolError;
 
 /// How many errors the report lists.
 pub const FIRST_ERRORS: usize = 5;
