@@ -36,8 +36,9 @@
 //! "Kafka security", has a config example).
 //!
 //! Beside the source: [`KafkaDeadLetter`] (`dead_letter.rs`), the producer
-//! behind `on_error.dead_letter`, and [`tools`], the helpers of local work
-//! and tests (embedded broker, loader, end and committed offsets).
+//! behind `on_error.dead_letter`; [`sample`], the non-committing reader of
+//! `spate check --sample`; and [`tools`], the helpers of local work and
+//! tests (embedded broker, loader, end and committed offsets).
 //!
 //! What it does not do (yet): a commit in a revoke when the controller is
 //! gone (a revoke pending at shutdown is completed without a commit: the
@@ -62,6 +63,7 @@ mod errors;
 mod lane;
 mod native;
 mod offsets;
+pub mod sample;
 mod source;
 pub mod tools;
 
