@@ -294,6 +294,31 @@ fn print_mapping(config: &Config, plan: &service::Plan) {
             skipped.join(", ")
         );
     }
+    print_when_missing(plan);
+    println!("rows sent as {}", plan.row_format.name());
+    if let Some(path) = &plan.explode {
+        println!(
+            "explode: /{} (one row per element; an empty array writes no row and counts as              filtered)",
+            path.join("/")
+        );
+    }
+    if let Some(f) = &plan.filter {
+        println!("filter (on each row as encoded, after explode): keep rows where {f}");
+    }
+    for line in plan.format.describe() {
+        println!("{line}");
+    }
+    for (column, expr) in plan.refused_defaults() {
+        println!(
+            "clickhouse: NOTE: column {column} has DEFAULT {expr}, computed per row; this server \
+             has no RowBinaryWithDefaults, so a record without `{column}` is a record error (on_error)"
+        );
+    }
+    println!();
+}
+
+/// `check`'s lines on what a record without a column's field gets.
+fn print_when_missing(plan: &service::Plan) {
     println!("a record without the field gets:");
     for c in &plan.columns {
         use spate_clickhouse::mapping::MetaSource;
@@ -318,26 +343,6 @@ fn print_mapping(config: &Config, plan: &service::Plan) {
             Some(m) => println!("  {}: (kafka metadata {m}) always set", c.name),
         }
     }
-    println!("rows sent as {}", plan.row_format.name());
-    if let Some(path) = &plan.explode {
-        println!(
-            "explode: /{} (one row per element; an empty array writes no row and counts as              filtered)",
-            path.join("/")
-        );
-    }
-    if let Some(f) = &plan.filter {
-        println!("filter (on each row as encoded, after explode): keep rows where {f}");
-    }
-    for line in plan.format.describe() {
-        println!("{line}");
-    }
-    for (column, expr) in plan.refused_defaults() {
-        println!(
-            "clickhouse: NOTE: column {column} has DEFAULT {expr}, computed per row; this server \
-             has no RowBinaryWithDefaults, so a record without `{column}` is a record error (on_error)"
-        );
-    }
-    println!();
 }
 
 /// `check`'s replica part: probes every replica of every shard and reads

@@ -222,6 +222,37 @@ pub async fn plans(routes: &[TableRoute]) -> Result<Vec<Plan>, ServiceError> {
     Ok(plans)
 }
 
+/// The routed pipeline's config: `config`'s, over the pool shards of every
+/// table (`t * S + s`), its table named as every route's, `,`-joined. Logs
+/// which block of pool shards each table is.
+fn pool_config(
+    config: &Config,
+    routes: &[TableRoute],
+    pool_shards: Vec<Vec<String>>,
+) -> spate_core::pipeline::PipelineConfig {
+    let shards = config.sink.clickhouse.shards.len();
+    let mut pc = config.pipeline_config();
+    pc.sink.shards = pool_shards;
+    pc.table = routes
+        .iter()
+        .map(|r| {
+            let ch = &r.config.sink.clickhouse;
+            format!("{}.{}", ch.database, ch.table)
+        })
+        .collect::<Vec<_>>()
+        .join(",");
+    for (t, r) in routes.iter().enumerate() {
+        let ch = &r.config.sink.clickhouse;
+        tracing::info!(
+            route = %r.key,
+            table = %format!("{}.{}", ch.database, ch.table),
+            pool_shards = %format!("{}..{}", t * shards, (t + 1) * shards),
+            "table route (the `shard` metric label is the pool shard)"
+        );
+    }
+    pc
+}
+
 /// Builds the routed pipeline of `config` (the first route's config) over
 /// `routes` with their `plans`, and its dead-letter producer when one is
 /// configured (flush it after the run).
@@ -251,25 +282,7 @@ pub fn build(
         routers.push(ShardRouter::with_spec(ch.shard_spec()?));
         pool_shards.extend(ch.shards.iter().cloned());
     }
-    let mut pc = config.pipeline_config();
-    pc.sink.shards = pool_shards;
-    pc.table = routes
-        .iter()
-        .map(|r| {
-            let ch = &r.config.sink.clickhouse;
-            format!("{}.{}", ch.database, ch.table)
-        })
-        .collect::<Vec<_>>()
-        .join(",");
-    for (t, r) in routes.iter().enumerate() {
-        let ch = &r.config.sink.clickhouse;
-        tracing::info!(
-            route = %r.key,
-            table = %format!("{}.{}", ch.database, ch.table),
-            pool_shards = %format!("{}..{}", t * shards, (t + 1) * shards),
-            "table route (the `shard` metric label is the pool shard)"
-        );
-    }
+    let pc = pool_config(config, routes, pool_shards);
     let writer = RoutedWriter { writers, shards };
     let source = KafkaSource::new(config.kafka_config())?;
     let decoder = MessageDecoder::of(config);

@@ -116,40 +116,53 @@ pub fn analyze(
     mode: JsonMode,
     messages: &[SampledMessage],
 ) -> SampleReport {
-    let mut encoder = JsonRowEncoder::new(plan.columns.clone(), plan.options.clone())
-        .expect("the encoder was checked by plan()");
-    let mut router = ShardRouter::with_spec(spec.clone());
-    let mut report = SampleReport {
-        messages: messages.len() as u64,
-        columns: plan
-            .columns
-            .iter()
-            .map(|c| ColumnStats {
-                column: c.name.clone(),
-                field: plan.describe(c).0,
-                ..ColumnStats::default()
-            })
-            .collect(),
-        shards: vec![0; shards],
-        ..SampleReport::default()
-    };
-    let mut buf = Vec::new();
-    let note = |report: &mut SampleReport, m: &SampledMessage, reason: String| {
-        report.refused += 1;
-        if report.errors.len() < FIRST_ERRORS {
-            report.errors.push(SampleError {
-                topic: m.topic.clone(),
-                partition: m.partition,
-                offset: m.offset,
-                reason,
-            });
-        }
+    let mut analyzer = Analyzer {
+        plan,
+        encoder: JsonRowEncoder::new(plan.columns.clone(), plan.options.clone())
+            .expect("the encoder was checked by plan()"),
+        router: ShardRouter::with_spec(spec.clone()),
+        shards,
+        buf: Vec::new(),
+        report: SampleReport {
+            messages: messages.len() as u64,
+            columns: plan
+                .columns
+                .iter()
+                .map(|c| ColumnStats {
+                    column: c.name.clone(),
+                    field: plan.describe(c).0,
+                    ..ColumnStats::default()
+                })
+                .collect(),
+            shards: vec![0; shards],
+            ..SampleReport::default()
+        },
     };
     for m in messages {
+        analyzer.message(m, mode);
+    }
+    analyzer.report
+}
+
+/// The real encoder and router over the sample, and what they found.
+struct Analyzer<'p> {
+    plan: &'p Plan,
+    encoder: JsonRowEncoder,
+    router: ShardRouter,
+    shards: usize,
+    buf: Vec<u8>,
+    report: SampleReport,
+}
+
+impl Analyzer<'_> {
+    /// One message: its records (one, or one per NDJSON line), each with
+    /// the message around it for metadata columns. A tombstone is one
+    /// refused record.
+    fn message(&mut self, m: &SampledMessage, mode: JsonMode) {
         let Some(value) = m.value.as_deref() else {
-            report.records += 1;
-            note(&mut report, m, "decode: no value (a tombstone)".into());
-            continue;
+            self.report.records += 1;
+            self.report.note(m, "decode: no value (a tombstone)".into());
+            return;
         };
         let records: Vec<&[u8]> = match mode {
             JsonMode::Object => vec![value],
@@ -158,7 +171,6 @@ pub fn analyze(
                 .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
                 .collect(),
         };
-        // The message around each record, for metadata columns.
         let tp = TopicPartition::new(m.topic.as_str(), m.partition);
         let headers: Vec<Header<'_>> = m
             .headers
@@ -169,24 +181,8 @@ pub fn analyze(
             })
             .collect();
         for record in records {
-            report.records += 1;
-            if let Ok(Value::Object(obj)) = serde_json::from_slice::<Value>(record) {
-                let join = plan.options.flatten_join.as_deref();
-                for (c, st) in plan.columns.iter().zip(report.columns.iter_mut()) {
-                    if c.meta.is_some() {
-                        continue;
-                    }
-                    match lookup(&obj, c, join) {
-                        None => st.missing += 1,
-                        Some(Value::Null) => st.null += 1,
-                        Some(_) => continue,
-                    }
-                    if matches!(c.missing, MissingValue::Literal(_)) {
-                        st.defaulted += 1;
-                    }
-                }
-            }
-            buf.clear();
+            self.report.records += 1;
+            self.count_fields(record);
             let payload = Payload {
                 value: Some(record),
                 key: m.key.as_deref(),
@@ -196,26 +192,57 @@ pub fn analyze(
                 timestamp_kind: m.timestamp.1,
                 headers: Headers::from_slice(&headers),
             };
-            if let Err(e) = encoder.encode_message(&payload, &mut buf) {
-                if let Some(col) = &e.column {
-                    if let Some(st) = report.columns.iter_mut().find(|s| &s.column == col) {
-                        st.refused += 1;
-                    }
-                }
-                note(&mut report, m, e.to_string());
+            self.encode_and_route(m, &payload, record);
+        }
+    }
+
+    /// Counts, per non-metadata column, a record missing its field or
+    /// holding `null` there (and the constant DEFAULT that then applies).
+    fn count_fields(&mut self, record: &[u8]) {
+        let Ok(Value::Object(obj)) = serde_json::from_slice::<Value>(record) else {
+            return;
+        };
+        let join = self.plan.options.flatten_join.as_deref();
+        for (c, st) in self.plan.columns.iter().zip(self.report.columns.iter_mut()) {
+            if c.meta.is_some() {
                 continue;
             }
-            match router.try_shard_for(m.key.as_deref(), record, shards) {
-                Ok(s) => report.shards[s] += 1,
-                Err(e) => {
-                    report.unroutable += 1;
-                    let e = router.record_error(&e);
-                    note(&mut report, m, format!("route: {}", e.reason));
-                }
+            match lookup(&obj, c, join) {
+                None => st.missing += 1,
+                Some(Value::Null) => st.null += 1,
+                Some(_) => continue,
+            }
+            if matches!(c.missing, MissingValue::Literal(_)) {
+                st.defaulted += 1;
             }
         }
     }
-    report
+
+    /// Runs the encoder, then the router, over one record; counts a
+    /// refusal against its column and notes it.
+    fn encode_and_route(&mut self, m: &SampledMessage, payload: &Payload<'_>, record: &[u8]) {
+        self.buf.clear();
+        if let Err(e) = self.encoder.encode_message(payload, &mut self.buf) {
+            if let Some(col) = &e.column {
+                if let Some(st) = self.report.columns.iter_mut().find(|s| &s.column == col) {
+                    st.refused += 1;
+                }
+            }
+            self.report.note(m, e.to_string());
+            return;
+        }
+        match self
+            .router
+            .try_shard_for(m.key.as_deref(), record, self.shards)
+        {
+            Ok(s) => self.report.shards[s] += 1,
+            Err(e) => {
+                self.report.unroutable += 1;
+                let e = self.router.record_error(&e);
+                self.report.note(m, format!("route: {}", e.reason));
+            }
+        }
+    }
 }
 
 /// The value of column `c`'s source in `obj`: its path, or its name (with a
@@ -252,6 +279,20 @@ fn flat<'a>(
 }
 
 impl SampleReport {
+    /// A refused record of message `m`: counted, and listed among the
+    /// first [`FIRST_ERRORS`].
+    fn note(&mut self, m: &SampledMessage, reason: String) {
+        self.refused += 1;
+        if self.errors.len() < FIRST_ERRORS {
+            self.errors.push(SampleError {
+                topic: m.topic.clone(),
+                partition: m.partition,
+                offset: m.offset,
+                reason,
+            });
+        }
+    }
+
     /// The findings a user must look at, one line each: refused records,
     /// records without their shard key, columns whose field no sampled
     /// record has (a typo in a rename?).

@@ -204,66 +204,9 @@ pub fn effectively_once(config: &Config) -> bool {
 pub async fn plan(config: &Config) -> Result<Plan, ServiceError> {
     let ch = &config.sink.clickhouse;
     let probe = HttpWriter::new(writer_config(config, Vec::new())?);
-    let mut errors = Vec::new();
-    let mut schema = None;
-    for url in ch.shards.iter().flatten() {
-        match probe.table_schema(url).await {
-            Ok(s) => {
-                schema = Some(s);
-                break;
-            }
-            Err(SchemaProbeError::Query(e)) => {
-                errors.push(format!("{url}: {}", e.describe("schema probe")));
-            }
-            Err(e) => errors.push(format!("{url}: {e}")),
-        }
-    }
-    let schema = schema.ok_or_else(|| ServiceError::Probe {
-        database: ch.database.clone(),
-        table: ch.table.clone(),
-        errors: errors.join("; "),
-    })?;
-    // Per-row DEFAULTs go to the server only if every replica that
-    // answers accepts RowBinaryWithDefaults (an insert may land on any).
-    let mut server_defaults = true;
-    let mut answered = false;
-    for url in ch.shards.iter().flatten() {
-        match probe.accepts_row_binary_with_defaults(url).await {
-            Ok(yes) => {
-                answered = true;
-                server_defaults &= yes;
-            }
-            Err(e) => {
-                tracing::warn!(
-                    replica = %url,
-                    "cannot ask for RowBinaryWithDefaults ({e}); per-row DEFAULTs stay refused"
-                );
-                server_defaults = false;
-            }
-        }
-    }
-    let insert = InsertOptions {
-        renames: config.mapping.rename.clone(),
-        pointers: config.mapping.columns.clone(),
-        include_default_columns: config.mapping.include_default_columns,
-        server_defaults: server_defaults && answered,
-        column_options: config
-            .mapping
-            .column_options
-            .iter()
-            .map(|(col, o)| {
-                (
-                    col.clone(),
-                    ColumnOptions {
-                        epoch_unit: o.epoch_unit.map(|u| u.unit()),
-                        empty_as_null: o.empty_as_null,
-                        ..ColumnOptions::default()
-                    },
-                )
-            })
-            .collect(),
-        defaults: config.mapping.default_literals()?,
-    };
+    let schema = probe_schema(config, &probe).await?;
+    let server_defaults = server_defaults(config, &probe).await;
+    let insert = insert_options(config, server_defaults)?;
     let mapping_err = |reason: String| ServiceError::Mapping {
         table: ch.table.clone(),
         reason,
@@ -299,6 +242,89 @@ pub async fn plan(config: &Config) -> Result<Plan, ServiceError> {
         filter,
         explode,
     };
+    warn_about(config, &plan);
+    Ok(plan)
+}
+
+/// The table's schema from the first replica that answers.
+///
+/// # Errors
+/// [`ServiceError::Probe`] with each replica's error when none answers.
+async fn probe_schema(config: &Config, probe: &HttpWriter) -> Result<TableSchema, ServiceError> {
+    let ch = &config.sink.clickhouse;
+    let mut errors = Vec::new();
+    for url in ch.shards.iter().flatten() {
+        match probe.table_schema(url).await {
+            Ok(s) => return Ok(s),
+            Err(SchemaProbeError::Query(e)) => {
+                errors.push(format!("{url}: {}", e.describe("schema probe")));
+            }
+            Err(e) => errors.push(format!("{url}: {e}")),
+        }
+    }
+    Err(ServiceError::Probe {
+        database: ch.database.clone(),
+        table: ch.table.clone(),
+        errors: errors.join("; "),
+    })
+}
+
+/// Whether per-row DEFAULTs go to the server: only if every replica
+/// answers that it accepts RowBinaryWithDefaults (an insert may land on
+/// any), and at least one answers.
+async fn server_defaults(config: &Config, probe: &HttpWriter) -> bool {
+    let mut server_defaults = true;
+    let mut answered = false;
+    for url in config.sink.clickhouse.shards.iter().flatten() {
+        match probe.accepts_row_binary_with_defaults(url).await {
+            Ok(yes) => {
+                answered = true;
+                server_defaults &= yes;
+            }
+            Err(e) => {
+                tracing::warn!(
+                    replica = %url,
+                    "cannot ask for RowBinaryWithDefaults ({e}); per-row DEFAULTs stay refused"
+                );
+                server_defaults = false;
+            }
+        }
+    }
+    server_defaults && answered
+}
+
+/// How the INSERT's columns are planned from `mapping`.
+///
+/// # Errors
+/// A `mapping.defaults` literal that is not valid.
+fn insert_options(config: &Config, server_defaults: bool) -> Result<InsertOptions, ServiceError> {
+    Ok(InsertOptions {
+        renames: config.mapping.rename.clone(),
+        pointers: config.mapping.columns.clone(),
+        include_default_columns: config.mapping.include_default_columns,
+        server_defaults,
+        column_options: config
+            .mapping
+            .column_options
+            .iter()
+            .map(|(col, o)| {
+                (
+                    col.clone(),
+                    ColumnOptions {
+                        epoch_unit: o.epoch_unit.map(|u| u.unit()),
+                        empty_as_null: o.empty_as_null,
+                        ..ColumnOptions::default()
+                    },
+                )
+            })
+            .collect(),
+        defaults: config.mapping.default_literals()?,
+    })
+}
+
+/// The start-up warnings of a plan: an option that does nothing any more,
+/// and each DEFAULT this server cannot apply per row.
+fn warn_about(config: &Config, plan: &Plan) {
     if config.mapping.include_default_columns {
         tracing::warn!(
             "mapping.include_default_columns has no effect any more: DEFAULT columns are \
@@ -313,7 +339,6 @@ pub async fn plan(config: &Config) -> Result<Plan, ServiceError> {
              a record without this field is a record error (on_error), not the DEFAULT"
         );
     }
-    Ok(plan)
 }
 
 /// How a message becomes JSON records, per `format.json.mode`: the whole
