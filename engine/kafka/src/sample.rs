@@ -20,7 +20,7 @@ use rdkafka::message::{BorrowedMessage, Headers as _, Message, Timestamp};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use spate_core::record::TimestampKind;
 
-use crate::tools::KafkaToolError;
+use crate::tools::{self, KafkaToolError};
 
 /// One message read for the sample.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -113,19 +113,9 @@ fn partitions(
 ) -> Result<TopicPartitionList, KafkaToolError> {
     let mut wanted = TopicPartitionList::new();
     for topic in topics.iter().filter(|t| !t.starts_with('^')) {
-        let md = consumer
-            .fetch_metadata(Some(topic), within)
-            .map_err(client_err(format!("metadata of {topic}")))?;
-        let parts = md
-            .topics()
-            .first()
-            .filter(|t| t.error().is_none())
-            .map(|t| t.partitions().len())
-            .unwrap_or(0);
-        if parts == 0 {
-            return Err(KafkaToolError::NoTopic(topic.clone()));
-        }
-        for p in 0..parts as i32 {
+        let parts =
+            tools::topic_partitions(consumer, topic, within, &format!("metadata of {topic}"))?;
+        for p in 0..parts {
             wanted.add_partition(topic, p);
         }
     }
@@ -246,7 +236,6 @@ fn sampled(m: &BorrowedMessage<'_>) -> SampledMessage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools;
 
     /// A sample spans the partitions (at most its share of each), reads
     /// from the beginning of a group that committed nothing, and commits

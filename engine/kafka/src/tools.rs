@@ -115,9 +115,31 @@ pub fn partition_count_with(
         .set("bootstrap.servers", brokers)
         .create()
         .map_err(client_err(format!("client for {brokers}")))?;
-    let md = c
+    topic_partitions(
+        &c,
+        topic,
+        timeout,
+        &format!("metadata of {topic} from {brokers}"),
+    )
+}
+
+/// The number of partitions of `topic` as `consumer`'s brokers know it
+/// (one metadata fetch bounded by `timeout`; `what` names the fetch in an
+/// error).
+///
+/// # Errors
+/// [`KafkaToolError::Client`] when the brokers do not answer,
+/// [`KafkaToolError::NoTopic`] when the topic is missing, in error or has
+/// no partition.
+pub(crate) fn topic_partitions<C: ClientContext + rdkafka::consumer::ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    timeout: Duration,
+    what: &str,
+) -> Result<i32, KafkaToolError> {
+    let md = consumer
         .fetch_metadata(Some(topic), timeout)
-        .map_err(client_err(format!("metadata of {topic} from {brokers}")))?;
+        .map_err(client_err(what))?;
     let t = md
         .topics()
         .iter()

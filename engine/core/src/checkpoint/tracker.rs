@@ -452,9 +452,7 @@ mod tests {
     #[cfg(debug_assertions)]
     #[should_panic(expected = "D1: commit 20 of t/0 passes the delivered prefix")]
     fn marking_a_commit_past_the_delivered_prefix_fails_its_assertion() {
-        let mut t = Tracker::new();
-        t.assign(tp(), 1);
-        t.apply(&res(0, 0, 9, Outcome::Delivered));
+        let mut t = first_batch_delivered();
         t.mark_committed(&CommitOffset {
             partition: tp(),
             epoch: 1,
@@ -469,9 +467,16 @@ mod tests {
     #[cfg(debug_assertions)]
     #[should_panic(expected = "D1: t/0 epoch 1 seq 0 resolved twice")]
     fn a_batch_resolved_twice_fails_its_assertion() {
+        let mut t = first_batch_delivered();
+        t.apply(&res(0, 0, 9, Outcome::Delivered));
+    }
+
+    /// `t/0` at epoch 1 with batch 0 (offsets 0..=9) delivered.
+    #[cfg(debug_assertions)]
+    fn first_batch_delivered() -> Tracker {
         let mut t = Tracker::new();
         t.assign(tp(), 1);
         t.apply(&res(0, 0, 9, Outcome::Delivered));
-        t.apply(&res(0, 0, 9, Outcome::Delivered));
+        t
     }
 }
