@@ -21,6 +21,33 @@ use spate_core::record::Payload;
 /// dead-letter producer (its queue was full or it refused them).
 pub const DEAD_LETTER_DROPPED: &str = "spate_dead_letter_dropped_total";
 
+/// Whether a librdkafka property of the consumer's is one the dead-letter
+/// producer needs to reach the same cluster: security protocol, TLS
+/// (`ssl.*`, `enable.ssl.certificate.verification`), SASL (`sasl.*`, OAUTHBEARER
+/// included), client id and rack, socket, broker-address, reconnect and
+/// metadata settings.
+pub fn is_connection_property(key: &str) -> bool {
+    const PREFIXES: [&str; 9] = [
+        "security.",
+        "ssl.",
+        "ssl_",
+        "sasl.",
+        "socket.",
+        "broker.",
+        "reconnect.",
+        "metadata.",
+        "api.version",
+    ];
+    const KEYS: [&str; 5] = [
+        "client.id",
+        "client.rack",
+        "client.dns.lookup",
+        "enable.ssl.certificate.verification",
+        "connections.max.idle.ms",
+    ];
+    PREFIXES.iter().any(|p| key.starts_with(p)) || KEYS.contains(&key)
+}
+
 /// The dead-letter producer could not be created.
 #[derive(Debug, thiserror::Error)]
 #[error("dead-letter producer for topic `{topic}`: {source}")]
@@ -86,13 +113,29 @@ impl ProducerContext for DeadLetterContext {
 }
 
 impl KafkaDeadLetter {
-    /// A producer to `topic` on `brokers` (the source's).
+    /// A producer to `topic` on `brokers` (the source's), connecting as the
+    /// source's consumer does: every entry of `properties`
+    /// (`source.kafka.properties`) that is a connection or security setting
+    /// ([`is_connection_property`]: TLS, SASL, client id, sockets) is set on
+    /// the producer too, so a dead-letter topic on a secured cluster is
+    /// reached with the consumer's credentials. Consumer-only settings (the
+    /// group's, fetch sizes) are left out: librdkafka would warn about each.
     ///
     /// # Errors
-    /// [`DeadLetterError`] when librdkafka refuses the config.
-    pub fn new(brokers: &str, topic: &str) -> Result<Self, DeadLetterError> {
+    /// [`DeadLetterError`] when librdkafka refuses the config (an unknown
+    /// value for `security.protocol`, say).
+    pub fn new(
+        brokers: &str,
+        properties: &std::collections::BTreeMap<String, String>,
+        topic: &str,
+    ) -> Result<Self, DeadLetterError> {
         let mut client = ClientConfig::new();
         client.set("bootstrap.servers", brokers);
+        for (key, value) in properties {
+            if is_connection_property(key) {
+                client.set(key, value);
+            }
+        }
         Self::with_client(client, topic)
     }
 
@@ -200,6 +243,39 @@ mod tests {
             timestamp_ms: None,
             timestamp_kind: spate_core::record::TimestampKind::None,
             headers: spate_core::record::Headers::NONE,
+        }
+    }
+
+    /// The producer connects as the consumer does: the source's security
+    /// settings reach it (a bad `security.protocol` is refused at start, not
+    /// ignored), its consumer-only settings do not.
+    #[test]
+    fn the_producer_takes_the_sources_connection_settings() {
+        let mut props = std::collections::BTreeMap::new();
+        props.insert("security.protocol".to_owned(), "carrier_pigeon".to_owned());
+        let e = KafkaDeadLetter::new("127.0.0.1:1", &props, "dead")
+            .err()
+            .expect("an unknown security.protocol is refused");
+        assert!(e.to_string().contains("security.protocol"), "{e}");
+        props.clear();
+        props.insert("session.timeout.ms".to_owned(), "not a number".to_owned());
+        props.insert("group.instance.id".to_owned(), "pod-0".to_owned());
+        KafkaDeadLetter::new("127.0.0.1:1", &props, "dead").expect("consumer settings left out");
+        for key in [
+            "security.protocol",
+            "sasl.mechanism",
+            "ssl.ca.location",
+            "client.id",
+        ] {
+            assert!(is_connection_property(key), "{key}");
+        }
+        for key in [
+            "group.id",
+            "session.timeout.ms",
+            "auto.offset.reset",
+            "fetch.max.bytes",
+        ] {
+            assert!(!is_connection_property(key), "{key}");
         }
     }
 

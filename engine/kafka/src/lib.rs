@@ -69,7 +69,9 @@ pub mod tools;
 
 pub use config::{ConfigError, DEFAULT_MAX_BATCH, KafkaSourceConfig, OWNED_PROPERTIES};
 pub use context::SpateContext;
-pub use dead_letter::{DEAD_LETTER_DROPPED, DeadLetterError, KafkaDeadLetter};
+pub use dead_letter::{
+    DEAD_LETTER_DROPPED, DeadLetterError, KafkaDeadLetter, is_connection_property,
+};
 pub use lane::{KafkaBatch, KafkaLane};
 pub use source::{CLOSE_TIMEOUT, COMMIT_TIMEOUT, CONSUMER_ERROR_HOLD, KafkaSource};
 

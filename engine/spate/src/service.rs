@@ -564,7 +564,8 @@ where
     let mut dead_letter = None;
     if let Some(dl) = &config.on_error.dead_letter {
         let brokers = config.source.kafka.brokers.joined();
-        let hook = Arc::new(KafkaDeadLetter::new(&brokers, &dl.topic)?);
+        let properties = &config.source.kafka.properties;
+        let hook = Arc::new(KafkaDeadLetter::new(&brokers, properties, &dl.topic)?);
         builder = builder.dead_letter(Arc::clone(&hook) as Arc<dyn DeadLetter>);
         dead_letter = Some(hook);
     }
