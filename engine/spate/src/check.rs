@@ -298,7 +298,7 @@ fn print_mapping(config: &Config, plan: &service::Plan) {
     println!("rows sent as {}", plan.row_format.name());
     if let Some(path) = &plan.explode {
         println!(
-            "explode: /{} (one row per element; an empty array writes no row and counts as              filtered)",
+            "explode: /{} (one row per element; an empty array writes no row and counts as filtered)",
             path.join("/")
         );
     }
@@ -474,7 +474,7 @@ fn check_sample(config: &Config, plan: &service::Plan, n: usize) -> usize {
         // The sample maps one row per record without the filter; its
         // per-column counts would describe rows the pipeline never writes.
         println!(
-            "sample: not analysed: --sample does not model mapping.explode / mapping.filter              yet (the plan above is checked against the table)"
+            "sample: not analysed: --sample does not model mapping.explode / mapping.filter yet (the plan above is checked against the table)"
         );
         return 0;
     }
