@@ -5,7 +5,7 @@
 # test mode so they cannot rot.
 #
 #   bash ci/test.sh                 everything above; the container tests
-#                                   (engine/spate/tests/containers.rs) are
+#                                   (engine/spate/tests/it/containers.rs) are
 #                                   built, not run
 #   bash ci/test.sh --containers    also runs them: needs a Docker engine
 #                                   (current ClickHouse and Redpanda images)
@@ -48,7 +48,7 @@ cargo clippy --workspace --all-targets --features spate/containers --locked -- -
 
 step "Prometheus: the alert rules (promtool check rules, promtool test rules) and the dashboard (ci/prometheus.sh)"
 # Debian's prometheus package (prometheus and promtool), installed if missing.
-# engine/spate/tests/ops_prometheus.rs (in cargo test below) starts a real
+# engine/spate/tests/it/ops_prometheus.rs (in cargo test below) starts a real
 # Prometheus with ci/prometheus.sh scraping `spate run` around a frozen
 # shard; SPATE_PROMETHEUS_REQUIRED=1 makes it fail, not skip, without one.
 bash ci/prometheus.sh install
@@ -76,7 +76,7 @@ fi
 step "a current ClickHouse engine behind a test endpoint (ci/chdb_server.py, chdb-core)"
 # Not a server: chdb-core's engine is real, the HTTP layer is ours (read the
 # script's header). Two ports of one process share one chdb session, so they
-# act as two replicas of one table (engine/spate/tests/chdb.rs).
+# act as two replicas of one table (engine/spate/tests/it/chdb.rs).
 chdb_dir=$(mktemp -d /tmp/spate-chdb.XXXXXX)
 python3 ci/chdb_server.py --port 0 --port 0 --data "$chdb_dir/data" >"$chdb_dir/urls" 2>"$chdb_dir/log" &
 chdb_pid=$!
@@ -96,7 +96,7 @@ echo "SPATE_CHDB_URLS=$SPATE_CHDB_URLS"
 step "Apache Kafka 4.4 for the real-broker tests (ci/kafka.sh)"
 # 3 KRaft nodes (controller+broker each), RF 3, min.insync.replicas 2; the
 # jars come from Maven Central once (target/kafka-libs, the Maven cache).
-# engine/spate/tests/real_kafka.rs runs against it; SPATE_KAFKA_REQUIRED=1
+# engine/spate/tests/it/real_kafka.rs runs against it; SPATE_KAFKA_REQUIRED=1
 # makes those tests fail, not skip, without SPATE_KAFKA_BROKERS. A broker
 # that cannot start fails this step with its log lines (set -e).
 kafka_t0=$SECONDS
@@ -106,7 +106,7 @@ echo "SPATE_KAFKA_BROKERS=$SPATE_KAFKA_BROKERS (up after $((SECONDS - kafka_t0))
 
 step "schema registry for the Avro/Protobuf tests (ci/registry.sh: a TEST FIXTURE)"
 # ci/registry_fixture.py serves the Confluent REST subset spate uses (no real
-# registry can be assembled here: see its header). engine/spate/tests/avro.rs
+# registry can be assembled here: see its header). engine/spate/tests/it/avro.rs
 # runs the workload through it; SPATE_REGISTRY_REQUIRED=1 makes those tests
 # fail, not fall back, without SPATE_REGISTRY_URL. A fixture that cannot
 # start fails this step (set -e); it is up in under a second.
@@ -118,11 +118,11 @@ step "cargo test (unit, integration, proptest, real ClickHouse, real Kafka)"
 cargo test --workspace --features spate/containers --locked
 # The mock-cluster e2e tests again, same bodies, on the real cluster
 # (--workspace: the same feature set as above, so nothing is rebuilt).
-SPATE_E2E_KAFKA=real cargo test --workspace --features spate/containers --locked --test e2e
+SPATE_E2E_KAFKA=real cargo test --workspace --features spate/containers --locked --test it -- e2e::
 bash ci/kafka.sh stop
 bash ci/registry.sh stop
 if [ "$SPATE_CONTAINERS" = 1 ]; then
-  echo "container tests ran (engine/spate/tests/containers.rs)"
+  echo "container tests ran (engine/spate/tests/it/containers.rs)"
 else
   echo "container tests built, not run (bash ci/test.sh --containers runs them; needs Docker)"
 fi
