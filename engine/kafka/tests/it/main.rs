@@ -3,8 +3,9 @@
 //!
 //! `mock_metrics` installs a process-wide `metrics` recorder and reads an
 //! unlabeled counter that any pipeline in this process would add to, so its
-//! tests run alone ([`spate_testkit::serial::alone`]) and every pipeline the
-//! other tests start holds a shared claim ([`common::spawn`]).
+//! tests run alone on it ([`spate_testkit::serial::alone`] on
+//! [`Resource::Recorder`](spate_testkit::serial::Resource::Recorder)) and
+//! every test that starts a pipeline holds a shared claim ([`common::spawn`]).
 //!
 //! Run one module with a filter: `cargo test -p spate-kafka --test it -- mock_faults::`.
 

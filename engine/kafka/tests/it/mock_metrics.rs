@@ -87,7 +87,7 @@ impl Recorder for Values {
 /// The process-wide recorder (installed once), with the test running alone.
 fn recorder() -> (Values, spate_testkit::serial::Alone) {
     static VALUES: OnceLock<Values> = OnceLock::new();
-    let guard = spate_testkit::serial::alone();
+    let guard = spate_testkit::serial::alone(&[spate_testkit::serial::Resource::Recorder]);
     let values = VALUES.get_or_init(|| {
         let v = Values::default();
         metrics::set_global_recorder(v.clone()).expect("no other recorder in this process");

@@ -31,7 +31,7 @@ fn chdb_urls() -> Option<Vec<String>> {
         Ok(u) if !u.trim().is_empty() => {
             // A claim like the servers' (the runs that need both cores run
             // alone: spate_testkit::serial).
-            spate_testkit::serial::shared();
+            spate_testkit::serial::shared(Resource::Chdb);
             Some(u.split(',').map(|s| s.trim().to_owned()).collect())
         }
         _ => {

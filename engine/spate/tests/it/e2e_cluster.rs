@@ -13,7 +13,7 @@
 //! (D5) with the "abandoned" exit code and count, and a restart loses nothing.
 //!
 //! Freezing a shard disturbs every test on it, so the tests here take
-//! [`servers`] and run alone (no other test of this binary beside them).
+//! [`servers`] and run alone on the cluster (no other test on it beside).
 
 use crate::common;
 
@@ -23,11 +23,11 @@ use common::*;
 use spate::kafka_tools;
 use spate_clickhouse::router::shard_of_key;
 
-/// One test at a time on the shared servers, and no test of another module
-/// beside it (see the module docs). A failed test leaves the servers fine
-/// (Frozen thawed them).
+/// One test at a time on the replicated cluster, and no test of another
+/// module on it beside (see the module docs). A failed test leaves the
+/// servers fine (Frozen thawed them).
 fn servers() -> spate_testkit::serial::Alone {
-    spate_testkit::serial::alone()
+    spate_testkit::serial::alone(&[Resource::Replicas])
 }
 
 /// The cluster config: [`config`] on `shards`, routed by `id`.

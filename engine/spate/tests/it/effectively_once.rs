@@ -32,7 +32,7 @@
 //! assert 0 on every replica.
 //!
 //! The runs share the servers and two cores: they take [`serial`] and run
-//! alone (one at a time, and no test of another module beside them).
+//! alone (one at a time, and no test on any server beside them).
 
 use crate::common;
 
@@ -47,10 +47,10 @@ use spate_clickhouse::dedup::{Dedup, DedupMatch};
 use spate_clickhouse::writer::{HttpWriter, HttpWriterConfig, InsertFormat};
 use spate_core::sink::Endpoint;
 
-/// One run at a time, and no test of another module beside it (shared
-/// servers, two cores).
+/// One run at a time, and no test on any server beside it (shared servers,
+/// two cores).
 fn serial() -> spate_testkit::serial::Alone {
-    spate_testkit::serial::alone()
+    spate_testkit::serial::alone(&Resource::ALL)
 }
 
 /// The delivery mode a run asks for.
@@ -114,7 +114,7 @@ fn chdb_urls() -> Option<Vec<String>> {
         Ok(u) if !u.trim().is_empty() => {
             // A claim like the servers' (the runs that need both cores run
             // alone: spate_testkit::serial).
-            spate_testkit::serial::shared();
+            spate_testkit::serial::shared(Resource::Chdb);
             Some(u.split(',').map(|s| s.trim().to_owned()).collect())
         }
         _ => {

@@ -2,13 +2,15 @@
 //! binary of its own; one binary links once instead of nineteen times).
 //!
 //! Tests of different modules run side by side in this one process, so what
-//! they share is guarded: the real servers through
-//! [`spate_testkit::serial`] (a test that freezes or kills a shared server,
-//! or needs the machine to itself, runs alone; every test on a shared server
-//! holds a shared claim, taken by [`common::clickhouse_url`],
-//! [`common::clickhouse_shards`] and [`common::real::RealKafka::from_env`]),
-//! and every name a test creates on a server (tables, topics, groups, files)
-//! is unique to its module.
+//! they share is guarded ([`spate_testkit::serial`]): every test on a real
+//! server holds a shared claim on it, taken by the helper that hands it the
+//! server ([`common::clickhouse_url`], [`common::clickhouse_shards`],
+//! [`common::real::RealKafka::from_env`], the chdb modules' `chdb_urls`);
+//! a test that freezes a ClickHouse server or kills brokers runs alone on
+//! that server (`stalled_replica`, `e2e_cluster`, `ops_prometheus`, two of
+//! `real_kafka`), and the `effectively_once` runs that need both cores run
+//! alone on all of them. Every name a test creates on a server (tables,
+//! topics, groups, files) is unique to its module.
 //!
 //! Run one module with a filter: `cargo test -p spate --test it -- e2e::`.
 

@@ -371,7 +371,7 @@ fn prometheus_answers_every_dashboard_query_and_the_alerts_fire_and_resolve_arou
         return;
     }
     // It freezes shard 1, which no other test may be using meanwhile.
-    let _alone = spate_testkit::serial::alone();
+    let _alone = spate_testkit::serial::alone(&[Resource::Replicas]);
     let t0 = Instant::now();
     let table = Table::create_replicated(&shards, "opsprom");
     let feed = Feed::mock("flights", 4, "e2e-opsprom");

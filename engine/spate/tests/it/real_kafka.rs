@@ -28,9 +28,9 @@
 //! (D1), the group's committed offsets at the log end of every partition,
 //! SIGTERM exits 0; duplicates are printed, not asserted (at least once).
 //!
-//! The scenarios share one cluster and one of them kills a broker, so they
-//! run alone (`spate_testkit::serial::alone`: one at a time, and no test of
-//! another module beside them), each on its own topic, group and table.
+//! The scenarios share one cluster, each on its own topic, group and table;
+//! the two that kill brokers run alone on it (`spate_testkit::serial::alone`:
+//! no other test on the cluster meanwhile).
 
 use crate::common;
 
@@ -39,10 +39,10 @@ use std::time::{Duration, Instant};
 use common::real::{RealKafka, Steady, kafka_sh};
 use common::*;
 
-/// One scenario at a time, and no test of another module beside it (shared
-/// cluster; a broker is killed in one).
+/// Alone on the cluster, for a scenario that kills brokers (no other test
+/// on it meanwhile).
 fn serial() -> spate_testkit::serial::Alone {
-    spate_testkit::serial::alone()
+    spate_testkit::serial::alone(&[Resource::Kafka])
 }
 
 /// Both real components, or `None` after printing why the test is skipped.
@@ -58,25 +58,14 @@ fn unique(what: &str) -> String {
 }
 
 /// One test's real-cluster setup, or `None` when skipped (as
-/// [`components`]): both components, the serial guard, topic
-/// [`unique`]`(what)` of `partitions` partitions (RF 3) and table `table`.
-fn setup(
-    what: &str,
-    partitions: i32,
-    table: &str,
-) -> Option<(
-    RealKafka,
-    String,
-    spate_testkit::serial::Alone,
-    String,
-    Table,
-)> {
+/// [`components`]): both components, topic [`unique`]`(what)` of
+/// `partitions` partitions (RF 3) and table `table`.
+fn setup(what: &str, partitions: i32, table: &str) -> Option<(RealKafka, String, String, Table)> {
     let (kafka, url) = components()?;
-    let serial = serial();
     let topic = unique(what);
     kafka.create_topic(&topic, partitions, 3, &[]);
     let table = Table::create(&url, table);
-    Some((kafka, url, serial, topic, table))
+    Some((kafka, url, topic, table))
 }
 
 /// The group (named as the topic: [`unique`]), a free admin port, and the
@@ -217,7 +206,6 @@ fn volume_over_12_partitions_rf3_lands_every_row_and_commits_the_log_end() {
     let Some((kafka, url)) = components() else {
         return;
     };
-    let _serial = serial();
     let (topic, partitions, rows) = (unique("volume"), 12, volume_rows());
     kafka.create_topic(&topic, partitions, 3, &[]);
     let table = Table::create(&url, "realvolume");
@@ -267,11 +255,10 @@ fn volume_over_12_partitions_rf3_lands_every_row_and_commits_the_log_end() {
 #[test]
 fn kill_9_of_the_busiest_leader_mid_stream_loses_nothing_and_spate_keeps_going() {
     let partitions = 12;
-    let Some((kafka, url, _serial, topic, table)) =
-        setup("brokerfail", partitions, "realbrokerfail")
-    else {
+    let Some((kafka, url, topic, table)) = setup("brokerfail", partitions, "realbrokerfail") else {
         return;
     };
+    let _serial = serial();
     let (group, port, yaml) = run_config(&kafka, &topic, &url, &table, "{ policy: fail }");
     let producer = Steady::start(&kafka.brokers, &topic, partitions, 4_000);
     let mut spate = Spate::start("realbrokerfail", &yaml);
@@ -446,7 +433,6 @@ fn scale_out_and_in(what: &str, props: &str, cooperative: bool) {
     let Some((kafka, url)) = components() else {
         return;
     };
-    let _serial = serial();
     let (topic, partitions) = (unique(&format!("scale-{what}")), 12);
     kafka.create_topic(&topic, partitions, 3, &[]);
     let table = Table::create(&url, &format!("realscale{}", what.replace('-', "")));
@@ -609,7 +595,7 @@ fn scale_out_and_in_kip848_consumer_protocol() {
 fn transactions_aborted_never_land_and_commits_step_over_control_records() {
     use rdkafka::producer::Producer;
     let partitions = 3;
-    let Some((kafka, url, _serial, topic, table)) = setup("txn", partitions, "realtxn") else {
+    let Some((kafka, url, topic, table)) = setup("txn", partitions, "realtxn") else {
         return;
     };
     let p: rdkafka::producer::BaseProducer = rdkafka::ClientConfig::new()
@@ -714,7 +700,6 @@ fn compacted_topic_with_gaps_lands_exactly_the_surviving_records() {
     let Some((kafka, url)) = components() else {
         return;
     };
-    let _serial = serial();
     let (topic, partitions) = (unique("compact"), 2);
     kafka.create_topic(
         &topic,
@@ -834,8 +819,7 @@ fn compacted_topic_with_gaps_lands_exactly_the_surviving_records() {
 #[test]
 fn records_deleted_past_the_commit_while_stopped_are_logged_counted_and_reset() {
     let partitions = 2;
-    let Some((kafka, url, _serial, topic, table)) = setup("retention", partitions, "realretention")
-    else {
+    let Some((kafka, url, topic, table)) = setup("retention", partitions, "realretention") else {
         return;
     };
     let (group, port, yaml) = run_config(&kafka, &topic, &url, &table, "{ policy: fail }");
@@ -896,7 +880,6 @@ fn dead_letters_read_back_with_headers_and_commit_metadata_round_trips() {
     let Some((kafka, url)) = components() else {
         return;
     };
-    let _serial = serial();
     let (topic, dlq, partitions) = (unique("dl"), unique("dl-dead"), 2);
     kafka.create_topic(&topic, partitions, 3, &[]);
     kafka.create_topic(&dlq, 1, 3, &[]);

@@ -12,8 +12,8 @@
 //! fewer copies landed than attempts timed out (the query id refused some):
 //! without the query id every queued attempt lands.
 //!
-//! It runs alone (`spate_testkit::serial::alone`): it freezes the shared
-//! server, which no other test may be using meanwhile.
+//! It runs alone on the server (`spate_testkit::serial::alone`): it freezes
+//! the shared server, which no other test may be using meanwhile.
 
 use crate::common;
 
@@ -24,7 +24,7 @@ use common::*;
 #[test]
 fn a_stalled_server_stores_each_batch_at_most_once_per_unknown_attempt() {
     let Some(url) = clickhouse_url() else { return };
-    let _alone = spate_testkit::serial::alone();
+    let _alone = spate_testkit::serial::alone(&[Resource::ClickHouse]);
     let table = Table::create(&url, "stall");
     let feed = Feed::mock("flights", 2, "e2e-stall");
     let yaml = feed

@@ -261,7 +261,7 @@ where
     P: Processor + 'static,
     F: Fn(ChunkBuffers) -> P + Send + Sync + 'static,
 {
-    spate_testkit::serial::shared();
+    spate_testkit::serial::shared(spate_testkit::serial::Resource::Recorder);
     let shutdown = Shutdown::new();
     let trigger = shutdown.clone();
     let handle = thread::Builder::new()

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use spate::kafka_tools;
 use spate_clickhouse::writer::{HttpWriter, HttpWriterConfig};
+pub use spate_testkit::serial::Resource;
 
 const FIXTURE: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -32,12 +33,12 @@ pub const DELIVERY: Duration = Duration::from_secs(90);
 pub const EXIT: Duration = Duration::from_secs(30);
 
 /// `SPATE_CLICKHOUSE_URL`, or `None` after printing why the test is skipped.
-/// The test holds a shared claim on the servers from here on
+/// The test holds a shared claim on the server from here on
 /// ([`spate_testkit::serial::shared`]).
 pub fn clickhouse_url() -> Option<String> {
     match std::env::var("SPATE_CLICKHOUSE_URL") {
         Ok(u) if !u.trim().is_empty() => {
-            spate_testkit::serial::shared();
+            spate_testkit::serial::shared(Resource::ClickHouse);
             Some(u)
         }
         _ => {
@@ -49,11 +50,11 @@ pub fn clickhouse_url() -> Option<String> {
 
 /// The replica URLs per shard from `SPATE_CLICKHOUSE_SHARDS`
 /// (`a1,a2;b1,b2`, as ci/test.sh exports it), or `None` after printing why
-/// the test is skipped. The test holds a shared claim on the servers from
+/// the test is skipped. The test holds a shared claim on the cluster from
 /// here on ([`spate_testkit::serial::shared`]).
 pub fn clickhouse_shards() -> Option<Vec<Vec<String>>> {
     spate_testkit::env::clickhouse_shards()
-        .inspect(|_| spate_testkit::serial::shared())
+        .inspect(|_| spate_testkit::serial::shared(Resource::Replicas))
         .inspect_err(|why| println!("skipped: {why}"))
         .ok()
 }

@@ -49,7 +49,7 @@ pub fn required() -> bool {
 impl RealKafka {
     /// The cluster at `SPATE_KAFKA_BROKERS`; `None` after printing why the
     /// test is skipped. Panics when unset and [`required`]. The test holds a
-    /// shared claim on the servers from here on
+    /// shared claim on the cluster from here on
     /// ([`spate_testkit::serial::shared`]).
     pub fn from_env() -> Option<RealKafka> {
         let brokers = match std::env::var("SPATE_KAFKA_BROKERS") {
@@ -64,7 +64,7 @@ impl RealKafka {
                 return None;
             }
         };
-        spate_testkit::serial::shared();
+        spate_testkit::serial::shared(spate_testkit::serial::Resource::Kafka);
         let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
             .set("bootstrap.servers", &brokers)
             .create()
