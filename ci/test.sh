@@ -173,12 +173,12 @@ server_wait() {
   done
   rc=$(cat "$BG/srv-$name.rc")
   cat "$BG/srv-$name.err"
-  echo "($what: $(($(cat "$BG/srv-$name.t1") - $(cat "$BG/srv-$name.t0"))) s, ready at $(cat "$BG/srv-$name.t1") s)"
   if [ "$rc" != 0 ]; then
     cat "$BG/srv-$name.out"
-    echo "ci/test.sh: $what failed (exit $rc); its log lines are above" >&2
+    echo "ci/test.sh: $what failed (exit $rc, after $(($(cat "$BG/srv-$name.t1") - $(cat "$BG/srv-$name.t0"))) s); its log lines are above" >&2
     exit 1
   fi
+  echo "($what: $(($(cat "$BG/srv-$name.t1") - $(cat "$BG/srv-$name.t0"))) s, ready at $(cat "$BG/srv-$name.t1") s)"
   SERVER_OUT=$(cat "$BG/srv-$name.out")
 }
 
@@ -289,18 +289,20 @@ unset RUSTC_WORKSPACE_WRAPPER
 # (--profile ci) and its two runs; the loom models (--cfg loom: spate-core's
 # atomics and sync primitives become loom's, so nothing of another build is
 # reusable) built and run. Their output is printed in their steps below.
-campaign() {
+campaign() (
+  set -e
   CARGO_TARGET_DIR="$TARGET/campaign" cargo build -p spate-verify --locked --profile ci
-  local verify="$TARGET/campaign/ci/spate-verify" fresh
+  verify="$TARGET/campaign/ci/spate-verify"
   "$verify" campaign --delivery both --first 0 --seeds 20000 --eo-seeds 10000 --min-coverage 1
   fresh=$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')
   echo "fresh seeds start at $fresh (replay one with: cargo run -p spate-verify --release -- replay SEED [--delivery effectively_once])"
   "$verify" campaign --delivery both --first "$fresh" --seeds 2000
-}
-loom() {
+)
+loom() (
+  set -e
   LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}" RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR="$TARGET/loom" \
     cargo test -p spate-core --locked --profile ci --test loom_models
-}
+)
 export -f campaign loom
 bg campaign 19 campaign
 bg loom 19 bash -c 'while [ ! -f "$BG/campaign.rc" ]; do sleep 1; done; loom'
