@@ -270,18 +270,26 @@ echo "started"
 step build "cargo test --no-run, which is the clippy run too (all targets, -D warnings)"
 # Every workspace crate through clippy-driver with warnings denied, as
 # `cargo clippy --all-targets -- -D warnings` would check them (the lib,
-# its unit tests, bins, tests, examples, benches); the dependencies through
-# plain rustc. The binaries are listed in $BG/tests.json for
-# ci/run_tests.py.
-export RUSTC_WORKSPACE_WRAPPER="$PWD/ci/clippy-wrapper.sh"
-cargo test "${WS[@]}" --no-run --message-format=json-render-diagnostics >"$BG/tests.json"
-cargo test "${WS[@]}" --bench '*' --no-run --message-format=json-render-diagnostics >"$BG/benches.json"
+# its unit tests, bins, tests, examples; the benches in the job below); the
+# dependencies through plain rustc. The binaries are listed in
+# $BG/tests.json for ci/run_tests.py, which runs them without cargo, so the
+# target directory is free for the job below while the tests run.
+clippy_wrapper="$PWD/ci/clippy-wrapper.sh"
+RUSTC_WORKSPACE_WRAPPER="$clippy_wrapper" \
+  cargo test "${WS[@]}" --no-run --message-format=json-render-diagnostics >"$BG/tests.json"
 
-step doctests "doc tests (cargo test --doc)"
-# With the same wrapper: the libraries the doc tests link are the ones
-# built above.
-cargo test "${WS[@]}" --doc
-unset RUSTC_WORKSPACE_WRAPPER
+# Beside the tests, at the lowest CPU priority: the benches built (clippy
+# too, the same wrapper) and run once each in test mode, and the doc tests
+# (the same wrapper again: they link the libraries built above).
+benches() (
+  set -e
+  ws=(--workspace --features spate/containers --locked) # as WS above
+  cargo test "${ws[@]}" --bench '*' --no-run --message-format=json-render-diagnostics >"$BG/benches.json"
+  cargo test "${ws[@]}" --doc
+  python3 ci/run_tests.py "$BG/benches.json" benches
+)
+export -f benches
+bg benches 19 env RUSTC_WORKSPACE_WRAPPER="$clippy_wrapper" bash -c benches
 
 # The optimised builds, one after another in one job at the lowest CPU
 # priority while the tests run, each in a target directory of its own (no
@@ -380,8 +388,8 @@ else
   echo "container tests built, not run (bash ci/test.sh --containers runs them; needs Docker)"
 fi
 
-step benches "benches in test mode (each criterion bench runs once, so none can rot)"
-python3 ci/run_tests.py "$BG/benches.json" benches
+step benches "doc tests, and the benches in test mode (each criterion bench runs once, so none can rot)"
+bg_wait benches "the benches' build (clippy too), the doc tests and the benches in test mode"
 
 step example "examples that check themselves: the Avro sensor workload through the chain's typed operators (a few seconds)"
 # Exits non-zero when its totals differ from the workload's closed form.
