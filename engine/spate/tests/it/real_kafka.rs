@@ -28,21 +28,25 @@
 //! (D1), the group's committed offsets at the log end of every partition,
 //! SIGTERM exits 0; duplicates are printed, not asserted (at least once).
 //!
-//! The scenarios share one cluster, each on its own topic, group and table;
-//! the two that kill brokers run alone on it (`spate_testkit::serial::alone`:
-//! no other test on the cluster meanwhile).
+//! The scenarios share one cluster and one of them kills a broker, so they
+//! run one at a time (a lock, taken before anything else), each on its own
+//! topic, group and table; the two that kill brokers also run alone on the
+//! cluster (`spate_testkit::serial::alone`: no test of another module on it
+//! meanwhile).
 
 use crate::common;
 
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::real::{RealKafka, Steady, kafka_sh};
 use common::*;
 
-/// Alone on the cluster, for a scenario that kills brokers (no other test
-/// on it meanwhile).
-fn serial() -> spate_testkit::serial::Alone {
-    spate_testkit::serial::alone(&[Resource::Kafka])
+/// One scenario at a time (shared cluster; a broker is killed in one).
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Both real components, or `None` after printing why the test is skipped.
@@ -58,14 +62,25 @@ fn unique(what: &str) -> String {
 }
 
 /// One test's real-cluster setup, or `None` when skipped (as
-/// [`components`]): both components, topic [`unique`]`(what)` of
-/// `partitions` partitions (RF 3) and table `table`.
-fn setup(what: &str, partitions: i32, table: &str) -> Option<(RealKafka, String, String, Table)> {
+/// [`components`]): both components, the serial guard, topic
+/// [`unique`]`(what)` of `partitions` partitions (RF 3) and table `table`.
+fn setup(
+    what: &str,
+    partitions: i32,
+    table: &str,
+) -> Option<(
+    RealKafka,
+    String,
+    std::sync::MutexGuard<'static, ()>,
+    String,
+    Table,
+)> {
+    let serial = serial();
     let (kafka, url) = components()?;
     let topic = unique(what);
     kafka.create_topic(&topic, partitions, 3, &[]);
     let table = Table::create(&url, table);
-    Some((kafka, url, topic, table))
+    Some((kafka, url, serial, topic, table))
 }
 
 /// The group (named as the topic: [`unique`]), a free admin port, and the
@@ -203,6 +218,7 @@ fn volume_rows() -> u64 {
 
 #[test]
 fn volume_over_12_partitions_rf3_lands_every_row_and_commits_the_log_end() {
+    let _serial = serial();
     let Some((kafka, url)) = components() else {
         return;
     };
@@ -255,10 +271,12 @@ fn volume_over_12_partitions_rf3_lands_every_row_and_commits_the_log_end() {
 #[test]
 fn kill_9_of_the_busiest_leader_mid_stream_loses_nothing_and_spate_keeps_going() {
     let partitions = 12;
-    let Some((kafka, url, topic, table)) = setup("brokerfail", partitions, "realbrokerfail") else {
+    let Some((kafka, url, _serial, topic, table)) =
+        setup("brokerfail", partitions, "realbrokerfail")
+    else {
         return;
     };
-    let _serial = serial();
+    let _alone = spate_testkit::serial::alone(&[Resource::Kafka]);
     let (group, port, yaml) = run_config(&kafka, &topic, &url, &table, "{ policy: fail }");
     let producer = Steady::start(&kafka.brokers, &topic, partitions, 4_000);
     let mut spate = Spate::start("realbrokerfail", &yaml);
@@ -335,10 +353,11 @@ fn kill_9_of_the_busiest_leader_mid_stream_loses_nothing_and_spate_keeps_going()
 /// the commits reach the log end.
 #[test]
 fn all_brokers_down_past_the_session_timeout_then_back_loses_nothing() {
+    let _serial = serial();
     let Some((kafka, url)) = components() else {
         return;
     };
-    let _serial = serial();
+    let _alone = spate_testkit::serial::alone(&[Resource::Kafka]);
     let (topic, partitions) = (unique("alldown"), 6);
     kafka.create_topic(&topic, partitions, 3, &[]);
     let table = Table::create(&url, "realalldown");
@@ -430,6 +449,7 @@ fn all_brokers_down_past_the_session_timeout_then_back_loses_nothing() {
 /// `cooperative=true` per assigned partition), so the protocol in force is
 /// the one asked for.
 fn scale_out_and_in(what: &str, props: &str, cooperative: bool) {
+    let _serial = serial();
     let Some((kafka, url)) = components() else {
         return;
     };
@@ -595,7 +615,7 @@ fn scale_out_and_in_kip848_consumer_protocol() {
 fn transactions_aborted_never_land_and_commits_step_over_control_records() {
     use rdkafka::producer::Producer;
     let partitions = 3;
-    let Some((kafka, url, topic, table)) = setup("txn", partitions, "realtxn") else {
+    let Some((kafka, url, _serial, topic, table)) = setup("txn", partitions, "realtxn") else {
         return;
     };
     let p: rdkafka::producer::BaseProducer = rdkafka::ClientConfig::new()
@@ -697,6 +717,7 @@ fn read_ids(
 #[test]
 fn compacted_topic_with_gaps_lands_exactly_the_surviving_records() {
     use rdkafka::producer::Producer;
+    let _serial = serial();
     let Some((kafka, url)) = components() else {
         return;
     };
@@ -819,7 +840,8 @@ fn compacted_topic_with_gaps_lands_exactly_the_surviving_records() {
 #[test]
 fn records_deleted_past_the_commit_while_stopped_are_logged_counted_and_reset() {
     let partitions = 2;
-    let Some((kafka, url, topic, table)) = setup("retention", partitions, "realretention") else {
+    let Some((kafka, url, _serial, topic, table)) = setup("retention", partitions, "realretention")
+    else {
         return;
     };
     let (group, port, yaml) = run_config(&kafka, &topic, &url, &table, "{ policy: fail }");
@@ -877,6 +899,7 @@ fn records_deleted_past_the_commit_while_stopped_are_logged_counted_and_reset() 
 #[test]
 fn dead_letters_read_back_with_headers_and_commit_metadata_round_trips() {
     use rdkafka::consumer::{CommitMode, Consumer};
+    let _serial = serial();
     let Some((kafka, url)) = components() else {
         return;
     };
