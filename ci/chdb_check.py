@@ -6,7 +6,7 @@ DateTime64, Map, Bool, Date32, Int128/256, IPv4/IPv6 and Decimal256, and
 needs a setting for LowCardinality. For those types this script lets a
 current engine's own RowBinary parser read what spate's encoder wrote:
 
-    cargo test -p spate-clickhouse --test chdb_fixtures   # writes the cases
+    cargo test -p spate-clickhouse --test it chdb_fixtures   # writes the cases
     python3 ci/chdb_check.py [DIR]                         # DIR: target/chdb
 
 Every case is DIR/<case>.bin (RowBinary rows) plus DIR/<case>.json
@@ -88,7 +88,7 @@ def main():
     if not manifests:
         print(
             f"chdb_check: no cases in {case_dir}; run "
-            "`cargo test -p spate-clickhouse --test chdb_fixtures` first",
+            "`cargo test -p spate-clickhouse --test it chdb_fixtures` first",
             file=sys.stderr,
         )
         return 2

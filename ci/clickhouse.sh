@@ -28,7 +28,7 @@
 # Each takes about 80 MB resident. Use the first URL for the tests:
 #
 #   export SPATE_CLICKHOUSE_URL=$(ci/clickhouse.sh start 1 | head -n1)
-#   cargo test -p spate-clickhouse --test real_server
+#   cargo test -p spate-clickhouse --test it real_server
 #
 # Replicated: replica r (0-based) of shard s is instance s*REPLICAS+r, so its
 # ports follow the same rule. For the replication tests (a separate directory
@@ -36,7 +36,7 @@
 #
 #   export SPATE_CH_DIR=/tmp/spate-ch-repl SPATE_CH_BASE_PORT=19123
 #   export SPATE_CLICKHOUSE_SHARDS=$(ci/clickhouse.sh start-replicated 2 2 | paste -sd';')
-#   cargo test -p spate-clickhouse --test replicated
+#   cargo test -p spate-clickhouse --test it replicated
 #   ci/clickhouse.sh stop
 #
 # Tables there use

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job on one machine (README "Demo"): `spate demo` moves flight rows
+# The main job on one machine (README "The two commands"): `spate demo` moves flight rows
 # from an embedded Kafka broker into ClickHouse and prints what landed: the
 # delivery mode it ran (`--delivery at_least_once`, the default, or
 # `--delivery effectively_once`) and its duplicate count among the rest.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A local Apache Kafka 4.4.0 cluster for spate's real-broker tests (issue 14;
-# README "Tests"). Same shape as ci/clickhouse.sh.
+# docs/VERIFICATION.md "Real Kafka and the mock cluster"). Same shape as ci/clickhouse.sh.
 #
 #   ci/kafka.sh start [N]        install a JRE, Maven and kcat with apt-get if
 #                                missing, fetch the broker and its runtime jars

@@ -218,8 +218,8 @@ def summarize(runs_tsv: str, reps: int) -> None:
 
 
 def sensor_expect(messages: int) -> dict:
-    """The closed form of the sensor workload (docs: engine/clickhouse's
-    avro::sensor generator): message i holds events j = 0..99, k = i*100+j;
+    """The closed form of the sensor workload (docs: spate-testkit's
+    sensor::avro generator): message i holds events j = 0..99, k = i*100+j;
     a row is kept when unit != "drop" (k % 8 != 0) and value >= 0 (value =
     (k % 4000) * 0.25 - 100); region is null (coalesced to 'unknown') when
     i % 10 == 0; quality is null when j % 5 == 0, else j % 3; name_upper is

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # A real Prometheus (Debian's `prometheus` package) for the tests of
-# spate's operations kit (ops/prometheus, ops/grafana; README "Operating
-# spate").
+# spate's operations kit (ops/prometheus, ops/grafana; docs/OPERATIONS.md).
 #
 #   ci/prometheus.sh install      install Debian's prometheus (prometheus and
 #                                 promtool) if missing

@@ -8,14 +8,15 @@ time would go to the binaries that wait on real servers, with a core idle.
 This runs them in two lanes at once:
 
 - servers: the integration tests of every package not named in LOCAL (spate,
-  spate-clickhouse, and any package added later), one binary at a time in
-  cargo's order. They share the ClickHouse, Kafka, registry and chdb servers
+  spate-clickhouse, and any package added later), one binary at a time, by
+  package and target name. They share the ClickHouse, Kafka, registry and chdb servers
   ci/test.sh starts; within one binary, spate_testkit::serial keeps the tests
   that freeze or kill a server apart from the others. Two binaries of this
   lane never run at once (they do not share such a lock).
 - local: every unit-test binary (src/), and the integration tests of the
-  LOCAL packages, which use no real server (the simulator, the scripted
-  source, librdkafka's in-process mock cluster).
+  LOCAL packages, which use no shared server (the simulator, the scripted
+  source, librdkafka's in-process mock cluster, a registry fixture of the
+  test's own).
 
 Each binary runs as `cargo test` runs it: in its package's directory, with
 CARGO_MANIFEST_DIR, CARGO_PKG_NAME and the other variables cargo sets, and
@@ -43,7 +44,17 @@ import threading
 import time
 
 # Packages whose integration tests use no real server.
-LOCAL = {"spate-core", "spate-kafka", "spate-sim", "spate-testkit", "spate-verify", "spate-benches"}
+LOCAL = {
+    "spate-benches",
+    "spate-core",
+    "spate-formats",  # its registry tests start a fixture of their own
+    "spate-http",
+    "spate-kafka",
+    "spate-row",
+    "spate-sim",
+    "spate-testkit",
+    "spate-verify",
+}
 
 # More test threads than the 2 cores for the binaries whose tests mostly
 # wait (on servers, rebalances, drains, the mock cluster's 3 s group join);

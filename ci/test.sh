@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one test command (README "Tests"; .ci/run calls exactly this).
+# The one test command (docs/VERIFICATION.md; .ci/run calls exactly this).
 # Runs: format check, clippy, unit + integration + proptest suites, the loom
 # models (RUSTFLAGS="--cfg loom", separate target dir), the simulator
 # campaign, and the benches in test mode so they cannot rot.
@@ -138,8 +138,8 @@ server_step() {
   echo $rc >"$BG/srv-$name.rc"
   return $rc
 }
-# The ssl feature builds librdkafka against the system OpenSSL (README "Kafka
-# security"); GSSAPI (feature sasl, libsasl2-dev) is documented, not built.
+# The ssl feature builds librdkafka against the system OpenSSL (docs/CONFIG.md
+# "Kafka security"); GSSAPI (feature sasl, libsasl2-dev) is documented, not built.
 ssl_dev_if_missing() {
   if ! pkg-config --exists openssl 2>/dev/null; then
     echo "libssl-dev missing; installing it for the ssl feature check"
@@ -243,6 +243,7 @@ cargo fmt --all -- --check
 
 step design "docs/DESIGN.md: every test, oracle and planted bug under 'Checked by' exists"
 python3 ci/check_design.py
+python3 ci/check_docs.py  # links, anchors, scripts, cargo targets, alert/dashboard tables, config keys (self-test first)
 
 step servers "the servers, started in the background (each is waited for before the tests)"
 # Debian's prometheus package (prometheus and promtool) if missing; one
@@ -336,7 +337,7 @@ echo "SPATE_CLICKHOUSE_SHARDS=$SPATE_CLICKHOUSE_SHARDS"
 # Say what the server lacks rather than skip silently.
 ch_http=${SPATE_CLICKHOUSE_URL##*:}
 if [ "$(clickhouse-client --port $((ch_http + 1)) -q "SELECT count() FROM system.settings WHERE name = 'insert_deduplication_token'")" = 0 ]; then
-  echo "ClickHouse $(clickhouse-client --port $((ch_http + 1)) -q 'SELECT version()') lacks insert_deduplication_token: retries rely on ReplicatedMergeTree block dedup (identical bytes), tested in engine/clickhouse/tests/replicated.rs"
+  echo "ClickHouse $(clickhouse-client --port $((ch_http + 1)) -q 'SELECT version()') lacks insert_deduplication_token: retries rely on ReplicatedMergeTree block dedup (identical bytes), tested in engine/clickhouse/tests/it/replicated.rs"
 fi
 
 for _ in $(seq 1 1200); do

@@ -67,11 +67,13 @@ use std::time::Duration;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, Throughput};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use spate_clickhouse::mapping::{JsonRowEncoder, MappingOptions, TimeRules};
-use spate_clickhouse::rowbinary::{self, Value, decode::decode, put_string};
-use spate_clickhouse::schema::{InsertOptions, TableSchema, plan_insert};
-use spate_clickhouse::time::TimeFormat;
-use spate_clickhouse::types::ChType;
+use spate_formats::json::JsonRowEncoder;
+use spate_row::coerce::TimeRules;
+use spate_row::rowbinary::{self, Value, decode::decode, put_string};
+use spate_row::schema::{InsertOptions, TableSchema, plan_insert};
+use spate_row::spec::MappingOptions;
+use spate_row::time::TimeFormat;
+use spate_row::types::ChType;
 use spate_testkit::fixtures::EVENT15;
 
 #[path = "common/cpu_time.rs"]
@@ -506,7 +508,7 @@ fn wide40() -> Dataset {
     Dataset::new("wide40", WIDE_COLUMNS, &[], lines)
 }
 
-/// The 15-column event of `engine/clickhouse/examples/throughput.rs`, with
+/// The 15-column event of `engine/formats/examples/throughput.rs`, with
 /// seeded values.
 fn event15() -> Dataset {
     let mut rng = SmallRng::seed_from_u64(SEED ^ 15);

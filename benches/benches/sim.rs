@@ -1,5 +1,5 @@
 //! The simulator's speed: how many seeds a fault campaign gets through per
-//! second, and how much simulated time that is (README "Verification").
+//! second, and how much simulated time that is (docs/BENCHMARKS.md, docs/VERIFICATION.md).
 //!
 //! One iteration runs and judges seeds `0..SEEDS` with
 //! [`spate_verify::run_and_check`], exactly as `spate-verify campaign` does

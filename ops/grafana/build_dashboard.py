@@ -305,7 +305,7 @@ def dashboard():
         "title": "spate",
         "uid": "spate-overview",
         "description": "spate: Kafka to ClickHouse. Is it keeping up, is it losing anything, which shard "
-                       "is sick. Built by ops/grafana/build_dashboard.py; README \"Operating spate\".",
+                       "is sick. Built by ops/grafana/build_dashboard.py; docs/OPERATIONS.md.",
         "tags": ["spate", "kafka", "clickhouse"],
         "editable": True,
         "graphTooltip": 1,

@@ -458,11 +458,16 @@ fn apply_block(
                 .push(format!("s{shard} applied {token} again at {at} ms: {why}"));
         }
     }
+    let reformed = w.cfg.delivery == Delivery::EffectivelyOnce && w.reformed_range(token);
     for row in block.chunks_exact(width) {
         let word = |i: usize| u32::from_le_bytes(row[i..i + 4].try_into().expect("4 bytes"));
         let (p, o, id) = (word(0) as usize, i64::from(word(4)), word(8));
         let known = w.records.len();
-        w.land(p, o, id);
+        if reformed {
+            w.land_reformed(p, o, id);
+        } else {
+            w.land(p, o, id);
+        }
         if (id as usize) < known && !w.schema.columns.is_empty() {
             check_values(w, p, o, id, &row[16..]);
         }

@@ -128,6 +128,11 @@ pub struct World {
     /// read again under new ranges, so D9 does not demand that they land
     /// only once (the run reports the reset, as `OffsetReset`).
     pub resets_back: Vec<(usize, Offset, Offset)>,
+    /// Each effectively_once range's first batch token, by the token
+    /// without its composition suffix (`~gaps`): a later batch of the same
+    /// range under another token was re-formed after records inside it
+    /// were deleted.
+    pub range_first_tokens: BTreeMap<String, String>,
     /// Records retention deleted before any of their rows landed.
     pub lost_to_retention: u64,
     /// Records an unclean leader election removed from a log.
@@ -298,6 +303,7 @@ impl World {
             fetched_end: vec![0; cfg.partitions],
             excused: vec![Vec::new(); cfg.partitions],
             resets_back: Vec::new(),
+            range_first_tokens: BTreeMap::new(),
             lost_to_retention: 0,
             lost_to_truncation: 0,
             gaps: 0,
@@ -525,6 +531,7 @@ impl World {
             partition: partition as u32,
             offset,
             landed: 0,
+            reformed: 0,
         });
         self.ids[partition].push(id);
         self.logs[partition].push(Bytes::from(crate::schema::payload(id)));
@@ -585,6 +592,28 @@ impl World {
         }
         self.records[id as usize].landed += 1;
         self.advance_prefix(partition);
+    }
+
+    /// Lands a row under a range token re-formed after deletions (see
+    /// [`RecordFact::reformed`]).
+    pub fn land_reformed(&mut self, partition: usize, offset: Offset, id: u32) {
+        let before = self.records.get(id as usize).map(|r| r.landed);
+        self.land(partition, offset, id);
+        if before != self.records.get(id as usize).map(|r| r.landed) {
+            self.records[id as usize].reformed += 1;
+        }
+    }
+
+    /// Whether the batch `token` (a block suffix `#i` stripped) is a range
+    /// re-formed with other gaps than the first batch of its range had.
+    pub fn reformed_range(&mut self, token: &str) -> bool {
+        let batch = token.split('#').next().unwrap_or(token);
+        let range = batch.split('~').next().unwrap_or(batch);
+        let first = self
+            .range_first_tokens
+            .entry(range.to_owned())
+            .or_insert_with(|| batch.to_owned());
+        first != batch
     }
 
     /// Rows that landed more than once, over all partitions.
@@ -844,6 +873,10 @@ pub struct RecordFact {
     pub offset: Offset,
     /// How many of its rows landed in shard tables.
     pub landed: u32,
+    /// How many of those landed under a range token re-formed with other
+    /// gaps than the range's first write had (records deleted inside the
+    /// range since: ADR 0004 holds such a replay to D1, not D9).
+    pub reformed: u32,
 }
 
 /// A commit the slow coordinator has taken and not yet applied.

@@ -17,13 +17,15 @@
 use std::time::Instant;
 
 use bytes::Bytes;
-use spate_clickhouse::mapping::{JsonRowEncoder, MappingOptions, TimeRules};
-use spate_clickhouse::schema::{InsertOptions, plan_insert};
-use spate_clickhouse::time::TimeFormat;
 use spate_clickhouse::writer::{Compression, HttpWriter, HttpWriterConfig};
 use spate_core::sink::Endpoint;
+use spate_formats::json::JsonRowEncoder;
+use spate_row::coerce::TimeRules;
+use spate_row::schema::{InsertOptions, plan_insert};
+use spate_row::spec::MappingOptions;
+use spate_row::time::TimeFormat;
 
-const FIXTURE: &str = include_str!("../tests/fixtures/flights-50.ndjson");
+const FIXTURE: &str = spate_testkit::fixtures::FLIGHTS_50;
 const TABLE: &str = "spate_compression_bench";
 
 fn env_usize(name: &str, default: usize) -> usize {

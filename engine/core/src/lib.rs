@@ -16,8 +16,11 @@
 //!   per shard, sealing, dedup tokens (D4), retries, circuit breakers and a
 //!   bounded drain (D5).
 //! - [`metrics`]: metric names and pre-registered handles.
+//! - [`pipeline`]: the runtime (chain, lanes on threads, controller), and in
+//!   `pipeline::eo` the offset ranges recorded ahead in the commit metadata
+//!   for `delivery: effectively_once` (D9).
 //!
-//! The invariants D1..D8 are numbered in `docs/DESIGN.md` (each with the
+//! The invariants D1..D9 are numbered in `docs/DESIGN.md` (each with the
 //! tests that check it) and cited by number throughout.
 //!
 //! Time is read only through tokio's clock and randomness only through seeded

@@ -20,10 +20,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
-use spate_clickhouse::router::{KeyHash, KeyType, MissingKey, ShardKey, ShardSpec};
 use spate_core::pipeline::{self, Delivery, OnError, PipelineConfig};
 use spate_core::sink::{BatchConfig, RetryConfig, SinkConfig};
 use spate_kafka::KafkaSourceConfig;
+use spate_row::shard::{KeyHash, KeyType, MissingKey, ShardKey, ShardSpec};
 
 pub mod formats;
 pub mod secrets;
@@ -473,8 +473,8 @@ pub enum EpochUnitName {
 
 impl EpochUnitName {
     /// The mapper's unit.
-    pub fn unit(self) -> spate_clickhouse::mapping::EpochUnit {
-        use spate_clickhouse::mapping::EpochUnit;
+    pub fn unit(self) -> spate_row::coerce::EpochUnit {
+        use spate_row::coerce::EpochUnit;
         match self {
             EpochUnitName::Auto => EpochUnit::Auto,
             EpochUnitName::S => EpochUnit::Seconds,
@@ -691,7 +691,7 @@ pub struct TlsSection {
 /// `sink.clickhouse.shard_key`: exactly one of `{field: name}`,
 /// `{pointer: /a/b}` or `{kafka_key: true}`, with optional `hash`, `type`,
 /// `weights` and `missing`. By default a row goes to shard
-/// `XXH64(key text, seed 0) mod shards` (see `spate_clickhouse::router`);
+/// `XXH64(key text, seed 0) mod shards` (see `spate_row::shard`);
 /// a row without the key is a record error (the `on_error` policy).
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -1023,7 +1023,7 @@ impl Config {
         if self.pipeline.delivery == DeliveryName::EffectivelyOnce
             && self.sink.clickhouse.shards.len() > 1
         {
-            if spec.key == spate_clickhouse::router::ShardKey::None {
+            if spec.key == spate_row::shard::ShardKey::None {
                 return Err(invalid(
                     "sink.clickhouse.shard_key",
                     "pipeline.delivery: effectively_once with more than one shard needs a \
@@ -1031,7 +1031,7 @@ impl Config {
                      first attempt, where no dedup token matches",
                 ));
             }
-            if spec.missing == spate_clickhouse::router::MissingKey::RoundRobin {
+            if spec.missing == spate_row::shard::MissingKey::RoundRobin {
                 return Err(invalid(
                     "sink.clickhouse.shard_key.missing",
                     "`round_robin` is not a function of the record; pipeline.delivery: \
@@ -1127,13 +1127,13 @@ impl Config {
             return Err(invalid("mapping.flatten", "the join must not be empty"));
         }
         for (col, source) in &self.mapping.columns {
-            spate_clickhouse::mapping::parse_source(source)
+            spate_row::spec::parse_source(source)
                 .map_err(|e| invalid(format!("mapping.columns.{col}"), e.to_string()))?;
         }
         self.format.validate()?;
         self.mapping.validate_transforms()?;
         for (i, f) in self.format.json().time_formats.iter().enumerate() {
-            spate_clickhouse::time::TimeFormat::compile(f)
+            spate_row::time::TimeFormat::compile(f)
                 .map_err(|e| invalid(format!("format.json.time_formats[{i}]"), e.to_string()))?;
         }
         if let Some(dl) = &self.on_error.dead_letter {

@@ -20,8 +20,8 @@
 //! - plain Avro: the schema file is read and planned; plain Protobuf: the
 //!   descriptor set is loaded, the message found and planned.
 //!
-//! Running: Avro decodes with `spate_clickhouse::avro` (explode, its own
-//! router by Avro field), Protobuf with `spate_clickhouse::protobuf` (one
+//! Running: Avro decodes with `spate_formats::avro` (explode, its own
+//! router by Avro field), Protobuf with `spate_formats::protobuf` (one
 //! row per message, routed by the Kafka key or round robin); both through
 //! `mapping.filter` ([`Filtered`]). Neither follows a live table change
 //! (ADR 0005's re-plan is JSON's): a changed column fails the batch and the
@@ -30,17 +30,18 @@
 use std::sync::Arc;
 
 use prost_reflect::MessageDescriptor;
-use spate_clickhouse::avro::{
-    AvroDecoder, AvroMapping, AvroOptions, AvroRouter, AvroRowEncoder, read_schema_file,
-};
-use spate_clickhouse::filter::{FilterExpr, Filtered};
-use spate_clickhouse::mapping::{ColumnSpec, MappingOptions};
-use spate_clickhouse::protobuf::{self, ProtoRowEncoder, ProtoSchemaSource};
-use spate_clickhouse::registry::{RegistryClient, SubjectVersion};
-use spate_clickhouse::router::{ShardKey, ShardRouter, ShardSpec};
 use spate_core::pipeline::chain::PayloadDecoder;
 use spate_core::pipeline::driver::ChainProcessor;
 use spate_core::pipeline::terminal::{ChunkBuffers, Terminal};
+use spate_formats::avro::{
+    AvroDecoder, AvroMapping, AvroOptions, AvroRouter, AvroRowEncoder, read_schema_file,
+};
+use spate_formats::json::route::ShardRouter;
+use spate_formats::protobuf::{self, ProtoRowEncoder, ProtoSchemaSource};
+use spate_formats::registry::{RegistryClient, SubjectVersion};
+use spate_row::filter::{FilterExpr, Filtered};
+use spate_row::shard::{ShardKey, ShardSpec};
+use spate_row::spec::{ColumnSpec, MappingOptions};
 
 use crate::config::formats::{Framing, RegistrySection};
 use crate::config::{Config, ConfigError};
@@ -227,7 +228,7 @@ pub fn plan_format(
                 let mapping = AvroMapping::confluent(
                     columns.to_vec(),
                     avro_options,
-                    Arc::clone(&client) as Arc<dyn spate_clickhouse::avro::SchemaSource>,
+                    Arc::clone(&client) as Arc<dyn spate_formats::avro::SchemaSource>,
                 )
                 .map_err(|e| mapping_err(e.to_string()))?;
                 let topic = config
@@ -387,7 +388,7 @@ fn proto_encoder(
 pub fn avro_chain(
     plan: &AvroPlan,
     filter: Option<FilterExpr>,
-    rules: spate_clickhouse::mapping::TimeRules,
+    rules: spate_row::coerce::TimeRules,
     spec: ShardSpec,
     buffers: ChunkBuffers,
 ) -> AvroChain {
@@ -421,7 +422,7 @@ pub fn proto_chain(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use spate_clickhouse::avro::sensor;
+    use spate_testkit::sensor::avro as sensor;
 
     fn config(format: &str, extra: &str) -> Config {
         let text = format!(
@@ -445,10 +446,8 @@ mod tests {
 
     #[test]
     fn plain_avro_reads_and_plans_the_schema_file() {
-        let file = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../clickhouse/fixtures/sensor_batch.avsc"
-        );
+        let file = spate_testkit::fixtures::dir().join("sensor_batch.avsc");
+        let file = file.display();
         let c = config(&format!("{{avro: {{schema_file: '{file}'}}}}"), "");
         let p = plan(&c, Some(vec!["events".into()])).unwrap();
         let FormatPlan::Avro(a) = &p else {

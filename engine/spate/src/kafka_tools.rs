@@ -178,7 +178,7 @@ pub fn produce_lines<'a>(
     )
 }
 
-/// Produces the Avro sensor workload (`spate_clickhouse::avro::sensor`):
+/// Produces the Avro sensor workload (`spate_testkit::sensor::avro`):
 /// messages `first..first + count`, each a Confluent-framed `SensorBatch`
 /// under `schema_id` (writer schema version 2, with `firmware`, when `v2`),
 /// message `i` with key `b{i}` to partition `i % partitions`. Returns how
@@ -198,7 +198,7 @@ pub fn produce_sensor(
     timeout: Duration,
     progress: impl FnMut(u64),
 ) -> Result<u64, KafkaToolError> {
-    use spate_clickhouse::avro::sensor;
+    use spate_testkit::sensor::avro as sensor;
     let mut buf = Vec::new();
     let messages = (first..first + count).map(move |i| {
         buf.clear();

@@ -171,7 +171,7 @@ fn main() -> ExitCode {
             registry_password,
         } => {
             debug_assert!(file.is_none(), "clap: file conflicts with --sensor");
-            let mut rc = spate_clickhouse::registry::RegistryConfig::new(
+            let mut rc = spate_formats::registry::RegistryConfig::new(
                 registry.expect("clap: --sensor requires --registry"),
             );
             rc.credentials = registry_user.map(|user| spate_clickhouse::writer::Credentials {
@@ -638,7 +638,7 @@ fn print_mapping(config: &Config, plan: &service::Plan) {
     }
     println!("a record without the field gets:");
     for c in &plan.columns {
-        use spate_clickhouse::mapping::MetaSource;
+        use spate_row::meta::MetaSource;
         match &c.meta {
             None => println!("  {}: {}", c.name, plan.when_missing(c)),
             Some(MetaSource::Key) => println!(
@@ -708,8 +708,8 @@ fn probe_replicas(
                         url,
                         &format!(
                             "SELECT engine FROM system.tables WHERE database = {} AND name = {}",
-                            spate_clickhouse::schema::quote_literal(&ch.database),
-                            spate_clickhouse::schema::quote_literal(&ch.table)
+                            spate_row::schema::quote_literal(&ch.database),
+                            spate_row::schema::quote_literal(&ch.table)
                         ),
                     )
                     .await?;
@@ -966,14 +966,14 @@ pub(crate) fn progress_bar(total: u64, what: &str) -> ProgressBar {
 fn produce_sensor(
     brokers: &str,
     topic: &str,
-    registry: spate_clickhouse::registry::RegistryConfig,
+    registry: spate_formats::registry::RegistryConfig,
     subject: &str,
     first: u64,
     n: u64,
     v2: bool,
 ) -> ExitCode {
-    use spate_clickhouse::avro::sensor;
-    use spate_clickhouse::registry::{RegistryClient, SchemaType};
+    use spate_formats::registry::{RegistryClient, SchemaType};
+    use spate_testkit::sensor::avro as sensor;
     let (version, text) = if v2 {
         (2, sensor::SCHEMA_V2)
     } else {

@@ -5,7 +5,7 @@
 //! from its own resolved [`Config`](crate::config::Config), exactly as the
 //! single form is, and runs on its own thread with its own pipeline threads,
 //! I/O runtime, sink pool and consumer ([`Pipeline::run_threaded`]), so the
-//! invariants D1..D8 hold per pipeline as they do for one. What they share:
+//! invariants D1..D9 hold per pipeline as they do for one. What they share:
 //!
 //! - One Prometheus recorder. Every series a pipeline registers carries
 //!   `pipeline="NAME"`: the pipeline is built and run inside a

@@ -34,9 +34,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use spate_clickhouse::filter::{FilterExpr, Filtered};
-use spate_clickhouse::mapping::{ColumnSpec, JsonRowEncoder, MappingOptions};
-use spate_clickhouse::router::ShardRouter;
 use spate_clickhouse::writer::HttpWriter;
 use spate_core::pipeline::chain::{Encoder, RecordCx, RecordError, RecordErrorKind, Router};
 use spate_core::pipeline::driver::ChainProcessor;
@@ -44,7 +41,11 @@ use spate_core::pipeline::terminal::{ChunkBuffers, Terminal};
 use spate_core::pipeline::{DeadLetter, Pipeline};
 use spate_core::record::Payload;
 use spate_core::sink::{Endpoint, SealedBatch, WriteError, Writer};
+use spate_formats::json::JsonRowEncoder;
+use spate_formats::json::route::ShardRouter;
 use spate_kafka::KafkaSource;
+use spate_row::filter::{FilterExpr, Filtered};
+use spate_row::spec::{ColumnSpec, MappingOptions};
 
 use crate::config::tables::{TableRoute, TopicMatch};
 use crate::config::{Config, JsonMode};

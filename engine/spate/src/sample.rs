@@ -25,9 +25,11 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::{Headers as _, Message, Timestamp};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use serde_json::Value;
-use spate_clickhouse::mapping::{ColumnSpec, JsonRowEncoder, MissingValue};
-use spate_clickhouse::router::{ShardRouter, ShardSpec};
 use spate_core::record::{Header, Headers, Payload, TimestampKind, TopicPartition};
+use spate_formats::json::JsonRowEncoder;
+use spate_formats::json::route::ShardRouter;
+use spate_row::shard::ShardSpec;
+use spate_row::spec::{ColumnSpec, MissingValue};
 
 use crate::config::{Config, JsonMode};
 use crate::kafka_tools::KafkaToolError;

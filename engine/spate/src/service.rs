@@ -13,17 +13,6 @@ use std::time::Duration;
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientConfig, ClientContext};
-use spate_clickhouse::filter::{FilterExpr, Filtered, RowFilter};
-use spate_clickhouse::mapping::explode::{ExplodeDecoder, ExplodeEncoder};
-use spate_clickhouse::mapping::{
-    ColumnOptions, ColumnSpec, JsonRowEncoder, MappingOptions, MissingValue, TimeRules,
-};
-use spate_clickhouse::replan::{LiveEncoder, LiveExplodeEncoder, LivePlan};
-use spate_clickhouse::router::ShardRouter;
-use spate_clickhouse::schema::{
-    InsertOptions, RowFormat, TableSchema, per_row_defaults_refused, plan_insert, row_format,
-};
-use spate_clickhouse::time::TimeFormat;
 use spate_clickhouse::writer::{
     Credentials, HttpWriter, HttpWriterConfig, SchemaProbeError, TlsOptions, tls,
 };
@@ -33,7 +22,19 @@ use spate_core::pipeline::lines::LinesDecoder;
 use spate_core::pipeline::terminal::{ChunkBuffers, Terminal};
 use spate_core::pipeline::{DeadLetter, Pipeline, PipelineError};
 use spate_core::record::Payload;
+use spate_formats::json::JsonRowEncoder;
+use spate_formats::json::explode::{ExplodeDecoder, ExplodeEncoder};
+use spate_formats::json::live::{JsonLive, LiveEncoder, LiveExplodeEncoder, check_columns};
+use spate_formats::json::route::ShardRouter;
 use spate_kafka::KafkaSource;
+use spate_row::coerce::TimeRules;
+use spate_row::filter::{FilterExpr, Filtered, RowFilter};
+use spate_row::plan::LivePlan;
+use spate_row::schema::{
+    InsertOptions, RowFormat, TableSchema, per_row_defaults_refused, plan_insert, row_format,
+};
+use spate_row::spec::{ColumnOptions, ColumnSpec, MappingOptions, MissingValue};
+use spate_row::time::TimeFormat;
 
 use crate::config::{Config, ConfigError, JsonMode, TlsSection};
 use crate::formats::{AvroChain, FormatPlan, ProtoChain, avro_chain, plan_format, proto_chain};
@@ -123,7 +124,7 @@ pub struct Plan {
 impl Plan {
     /// `(name, type text)` of each INSERT column, for the writer's probe.
     pub fn typed_columns(&self) -> Vec<(String, String)> {
-        spate_clickhouse::replan::typed_columns(&self.schema, &self.columns)
+        spate_row::plan::typed_columns(&self.schema, &self.columns)
     }
 
     /// The live plan the writer and the pipeline threads share, starting
@@ -134,6 +135,7 @@ impl Plan {
             self.columns.clone(),
             self.insert.clone(),
             self.options.clone(),
+            check_columns,
         )
     }
 
@@ -241,7 +243,7 @@ pub fn writer_config(
     let json = w
         .columns
         .iter()
-        .any(|(_, t)| spate_clickhouse::types::ChType::parse(t).is_ok_and(|t| t.contains_json()));
+        .any(|(_, t)| spate_row::types::ChType::parse(t).is_ok_and(|t| t.contains_json()));
     if json && !ch.settings.contains_key(JSON_AS_STRING) {
         w.insert_settings
             .push((JSON_AS_STRING.to_owned(), "1".to_owned()));

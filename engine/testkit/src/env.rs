@@ -1,5 +1,5 @@
 //! The real servers the opt-in tests find in the environment (ci/test.sh
-//! exports these; README "Tests").
+//! exports these; docs/VERIFICATION.md "Environment variables").
 
 /// The replica URLs per shard from `SPATE_CLICKHOUSE_SHARDS`
 /// (`a1,a2;b1,b2`: shards split by `;`, replicas by `,`, blanks dropped).

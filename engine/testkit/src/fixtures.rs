@@ -3,12 +3,29 @@
 //! [`FLIGHTS`] is the flights table the mapping tests and examples read the
 //! `flights-*.ndjson` fixtures into.
 //!
+//! The fixture files live in `engine/testkit/fixtures/` ([`dir`]); the
+//! NDJSON samples are here as text too ([`FLIGHTS_50`], [`EARTHQUAKES_20`],
+//! [`MOVIES_33`]) so every crate's tests and examples read the same bytes.
+//!
 //! [`EVENT15`] is the 15-column clickstream event that the no-allocation
-//! mapping test (`engine/clickhouse/tests/no_alloc.rs`), the throughput
-//! example (`engine/clickhouse/examples/throughput.rs`) and the encode bench
+//! mapping test (`engine/formats/tests/it/no_alloc.rs`), the throughput
+//! example (`engine/formats/examples/throughput.rs`) and the encode bench
 //! (`benches/benches/encode.rs`) all use, so a column changed here changes
 //! every measurement of it at once. Types are ClickHouse type names as
 //! `system.columns.type` prints them (the form `ChType::parse` reads).
+
+/// The directory of the fixture files (`engine/testkit/fixtures`).
+pub fn dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
+}
+
+/// `fixtures/flights-50.ndjson`: 50 flight rows ([`FLIGHTS`]' columns).
+pub const FLIGHTS_50: &str = include_str!("../fixtures/flights-50.ndjson");
+/// `fixtures/earthquakes-20.ndjson`: 20 USGS earthquake features (nested
+/// objects and arrays).
+pub const EARTHQUAKES_20: &str = include_str!("../fixtures/earthquakes-20.ndjson");
+/// `fixtures/movies-33.ndjson`: 33 movie records (arrays of strings).
+pub const MOVIES_33: &str = include_str!("../fixtures/movies-33.ndjson");
 
 /// The flights table of `fixtures/flights-*.ndjson` (dates as
 /// [`FLIGHT_TIME_FORMAT`]), `origin` as `LowCardinality(String)`:

@@ -3,7 +3,8 @@
 //!
 //! Dev-only (`publish = false`): depend on it under `[dev-dependencies]`
 //! (`spate-testkit = { path = "engine/testkit" }`); spate's libraries never
-//! link it.
+//! link it. One exception: the `spate` binary links [`sensor::avro`] for
+//! `spate produce --sensor`, which produces the benchmark workload.
 //!
 //! - [`scripted`]: a [`ScriptedSource`] (partitions with logs you append to,
 //!   assignment events you script, a commit store you inspect), a
@@ -17,7 +18,10 @@
 //!   pipeline tests (partitions filled and assigned, the sink's shape, any
 //!   setting), and the [`Run`] it starts (wait until committed, stop).
 //! - [`fixtures`]: the 15-column event schema the mapping tests, the
-//!   throughput example and the encode bench all measure.
+//!   throughput example and the encode bench all measure, and the fixture
+//!   files (`fixtures/`: NDJSON samples, the sensor Avro schemas).
+//! - [`sensor`]: the sensor benchmark workload, as Avro batches and as flat
+//!   Protobuf rows, with the closed form of every value.
 //! - [`env`]: the replicated ClickHouse layout from `SPATE_CLICKHOUSE_SHARDS`.
 //! - [`process`]: the pid of the local server behind a URL (the real-server
 //!   tests freeze and kill ClickHouse replicas through it).
@@ -38,6 +42,7 @@ pub mod harness;
 pub mod lane;
 pub mod process;
 pub mod scripted;
+pub mod sensor;
 pub mod serial;
 
 pub use harness::{Harness, Run};

@@ -33,8 +33,8 @@
 //! as before the live re-plan existed. Never a value that changes meaning.
 
 use crate::native::column::{Builder, ColumnError};
-use crate::rowbinary::int_shape;
-use crate::types::ChType;
+use spate_row::rowbinary::int_shape;
+use spate_row::types::ChType;
 
 /// How one old column's value becomes the new column's.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -306,7 +306,7 @@ fn put(step: &Step, raw: &[u8], out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::ChType;
+    use spate_row::types::ChType;
 
     fn cols(c: &[(&str, &str)]) -> Vec<(String, String)> {
         c.iter()

@@ -31,8 +31,8 @@
 
 use std::collections::HashMap;
 
-use crate::rowbinary::{decimal_width, int_shape, put_leb128};
-use crate::types::ChType;
+use spate_row::rowbinary::{decimal_width, int_shape, put_leb128};
+use spate_row::types::ChType;
 
 /// Flag of the LowCardinality index header: the keys follow in this block.
 const LC_HAS_ADDITIONAL_KEYS: u64 = 1 << 9;

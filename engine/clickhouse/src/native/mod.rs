@@ -35,8 +35,8 @@ mod column;
 
 use column::{Builder, ColumnError, put_count};
 
-use crate::rowbinary::put_string;
-use crate::types::{ChType, TypeParseError};
+use spate_row::rowbinary::put_string;
+use spate_row::types::{ChType, TypeParseError};
 
 /// Rows per Native block at most: ClickHouse's default
 /// `max_insert_block_size`, the block size the server itself cuts a

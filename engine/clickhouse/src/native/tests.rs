@@ -1,10 +1,10 @@
 //! Byte-exact Native layouts for small hand-computed cases; the decoders of
-//! a current engine (chdb, `tests/chdb_fixtures.rs`) and of 18.16
-//! (`tests/real_server.rs`) check every type end to end.
+//! a current engine (chdb, `tests/it/chdb_fixtures.rs`) and of 18.16
+//! (`tests/it/real_server.rs`) check every type end to end.
 
 use super::*;
-use crate::num::Wide;
-use crate::rowbinary::{Value, encode};
+use spate_row::num::Wide;
+use spate_row::rowbinary::{Value, encode};
 
 fn plan(cols: &[(&str, &str)]) -> BlockPlan {
     let cols: Vec<(String, String)> = cols

@@ -54,7 +54,6 @@
 mod body;
 mod classify;
 pub mod compress;
-pub mod tls;
 pub mod watch;
 
 use std::collections::HashMap;
@@ -74,13 +73,16 @@ use spate_core::sink::{Endpoint, Layout, SealedBatch, WriteError, Writer};
 pub use body::SegmentsBody;
 pub use classify::{RETRYABLE_CODES, SCHEMA_CHANGE_CODES, classify, exception_code};
 pub use compress::Compression;
-pub use tls::{TlsError, TlsOptions};
+// The writer's config names these; they live in spate-http, shared with
+// the schema registry client.
+pub use spate_http::{Credentials, TlsError, TlsOptions, tls};
+use spate_http::{https_connector, percent_encode};
 
 use crate::dedup::{Dedup, InsertRate};
 use crate::native::BlockPlan;
 use crate::native::carry::Carry;
-use crate::replan::{LivePlan, MappingPlan, typed_columns};
-use crate::schema::{RowFormat, TableSchema, columns_query};
+use spate_row::plan::{InsertPlan, LivePlan, typed_columns};
+use spate_row::schema::{RowFormat, TableSchema, columns_query};
 use watch::{SchemaVerdict, SchemaWatch, compare, stale_message};
 
 /// The insert body's format (`sink.clickhouse.format`).
@@ -110,80 +112,6 @@ impl InsertFormat {
 
 /// How often the writer re-reads the table's columns by default.
 pub const DEFAULT_SCHEMA_REFRESH: Duration = Duration::from_secs(60);
-
-/// User and password for the HTTP interface (sent as HTTP Basic auth, which
-/// every ClickHouse version accepts). `Debug` hides the password.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Credentials {
-    /// The ClickHouse user.
-    pub user: String,
-    /// Its password.
-    pub password: String,
-}
-
-impl std::fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Credentials")
-            .field("user", &self.user)
-            .field("password", &"<redacted>")
-            .finish()
-    }
-}
-
-impl Credentials {
-    /// Reads the user from the environment variable `user_var` and the
-    /// password from `password_var` (empty when unset); `None` when the user
-    /// variable is unset.
-    pub fn from_env(user_var: &str, password_var: &str) -> Option<Credentials> {
-        let user = std::env::var(user_var).ok()?;
-        Some(Credentials {
-            user,
-            password: std::env::var(password_var).unwrap_or_default(),
-        })
-    }
-
-    pub(crate) fn basic_auth(&self) -> String {
-        format!(
-            "Basic {}",
-            base64(format!("{}:{}", self.user, self.password).as_bytes())
-        )
-    }
-}
-
-/// Standard base64 with padding (RFC 4648 section 4), for Basic auth.
-fn base64(input: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(input.len().div_ceil(3) * 4);
-    for chunk in input.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for (i, shift) in [18, 12, 6, 0].into_iter().enumerate() {
-            if i <= chunk.len() {
-                out.push(ALPHABET[((n >> shift) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
-/// Percent-encodes a query-string value (RFC 3986 unreserved bytes stay).
-pub(crate) fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() * 3);
-    for &b in s.as_bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
 
 /// Settings of an [`HttpWriter`].
 #[derive(Clone, Debug)]
@@ -228,10 +156,10 @@ pub struct HttpWriterConfig {
     /// Default [`DEFAULT_SCHEMA_REFRESH`].
     pub schema_refresh: Option<Duration>,
     /// The rows' format, as the plan decided it
-    /// ([`crate::schema::row_format`]; default RowBinary).
-    pub row_format: crate::schema::RowFormat,
+    /// ([`spate_row::schema::row_format`]; default RowBinary).
+    pub row_format: spate_row::schema::RowFormat,
     /// The live INSERT plan shared with the pipeline threads' encoders
-    /// ([`crate::replan`]): with it, a change of the table's columns that
+    /// (spate-formats' `json::live`): with it, a change of the table's columns that
     /// every old value carries over exactly is re-planned while running
     /// (ADR 0005); without it (`None`, the default) any change to a planned
     /// column fails the batch and a restart re-plans. Its plan at start
@@ -274,7 +202,7 @@ impl HttpWriterConfig {
             tls: None,
             format: InsertFormat::Native,
             schema_refresh: Some(DEFAULT_SCHEMA_REFRESH),
-            row_format: crate::schema::RowFormat::RowBinary,
+            row_format: spate_row::schema::RowFormat::RowBinary,
             live: None,
             effectively_once: false,
             dedup_horizon: crate::dedup::DEFAULT_DEDUP_HORIZON,
@@ -377,12 +305,12 @@ impl WriterLayout {
         let cols: Vec<String> = c
             .columns
             .iter()
-            .map(|(n, _)| crate::schema::quote_ident(n))
+            .map(|(n, _)| spate_row::schema::quote_ident(n))
             .collect();
         let insert = format!(
             "INSERT INTO {}.{} ({}) FORMAT {}",
-            crate::schema::quote_ident(&c.database),
-            crate::schema::quote_ident(&c.table),
+            spate_row::schema::quote_ident(&c.database),
+            spate_row::schema::quote_ident(&c.table),
             cols.join(", "),
             match c.format {
                 InsertFormat::Native => InsertFormat::Native.name(),
@@ -423,7 +351,7 @@ fn native_plan(config: &mut HttpWriterConfig) -> Option<Arc<BlockPlan>> {
         return None;
     }
     let table = format!("{}.{}", config.database, config.table);
-    if config.row_format == crate::schema::RowFormat::RowBinaryWithDefaults {
+    if config.row_format == spate_row::schema::RowFormat::RowBinaryWithDefaults {
         tracing::info!(
             %table,
             "a column takes the server's per-row DEFAULT: inserting as \
@@ -445,43 +373,6 @@ fn native_plan(config: &mut HttpWriterConfig) -> Option<Arc<BlockPlan>> {
             config.format = InsertFormat::RowBinary;
             None
         }
-    }
-}
-
-/// The connector every spate HTTP client uses (the writer, the schema
-/// registry client): plain TCP for `http://`, rustls for `https://` with
-/// `tls` (`None`: the system's roots, [`tls::system_default`]), HTTP/1.1,
-/// `connect_timeout` on establishing the TCP connection, no Nagle.
-pub(crate) fn https_connector(
-    connect_timeout: Duration,
-    tls: Option<Arc<rustls::ClientConfig>>,
-) -> HttpsConnector<HttpConnector> {
-    let mut connector = HttpConnector::new();
-    connector.set_connect_timeout(Some(connect_timeout));
-    connector.set_nodelay(true);
-    // The TLS layer below needs to see https:// URLs.
-    connector.enforce_http(false);
-    match tls.or_else(tls::system_default) {
-        Some(tls) => hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(Arc::unwrap_or_clone(tls))
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(connector),
-        // No roots anywhere: https:// URLs fail at connect with rustls'
-        // "no trust anchors" error, http:// ones work.
-        None => hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(
-                rustls::ClientConfig::builder_with_provider(Arc::new(
-                    rustls::crypto::ring::default_provider(),
-                ))
-                .with_safe_default_protocol_versions()
-                .expect("ring supports the default protocol versions")
-                .with_root_certificates(rustls::RootCertStore::empty())
-                .with_no_client_auth(),
-            )
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(connector),
     }
 }
 
@@ -713,7 +604,7 @@ impl HttpWriter {
             .config
             .insert_settings
             .iter()
-            .map(|(k, _)| crate::schema::quote_literal(k))
+            .map(|(k, _)| spate_row::schema::quote_literal(k))
             .collect();
         let answer = self
             .query(
@@ -752,7 +643,7 @@ impl HttpWriter {
     /// # Errors
     /// [`SchemaProbeError`]: the query failed, or the answer names no table
     /// (then `system.databases` tells a missing database,
-    /// [`SchemaError::NoSuchDatabase`](crate::schema::SchemaError::NoSuchDatabase),
+    /// [`SchemaError::NoSuchDatabase`](spate_row::schema::SchemaError::NoSuchDatabase),
     /// from a missing table).
     pub async fn table_schema(&self, url: &str) -> Result<TableSchema, SchemaProbeError> {
         let answer = self
@@ -762,21 +653,21 @@ impl HttpWriter {
             )
             .await?;
         match TableSchema::from_json_each_row(&self.config.database, &self.config.table, &answer) {
-            Err(crate::schema::SchemaError::NoSuchTable { database, table }) => {
+            Err(spate_row::schema::SchemaError::NoSuchTable { database, table }) => {
                 // No columns: the table is missing, or its whole database.
                 let known = self
                     .query(
                         url,
                         &format!(
                             "SELECT count() FROM system.databases WHERE name = {}",
-                            crate::schema::quote_literal(&database)
+                            spate_row::schema::quote_literal(&database)
                         ),
                     )
                     .await?;
                 Err(if known.trim() == "0" {
-                    crate::schema::SchemaError::NoSuchDatabase { database }
+                    spate_row::schema::SchemaError::NoSuchDatabase { database }
                 } else {
-                    crate::schema::SchemaError::NoSuchTable { database, table }
+                    spate_row::schema::SchemaError::NoSuchTable { database, table }
                 }
                 .into())
             }
@@ -785,7 +676,7 @@ impl HttpWriter {
     }
 
     /// Whether the server at `url` accepts `RowBinaryWithDefaults` input
-    /// ([`crate::schema::formats_query`]; 18.16 does not).
+    /// ([`spate_row::schema::formats_query`]; 18.16 does not).
     ///
     /// # Errors
     /// [`SchemaProbeError`] when the query fails or its answer is not a count.
@@ -793,11 +684,11 @@ impl HttpWriter {
         &self,
         url: &str,
     ) -> Result<bool, SchemaProbeError> {
-        let answer = self.query(url, crate::schema::formats_query()).await?;
+        let answer = self.query(url, spate_row::schema::formats_query()).await?;
         match answer.trim() {
             "0" => Ok(false),
             "1" => Ok(true),
-            other => Err(crate::schema::SchemaError::BadAnswer(format!(
+            other => Err(spate_row::schema::SchemaError::BadAnswer(format!(
                 "system.formats count: `{other}`"
             ))
             .into()),
@@ -986,8 +877,8 @@ impl HttpWriter {
                 &format!(
                     "SELECT engine, engine_full FROM system.tables WHERE database = {} AND name = {} \
                      FORMAT JSONEachRow",
-                    crate::schema::quote_literal(&self.config.database),
-                    crate::schema::quote_literal(&self.config.table)
+                    spate_row::schema::quote_literal(&self.config.database),
+                    spate_row::schema::quote_literal(&self.config.table)
                 ),
             )
             .await?;
@@ -1232,7 +1123,7 @@ impl HttpWriter {
             return Ok(()); // the INSERT's columns are the same (say, a MATERIALIZED one added)
         }
         let from = self.layout(current.layout)?;
-        let mut plan = MappingPlan {
+        let mut plan = InsertPlan {
             layout: 0,
             schema: schema.clone(),
             columns,
@@ -1328,7 +1219,7 @@ pub enum SchemaProbeError {
     Query(#[from] WriteError),
     /// The answer was unusable or named no table.
     #[error(transparent)]
-    Schema(#[from] crate::schema::SchemaError),
+    Schema(#[from] spate_row::schema::SchemaError),
 }
 
 impl Writer for HttpWriter {
@@ -1468,21 +1359,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn base64_matches_rfc4648_vectors() {
-        for (plain, enc) in [
-            ("", ""),
-            ("f", "Zg=="),
-            ("fo", "Zm8="),
-            ("foo", "Zm9v"),
-            ("foob", "Zm9vYg=="),
-            ("fooba", "Zm9vYmE="),
-            ("foobar", "Zm9vYmFy"),
-        ] {
-            assert_eq!(base64(plain.as_bytes()), enc);
-        }
-    }
-
-    #[test]
     fn query_strings_are_percent_encoded() {
         assert_eq!(percent_encode("a b=`c`&d"), "a%20b%3D%60c%60%26d");
         let w = HttpWriter::new(HttpWriterConfig::new(
@@ -1502,15 +1378,5 @@ mod tests {
             "http://h:1/?query=INSERT%20INTO%20%60db%60.%60t%60%20%28%60a%60%29%20FORMAT%20Native\
              &insert_deduplication_token=p-1-0-7"
         );
-    }
-
-    #[test]
-    fn credentials_do_not_leak_in_debug() {
-        let c = Credentials {
-            user: "u".into(),
-            password: "secret".into(),
-        };
-        assert!(!format!("{c:?}").contains("secret"));
-        assert_eq!(c.basic_auth(), "Basic dTpzZWNyZXQ=");
     }
 }

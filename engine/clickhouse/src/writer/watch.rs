@@ -26,7 +26,7 @@
 
 use std::sync::Mutex;
 
-use crate::schema::{DefaultKind, TableSchema};
+use spate_row::schema::{DefaultKind, TableSchema};
 
 /// What a re-read of the table's columns found, against the plan.
 #[derive(Clone, Debug, PartialEq, Eq)]

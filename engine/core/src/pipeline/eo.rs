@@ -408,9 +408,52 @@ struct OpenRange {
     rows: u64,
     /// The budget taken so far for them (D8).
     permit: Option<BudgetPermit>,
+    /// The offset the next payload has if the log holds every offset of
+    /// the range from here on.
+    next: Offset,
+    /// The range's offset gaps so far (0: none), see [`range_gaps`].
+    gaps: u64,
 }
 
 impl OpenRange {
+    fn new(first: Offset, last: Offset, fixed: bool, shards: usize) -> Self {
+        Self {
+            first,
+            last,
+            fixed,
+            parts: (0..shards).map(|_| Part::default()).collect(),
+            opened_at: Instant::now(),
+            bytes: 0,
+            rows: 0,
+            permit: None,
+            next: first,
+            gaps: 0,
+        }
+    }
+
+    /// Notes the payload at `offset`: a gap before it changes `gaps`.
+    fn saw(&mut self, offset: Offset) {
+        if offset != self.next {
+            self.gaps = range_gaps(self.gaps, self.next, offset);
+        }
+        self.next = offset + 1;
+    }
+
+    /// The token suffix naming the range's composition: empty when the log
+    /// held every offset `first..=last` as the range was formed.
+    fn composition(&self) -> String {
+        let mut gaps = self.gaps;
+        if self.next <= self.last {
+            // A replayed range whose last records are gone.
+            gaps = range_gaps(gaps, self.next, self.last + 1);
+        }
+        if gaps == 0 {
+            String::new()
+        } else {
+            format!("~{gaps:016x}")
+        }
+    }
+
     fn is_full(&self, cfg: &EoConfig) -> bool {
         self.parts
             .iter()
@@ -442,6 +485,34 @@ struct SealedParts {
     /// the budget and waited for more (the simulator's liveness oracle,
     /// seed 6179).
     paid: bool,
+}
+
+/// Folds the gap `missing..present` (offsets a range spans that the log
+/// does not hold: transaction markers, compaction, retention) into `gaps`.
+///
+/// A range's token names its bounds, and a token-deduplicating table drops
+/// every block of a replay whose token it holds. When compaction or
+/// retention removes records inside a recorded range before it is replayed,
+/// the re-formed parts hold fewer rows, split into blocks at other rows: a
+/// replay under the first token would have blocks dropped that hold rows
+/// the first write never landed (fresh seeds 3006368 and 3017406 lost rows
+/// that way after a partial insert). So the token carries the range's gaps:
+/// the same log gives the same gaps and the same token (D9), a log that
+/// lost records gives another token and the rows land again (duplicates,
+/// held to D1), never fewer.
+fn range_gaps(gaps: u64, missing: Offset, present: Offset) -> u64 {
+    debug_assert!(missing != present, "a gap spans at least one offset");
+    let mut h = gaps ^ 0x9E37_79B9_7F4A_7C15;
+    for v in [missing as u64, present as u64] {
+        // splitmix64's finaliser over each bound: pure, stable across
+        // versions and platforms (a token must be).
+        h = (h ^ v).wrapping_add(0x9E37_79B9_7F4A_7C15);
+        h = (h ^ (h >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        h = (h ^ (h >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        h ^= h >> 31;
+    }
+    // 0 means "no gaps": never the result of a gap.
+    h.max(1)
 }
 
 /// What [`Former::flush`] achieved.
@@ -520,18 +591,10 @@ impl Former {
                 }
                 _ => (offset, offset, false),
             };
-            self.open = Some(OpenRange {
-                first,
-                last,
-                fixed,
-                parts: (0..shards).map(|_| Part::default()).collect(),
-                opened_at: Instant::now(),
-                bytes: 0,
-                rows: 0,
-                permit: None,
-            });
+            self.open = Some(OpenRange::new(first, last, fixed, shards));
         }
         let o = self.open.as_mut().expect("opened above");
+        o.saw(offset);
         if !o.fixed {
             o.last = offset;
         }
@@ -654,6 +717,7 @@ impl Former {
             .permit
             .as_ref()
             .is_some_and(|p| p.bytes() > 0 || p.rows() > 0);
+        let composition = o.composition();
         let parts = o
             .parts
             .into_iter()
@@ -668,7 +732,7 @@ impl Former {
                     o.first,
                     o.last,
                     shard,
-                ),
+                ) + &composition,
                 // What the range paid for goes with its parts; the rest is
                 // taken when each is handed over.
                 permit: o
@@ -850,6 +914,49 @@ mod tests {
     }
 
     /// Cuts `0..n` into consecutive pieces at the sorted, distinct `cuts`.
+    /// The token's composition suffix is a function of the offsets the log
+    /// holds inside the range: none when it holds all of them; the same
+    /// gaps (transaction markers, read again) give the same suffix; a record
+    /// deleted since the first read (compaction inside, retention at the
+    /// head, anything at the tail) gives another (D9, ADR 0004).
+    #[tokio::test(start_paused = true)]
+    async fn a_range_token_names_the_gaps_of_its_range() {
+        let suffix = |offsets: &[Offset]| {
+            let mut o = OpenRange::new(10, 14, true, 1);
+            for &at in offsets {
+                o.saw(at);
+            }
+            o.composition()
+        };
+        assert_eq!(suffix(&[10, 11, 12, 13, 14]), "");
+        let marker = suffix(&[10, 11, 13, 14]);
+        assert_eq!(marker.len(), 17, "{marker}");
+        assert!(marker.starts_with('~'), "{marker}");
+        assert_eq!(marker, suffix(&[10, 11, 13, 14]), "same log, same token");
+        for changed in [
+            &[10, 13, 14][..],
+            &[10, 12, 13, 14],
+            &[11, 12, 13, 14],
+            &[10, 11, 12, 13],
+            &[10, 11, 13],
+        ] {
+            let other = suffix(changed);
+            assert!(!other.is_empty(), "{changed:?}");
+            assert_ne!(other, marker, "{changed:?}");
+        }
+        // A free range's bounds are what it read: no tail gap.
+        let mut free = OpenRange::new(20, 20, false, 1);
+        for at in [20, 21, 23] {
+            free.saw(at);
+            free.last = at;
+        }
+        let mut again = OpenRange::new(20, 23, true, 1);
+        for at in [20, 21, 23] {
+            again.saw(at);
+        }
+        assert_eq!(free.composition(), again.composition());
+    }
+
     fn pieces(n: Offset, cuts: &[Offset]) -> Vec<(Offset, Offset)> {
         let mut out = Vec::new();
         let mut first = 0;

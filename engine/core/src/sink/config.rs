@@ -1,5 +1,5 @@
 //! Sink pool configuration, validated at construction: every bad value is a
-//! [`ConfigError`] naming its config key (for example `sink.max_inflight`).
+//! [`ConfigError`] naming its config key (for example `sink.inflight.max_inflight`).
 
 use std::time::Duration;
 
@@ -83,7 +83,7 @@ pub struct SinkConfig {
     pub shards: Vec<Vec<String>>,
     /// Batch sealing thresholds.
     pub batch: BatchConfig,
-    /// Concurrent writes per shard (`sink.max_inflight`, > 0).
+    /// Concurrent writes per shard (`sink.inflight.max_inflight`, > 0).
     pub max_inflight: usize,
     /// Chunks a shard's queue holds before `try_send` reports it full
     /// (`sink.queue_chunks`, > 0).
@@ -154,7 +154,7 @@ impl SinkConfig {
         }
         positive("sink.batch.max_rows", self.batch.max_rows)?;
         positive("sink.batch.max_bytes", self.batch.max_bytes)?;
-        positive("sink.max_inflight", self.max_inflight as u64)?;
+        positive("sink.inflight.max_inflight", self.max_inflight as u64)?;
         positive("sink.queue_chunks", self.queue_chunks as u64)?;
         positive(
             "sink.breaker.failure_threshold",
@@ -215,7 +215,7 @@ pub enum ConfigError {
     /// `key` holds a value that is out of range or inconsistent.
     #[error("config key `{key}`: {reason}")]
     Invalid {
-        /// The offending config key, e.g. `sink.max_inflight` or `sink.shards[1]`.
+        /// The offending config key, e.g. `sink.inflight.max_inflight` or `sink.shards[1]`.
         key: String,
         /// Why it is rejected.
         reason: String,
@@ -257,7 +257,7 @@ mod tests {
     fn bad_values_name_their_key() {
         type Mutation = fn(&mut SinkConfig);
         let cases: &[(&str, Mutation)] = &[
-            ("sink.max_inflight", |c| c.max_inflight = 0),
+            ("sink.inflight.max_inflight", |c| c.max_inflight = 0),
             ("sink.shards", |c| c.shards.clear()),
             ("sink.shards[1]", |c| c.shards.push(vec![])),
             ("sink.shards[0][0]", |c| c.shards[0][0] = " ".into()),

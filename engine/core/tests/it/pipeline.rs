@@ -1123,7 +1123,7 @@ fn bad_pipeline_config_names_the_key() {
             c.checkpoint_interval = Duration::ZERO
         }),
         ("pipeline.idle_poll", |c| c.idle_poll = Duration::ZERO),
-        ("sink.max_inflight", |c| c.sink.max_inflight = 0),
+        ("sink.inflight.max_inflight", |c| c.sink.max_inflight = 0),
         ("sink.shards", |c| c.sink.shards.clear()),
     ];
     for &(key, mutate) in cases {

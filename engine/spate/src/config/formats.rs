@@ -1,7 +1,7 @@
 //! `format.avro`: Avro messages, Confluent-framed with writer schemas from a
 //! schema registry, or plain datums of one schema file; and its
 //! `registry` section, which becomes a
-//! [`spate_clickhouse::registry::RegistryConfig`].
+//! [`spate_formats::registry::RegistryConfig`].
 //!
 //! Checked at load ([`AvroFormat::validate`], errors naming the key):
 //! `framing: confluent` needs `registry` and takes no `schema_file`;
@@ -15,8 +15,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
-use spate_clickhouse::registry::{RegistryConfig, RegistryRetry};
 use spate_clickhouse::writer::{Credentials, TlsOptions, tls};
+use spate_formats::registry::{RegistryConfig, RegistryRetry};
 
 use super::{ConfigError, Dur, TlsSection, invalid};
 

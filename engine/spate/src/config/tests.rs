@@ -318,7 +318,7 @@ fn insert_format_and_schema_refresh_parse_and_name_bad_keys() {
 
 #[test]
 fn epoch_units_and_empty_strings_parse_globally_and_per_column() {
-    use spate_clickhouse::mapping::EpochUnit;
+    use spate_row::coerce::EpochUnit;
     let c = Config::from_yaml(MINIMAL, no_env).unwrap();
     assert_eq!(c.time.epoch_unit.unit(), EpochUnit::Auto);
     assert!(!c.mapping.empty_as_null);
@@ -362,7 +362,7 @@ fn epoch_units_and_empty_strings_parse_globally_and_per_column() {
 
 #[test]
 fn shard_key_modes_weights_and_missing_parse_and_name_bad_keys() {
-    use spate_clickhouse::router::{KeyHash, KeyType, MissingKey};
+    use spate_row::shard::{KeyHash, KeyType, MissingKey};
     let with = |key: &str| {
         format!("{MINIMAL}\n").replace("table: t}}", &format!("table: t, shard_key: {key}}}}}"))
     };
@@ -619,4 +619,33 @@ fn credentials_in_urls_move_to_the_sections_keys() {
         e.contains("expected an http://") && !e.contains("hidden"),
         "{e}"
     );
+}
+
+/// A zero limit is refused naming the key as the user wrote it (the
+/// core's `sink.` keys map to `sink.clickhouse.`; `max_inflight` lives
+/// under `inflight`, where an error once said it did not).
+#[test]
+fn zero_limits_name_the_key_the_user_wrote() {
+    for (section, key) in [
+        (
+            "inflight: {max_inflight: 0}",
+            "sink.clickhouse.inflight.max_inflight",
+        ),
+        (
+            "inflight: {max_bytes: 0}",
+            "sink.clickhouse.inflight.max_bytes",
+        ),
+        (
+            "inflight: {max_rows: 0}",
+            "sink.clickhouse.inflight.max_rows",
+        ),
+        ("batch: {max_rows: 0}", "sink.clickhouse.batch.max_rows"),
+    ] {
+        let e = err(&MINIMAL.replace("table: t}", &format!("table: t, {section}}}")));
+        assert!(
+            e.contains(&format!("`{key}`")) || e.contains(key),
+            "{section}: {e}"
+        );
+        assert!(e.contains("greater than 0"), "{section}: {e}");
+    }
 }

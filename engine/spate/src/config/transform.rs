@@ -20,15 +20,15 @@
 //! A predicate is `COLUMN OP CONSTANT` (`==`, `!=`, `<`, `<=`, `>`, `>=`),
 //! `COLUMN in [C, ...]`, `COLUMN is null` or `COLUMN is not null`
 //! ([`FilterExpr::parse_predicate`]); what it means, on which value, is in
-//! [`spate_clickhouse::filter`]. Whether the columns exist and the constants
+//! [`spate_row::filter`]. Whether the columns exist and the constants
 //! fit their types is checked when the INSERT is planned (`spate check`),
 //! naming the column.
 
 use std::collections::BTreeMap;
 
 use serde_norway::Value;
-use spate_clickhouse::filter::FilterExpr;
-use spate_clickhouse::mapping::parse_pointer;
+use spate_row::filter::FilterExpr;
+use spate_row::spec::parse_pointer;
 
 use super::{ConfigError, MappingSection, invalid};
 
@@ -68,7 +68,7 @@ impl MappingSection {
     }
 
     /// `mapping.defaults` as SQL literals (`'unknown'`, `0`, `-1.5`), the
-    /// form [`spate_clickhouse::mapping::MissingValue::Literal`] takes.
+    /// form [`spate_row::spec::MissingValue::Literal`] takes.
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] naming `mapping.defaults.<column>` for a

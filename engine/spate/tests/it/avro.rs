@@ -35,8 +35,8 @@ use std::time::{Duration, Instant};
 
 use common::real::RealKafka;
 use common::*;
-use spate_clickhouse::avro::sensor;
 use spate_clickhouse::writer::{HttpWriter, HttpWriterConfig};
+use spate_testkit::sensor::avro as sensor;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -787,14 +787,14 @@ fn registry_down_mid_stream_retries_then_applies_the_policy() {
     let spate = Spate::start("avro-outage", &yaml);
     await_end(&kafka, &spate, &topic, &topic, 1, DELIVERY);
     // v2 registered (spate has not seen its id), then the registry fails.
-    let client = spate_clickhouse::registry::RegistryClient::new(
-        spate_clickhouse::registry::RegistryConfig::new(&registry.url),
+    let client = spate_formats::registry::RegistryClient::new(
+        spate_formats::registry::RegistryConfig::new(&registry.url),
     )
     .unwrap();
     let v2 = client
         .register(
             &format!("{topic}-value"),
-            spate_clickhouse::registry::SchemaType::Avro,
+            spate_formats::registry::SchemaType::Avro,
             sensor::SCHEMA_V2,
             &[],
         )
@@ -870,14 +870,14 @@ fn registry_down_mid_stream_retries_then_applies_the_policy() {
 }
 
 /// `format.protobuf` through the registry, end to end: the workload's flat
-/// `SensorEventRow` (`spate_clickhouse::protobuf::sensor`, one row per
+/// `SensorEventRow` (`spate_testkit::sensor::protobuf`, one row per
 /// message) registered as PROTOBUF, Confluent-framed (message index [0]),
 /// the same filters and default: every kept row lands as the closed form
 /// says.
 #[test]
 fn protobuf_through_the_registry_lands_exactly() {
-    use spate_clickhouse::protobuf::sensor as proto_sensor;
-    use spate_clickhouse::registry::{RegistryClient, RegistryConfig, SchemaType};
+    use spate_formats::registry::{RegistryClient, RegistryConfig, SchemaType};
+    use spate_testkit::sensor::protobuf as proto_sensor;
     let Some((kafka, url, _serial)) = components() else {
         return;
     };

@@ -22,8 +22,8 @@ use crate::common;
 
 use common::*;
 use serde_json::{Value, json};
-use spate_clickhouse::schema::{DefaultKind, InsertOptions, plan_insert};
 use spate_clickhouse::writer::{HttpWriter, HttpWriterConfig};
+use spate_row::schema::{DefaultKind, InsertOptions, plan_insert};
 
 /// The endpoint's URLs, or `None` after printing why the test is skipped.
 fn chdb_urls() -> Option<Vec<String>> {

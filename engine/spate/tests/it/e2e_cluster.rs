@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use spate::kafka_tools;
-use spate_clickhouse::router::shard_of_key;
+use spate_row::shard::shard_of_key;
 
 /// One test at a time on the replicated cluster, and no test of another
 /// module on it beside (see the module docs). A failed test leaves the
