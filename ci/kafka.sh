@@ -36,7 +36,7 @@
 # log.cleaner.backoff.ms 500 (a compacted test topic is cleaned within a
 # second of its segments rolling, not after the default 15 s);
 # no automatic topic creation (tests create theirs, with RF and partitions);
-# message.max.bytes 16 MiB (spate::kafka_tools::MAX_MESSAGE_BYTES: the e2e
+# message.max.bytes 16 MiB (spate_kafka::tools::MAX_MESSAGE_BYTES: the e2e
 # poison record is 2 MiB).
 #
 #   export SPATE_KAFKA_BROKERS=$(ci/kafka.sh start | tail -n1)

@@ -23,7 +23,7 @@
 //! table's `system.columns` answer (here a string, as the server would send
 //! it) goes through [`TableSchema::from_json_each_row`] and [`plan_insert`],
 //! then [`JsonRowEncoder::new`] with the time formats of `format.json` (see
-//! `engine/spate/src/service.rs`, `plan` and `mapping_options`). The engine's
+//! `engine/spate/src/service.rs` `plan` and `Config::mapping_options`). The engine's
 //! chain calls the same encoder through its `Encoder<Payload>` impl, which
 //! only unwraps the payload and calls [`JsonRowEncoder::encode_json`].
 //!

@@ -25,7 +25,7 @@ use spate_core::source::{AssignmentEvent, CommitOffset, Committed, Source, Sourc
 use spate_testkit::lane::{self, LaneFeed, LaneState, MemLane};
 
 use crate::config::FaultKind;
-use crate::world::{GAP, GroupEvent, Shared};
+use crate::world::{GAP, GroupEvent, Shared, World};
 
 /// The topic every simulated partition belongs to.
 pub const TOPIC: &str = "sim";
@@ -105,28 +105,7 @@ impl Source for SimSource {
 
     fn commit(&mut self, offsets: &[CommitOffset]) -> Result<(), SourceError> {
         let mut w = self.world.lock();
-        if w.evicted {
-            let c = &offsets[0];
-            w.trace(format!("commit refused (evicted) {}", c.partition));
-            return Err(SourceError::CommitRejected {
-                partition: c.partition.clone(),
-                epoch: c.epoch,
-                message: "member evicted from the group".into(),
-            });
-        }
-        for c in offsets {
-            let p = index(&c.partition);
-            let current = w.epochs[p] == c.epoch;
-            if !current && !w.revoking.contains(&(p, c.epoch)) {
-                w.trace(format!("commit refused (stale epoch) p{p} e{}", c.epoch));
-                w.stale_commits.push((p, c.epoch));
-                return Err(SourceError::CommitRejected {
-                    partition: c.partition.clone(),
-                    epoch: c.epoch,
-                    message: "epoch no longer owned by this member".into(),
-                });
-            }
-        }
+        refuse_unowned(&mut w, offsets)?;
         let failing = w.fault_active(FaultKind::CommitFailures, |_, _| true);
         let ambiguous = failing && w.rng_bool(0.5);
         if failing && !ambiguous {
@@ -138,38 +117,7 @@ impl Source for SimSource {
         }
         let slow = w.fault_active(FaultKind::SlowCoordinator, |_, _| true);
         if slow || !w.commit_queue.is_empty() {
-            // The coordinator takes the request and applies it later, in
-            // order behind what it already holds; the client times out.
-            // Once healed it works through its backlog at once: a request
-            // waits only for those ahead of it (a coordinator that stayed
-            // slow for every commit behind a backlog would never catch up
-            // with a client that commits as often as effectively_once does).
-            let now = w.now();
-            let after = w.commit_queue.back().map_or(now, |c| c.due);
-            let slow_by = if slow {
-                Duration::from_millis(w.rng_range(1_000..=5_000))
-            } else {
-                Duration::ZERO
-            };
-            let due = (now + slow_by).max(after);
-            for c in offsets {
-                let (partition, offset, epoch) = (index(&c.partition), c.offset, c.epoch);
-                w.commit_queue.push_back(crate::world::QueuedCommit {
-                    due,
-                    partition,
-                    offset,
-                    epoch,
-                    metadata: metadata(c).to_owned(),
-                });
-            }
-            w.trace(format!(
-                "commit queued at a slow coordinator until {} ms",
-                due.as_millis()
-            ));
-            return Err(SourceError::Transient {
-                context: "commit".into(),
-                message: "simulated commit timeout (slow coordinator)".into(),
-            });
+            return Err(queue_at_coordinator(&mut w, offsets, slow));
         }
         for c in offsets {
             w.apply_commit(index(&c.partition), c.offset, c.epoch, metadata(c), "");
@@ -183,6 +131,70 @@ impl Source for SimSource {
             });
         }
         Ok(())
+    }
+}
+
+/// Refuses a commit from an evicted member, or one naming an epoch the
+/// member no longer owns (neither current nor revoking: a stale commit).
+fn refuse_unowned(w: &mut World, offsets: &[CommitOffset]) -> Result<(), SourceError> {
+    if w.evicted {
+        let c = &offsets[0];
+        w.trace(format!("commit refused (evicted) {}", c.partition));
+        return Err(SourceError::CommitRejected {
+            partition: c.partition.clone(),
+            epoch: c.epoch,
+            message: "member evicted from the group".into(),
+        });
+    }
+    for c in offsets {
+        let p = index(&c.partition);
+        let current = w.epochs[p] == c.epoch;
+        if !current && !w.revoking.contains(&(p, c.epoch)) {
+            w.trace(format!("commit refused (stale epoch) p{p} e{}", c.epoch));
+            w.stale_commits.push((p, c.epoch));
+            return Err(SourceError::CommitRejected {
+                partition: c.partition.clone(),
+                epoch: c.epoch,
+                message: "epoch no longer owned by this member".into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A slow coordinator (or one still working through its backlog) takes the
+/// request and applies it later, in order behind what it already holds;
+/// the client times out (the error returned). Once healed it works through
+/// its backlog at once: a request waits only for those ahead of it (a
+/// coordinator that stayed slow for every commit behind a backlog would
+/// never catch up with a client that commits as often as effectively_once
+/// does).
+fn queue_at_coordinator(w: &mut World, offsets: &[CommitOffset], slow: bool) -> SourceError {
+    let now = w.now();
+    let after = w.commit_queue.back().map_or(now, |c| c.due);
+    let slow_by = if slow {
+        Duration::from_millis(w.rng_range(1_000..=5_000))
+    } else {
+        Duration::ZERO
+    };
+    let due = (now + slow_by).max(after);
+    for c in offsets {
+        let (partition, offset, epoch) = (index(&c.partition), c.offset, c.epoch);
+        w.commit_queue.push_back(crate::world::QueuedCommit {
+            due,
+            partition,
+            offset,
+            epoch,
+            metadata: metadata(c).to_owned(),
+        });
+    }
+    w.trace(format!(
+        "commit queued at a slow coordinator until {} ms",
+        due.as_millis()
+    ));
+    SourceError::Transient {
+        context: "commit".into(),
+        message: "simulated commit timeout (slow coordinator)".into(),
     }
 }
 

@@ -504,35 +504,85 @@ fn check_values(w: &mut World, p: usize, o: i64, id: u32, values: &[u8]) {
     }
 }
 
+/// An attempt reaches the server: samples the in-flight budget, notes the
+/// D4 fact (one token, one byte content, across every attempt and every
+/// incarnation) and, in effectively_once, the range's rows and the
+/// write-ahead fact (D9). Returns the attempt's latency.
+fn note_attempt(w: &mut World, token: &str, body: &[u8]) -> Duration {
+    w.sample_budget();
+    let h = fnv1a(body.iter().copied(), FNV_BASIS);
+    let seen = *w.tokens.entry(token.to_owned()).or_insert(h);
+    let eo = w.cfg.delivery == Delivery::EffectivelyOnce;
+    if seen != h {
+        if eo && rebodied(w, token, body) {
+            w.token_rebodied += 1;
+        } else {
+            w.token_conflicts.push(token.to_owned());
+        }
+    }
+    if eo {
+        if seen == h && !w.range_rows.contains_key(token) {
+            let rows = (w.plan_version, identities(w, body));
+            w.range_rows.insert(token.to_owned(), rows);
+        }
+        write_ahead(w, token, body);
+    }
+    let (lo, hi) = w.cfg.write_latency_ms;
+    Duration::from_millis(w.rng_range(lo..=hi))
+}
+
+impl SimWriter {
+    /// [`Attempt::Write`]: applies the insert now, or with a partial-insert
+    /// fault only its first blocks, and then fails it (retryable).
+    fn write_now(
+        &self,
+        shard: usize,
+        replica: usize,
+        token: &str,
+        body: &[u8],
+    ) -> Result<(), WriteError> {
+        let mut w = self.world.lock();
+        let fail_after = partial(&mut w, shard, body.len());
+        apply(&mut w, shard, replica, token, &self.named, body, fail_after)
+            .map_err(|r| WriteError::fatal(r.message()))?;
+        if let Some(k) = fail_after {
+            w.partial_inserts += 1;
+            w.trace(format!(
+                "s{shard}r{replica} insert {token} failed after {k} blocks"
+            ));
+            return Err(WriteError::retryable(
+                "simulated failure after some blocks were written",
+            ));
+        }
+        Ok(())
+    }
+
+    /// An insert the server runs later, at `due` (a zombie, or a frozen
+    /// server's queue).
+    fn queued(
+        &self,
+        due: Duration,
+        shard: usize,
+        replica: usize,
+        token: &str,
+        body: bytes::Bytes,
+    ) -> QueuedInsert {
+        QueuedInsert {
+            due,
+            shard,
+            replica,
+            token: token.to_owned(),
+            named: self.named.clone(),
+            body,
+        }
+    }
+}
+
 impl Writer for SimWriter {
     async fn write(&self, endpoint: &Endpoint, batch: &SealedBatch) -> Result<(), WriteError> {
         let (shard, replica) = (endpoint.shard, endpoint.replica);
         let body = batch.to_contiguous();
-        let latency = {
-            let mut w = self.world.lock();
-            w.sample_budget();
-            // D4 fact: one token, one byte content, across every attempt and
-            // every incarnation.
-            let h = fnv1a(body.iter().copied(), FNV_BASIS);
-            let seen = *w.tokens.entry(batch.token().to_owned()).or_insert(h);
-            let eo = w.cfg.delivery == Delivery::EffectivelyOnce;
-            if seen != h {
-                if eo && rebodied(&w, batch.token(), &body) {
-                    w.token_rebodied += 1;
-                } else {
-                    w.token_conflicts.push(batch.token().to_owned());
-                }
-            }
-            if eo {
-                if seen == h && !w.range_rows.contains_key(batch.token()) {
-                    let rows = (w.plan_version, identities(&w, &body));
-                    w.range_rows.insert(batch.token().to_owned(), rows);
-                }
-                write_ahead(&mut w, batch.token(), &body);
-            }
-            let (lo, hi) = w.cfg.write_latency_ms;
-            Duration::from_millis(w.rng_range(lo..=hi))
-        };
+        let latency = note_attempt(&mut self.world.lock(), batch.token(), &body);
         tokio::time::sleep(latency).await;
         let attempt = plan(&mut self.world.lock(), shard, replica);
         let refused = |r: Refusal| WriteError::fatal(r.message());
@@ -544,31 +594,7 @@ impl Writer for SimWriter {
                 ));
                 Err(WriteError::retryable(why))
             }
-            Attempt::Write => {
-                let mut w = self.world.lock();
-                let fail_after = partial(&mut w, shard, body.len());
-                apply(
-                    &mut w,
-                    shard,
-                    replica,
-                    batch.token(),
-                    &self.named,
-                    &body,
-                    fail_after,
-                )
-                .map_err(refused)?;
-                if let Some(k) = fail_after {
-                    w.partial_inserts += 1;
-                    w.trace(format!(
-                        "s{shard}r{replica} insert {} failed after {k} blocks",
-                        batch.token()
-                    ));
-                    return Err(WriteError::retryable(
-                        "simulated failure after some blocks were written",
-                    ));
-                }
-                Ok(())
-            }
+            Attempt::Write => self.write_now(shard, replica, batch.token(), &body),
             Attempt::WriteThenHang => {
                 {
                     let mut w = self.world.lock();
@@ -601,14 +627,8 @@ impl Writer for SimWriter {
                 std::future::pending().await
             }
             Attempt::Zombie(due) => {
-                self.world.lock().hold_zombie(QueuedInsert {
-                    due,
-                    shard,
-                    replica,
-                    token: batch.token().to_owned(),
-                    named: self.named.clone(),
-                    body,
-                });
+                let zombie = self.queued(due, shard, replica, batch.token(), body);
+                self.world.lock().hold_zombie(zombie);
                 // The zombie hears nothing before its write timeout.
                 std::future::pending().await
             }
@@ -621,14 +641,8 @@ impl Writer for SimWriter {
                         batch.token(),
                         due.as_millis()
                     ));
-                    w.server_queue.push_back(QueuedInsert {
-                        due,
-                        shard,
-                        replica,
-                        token: batch.token().to_owned(),
-                        named: self.named.clone(),
-                        body,
-                    });
+                    let queued = self.queued(due, shard, replica, batch.token(), body);
+                    w.server_queue.push_back(queued);
                 }
                 std::future::pending().await
             }

@@ -283,120 +283,161 @@ pub struct SimConfig {
     pub replication_lag_ms: (u64, u64),
 }
 
+/// The main stream's faults: up to five of the kinds before issue 16, and
+/// with probability 0.1 a rebalance that lands while a SIGTERM restart
+/// drains (interesting combinations are made likely on purpose, so a
+/// campaign covers each in well over 1% of seeds, issue 4).
+fn base_faults(rng: &mut SmallRng, fault_phase: Duration) -> Vec<Fault> {
+    let phase_ms = fault_phase.as_millis() as u64;
+    let mut faults: Vec<Fault> = (0..rng.random_range(0..=5))
+        .map(|_| {
+            // The kinds before issue 16 only: this stream stays as it was.
+            let kind = FaultKind::ALL[rng.random_range(0..FaultKind::BEFORE_ISSUE16)];
+            let start = rng.random_range(100..phase_ms - 500);
+            // Every fault heals by the end of the fault phase.
+            let duration = rng.random_range(100..3_000).min(phase_ms - start);
+            Fault {
+                kind,
+                target: rng.random_range(0..64),
+                target2: rng.random_range(0..64),
+                start: Duration::from_millis(start),
+                duration: Duration::from_millis(duration),
+            }
+        })
+        .collect();
+    if rng.random_bool(0.1) {
+        let at = rng.random_range(500..phase_ms - 1_000);
+        let after = rng.random_range(1..=8);
+        for (kind, start) in [
+            (FaultKind::GracefulRestart, at),
+            (FaultKind::Rebalance, at + after),
+        ] {
+            faults.push(Fault {
+                kind,
+                target: rng.random_range(0..64),
+                target2: rng.random_range(0..64),
+                start: Duration::from_millis(start),
+                duration: Duration::from_millis(100),
+            });
+        }
+    }
+    faults
+}
+
+/// Issue 16's fault kinds, each with probability [`EXTRA_FAULT_P`] (a
+/// partial insert twice that), from their own stream; a retention fault
+/// brings a crash soon after it (retention acts while the process is down).
+fn issue16_faults(extra: &mut SmallRng, fault_phase: Duration, faults: &mut Vec<Fault>) {
+    let phase_ms = fault_phase.as_millis() as u64;
+    for kind in FaultKind::ISSUE16 {
+        // A partial insert needs an insert of two blocks or more while
+        // it lasts: scheduled twice as often, to clear the 1% floor.
+        let p = match kind {
+            FaultKind::PartialInsert => 2.0 * EXTRA_FAULT_P,
+            _ => EXTRA_FAULT_P,
+        };
+        if !extra.random_bool(p) {
+            continue;
+        }
+        let start = extra.random_range(300..phase_ms - 1_000);
+        let duration = extra.random_range(200..3_000).min(phase_ms - start);
+        let target = extra.random_range(0..64);
+        faults.push(Fault {
+            kind,
+            target,
+            target2: extra.random_range(0..64),
+            start: Duration::from_millis(start),
+            duration: Duration::from_millis(duration),
+        });
+        if kind == FaultKind::Retention {
+            faults.push(Fault {
+                kind: FaultKind::Crash,
+                target,
+                target2: 0,
+                start: Duration::from_millis(start + extra.random_range(1..500)),
+                duration: Duration::from_millis(100),
+            });
+        }
+    }
+}
+
+/// Issue 23's fault kinds, each with probability [`EXTRA_FAULT_P`], from a
+/// third stream.
+fn issue23_faults(eo: &mut SmallRng, fault_phase: Duration, faults: &mut Vec<Fault>) {
+    let phase_ms = fault_phase.as_millis() as u64;
+    for kind in FaultKind::ISSUE23 {
+        if !eo.random_bool(EXTRA_FAULT_P) {
+            continue;
+        }
+        let start = eo.random_range(300..phase_ms - 1_000);
+        let duration = eo.random_range(300..3_000).min(phase_ms - start);
+        faults.push(Fault {
+            kind,
+            target: eo.random_range(0..64),
+            target2: eo.random_range(0..64),
+            start: Duration::from_millis(start),
+            duration: Duration::from_millis(duration),
+        });
+    }
+}
+
+/// The table's value columns: none (identity rows only, as before issue
+/// 16) unless the schedule changes the schema (`changes`) or a 0.3 draw
+/// asks for some; then a random choice of fields and types.
+fn value_schema(extra: &mut SmallRng, changes: bool) -> Schema {
+    let mut schema = Schema::default();
+    if changes || extra.random_bool(0.3) {
+        let mut fields: Vec<usize> = (0..FIELDS).collect();
+        for i in (1..fields.len()).rev() {
+            fields.swap(i, extra.random_range(0..=i));
+        }
+        let n = extra.random_range(1..=FIELDS);
+        schema.columns = fields[..n]
+            .iter()
+            .map(|&field| Column {
+                field,
+                ty: ColType::ALL[extra.random_range(0..ColType::ALL.len())],
+            })
+            .collect();
+    }
+    schema
+}
+
+/// Moves each schema change into the produce phase: it matters while
+/// records still arrive.
+fn within_produce_phase(faults: &mut [Fault], produce_for: Duration) {
+    for f in faults
+        .iter_mut()
+        .filter(|f| f.kind == FaultKind::SchemaChange)
+    {
+        let within = produce_for.as_millis() as u64 - 200;
+        f.start = Duration::from_millis(200 + f.start.as_millis() as u64 % within);
+    }
+}
+
 impl SimConfig {
-    /// The run that `seed` describes.
+    /// The run that `seed` describes. Three RNG streams, each drawn in the
+    /// order it always was, so a seed keeps its run as kinds are added: the
+    /// main stream, issue 16's (its fault kinds, the value columns, the
+    /// block size) and issue 23's.
     pub fn from_seed(seed: u64) -> Self {
         let mut rng = SmallRng::seed_from_u64(seed ^ 0x5EED_C0FF_EE00_0001);
         let partitions = rng.random_range(1..=6);
         let shards = rng.random_range(1..=3);
         let replicas = rng.random_range(1..=3);
         let fault_phase = Duration::from_secs(8);
-        let mut faults: Vec<Fault> = (0..rng.random_range(0..=5))
-            .map(|_| {
-                // The kinds before issue 16 only: this stream stays as it was.
-                let kind = FaultKind::ALL[rng.random_range(0..FaultKind::BEFORE_ISSUE16)];
-                let phase_ms = fault_phase.as_millis() as u64;
-                let start = rng.random_range(100..phase_ms - 500);
-                // Every fault heals by the end of the fault phase.
-                let duration = rng.random_range(100..3_000).min(phase_ms - start);
-                Fault {
-                    kind,
-                    target: rng.random_range(0..64),
-                    target2: rng.random_range(0..64),
-                    start: Duration::from_millis(start),
-                    duration: Duration::from_millis(duration),
-                }
-            })
-            .collect();
-        // Interesting combinations are made likely on purpose, so a campaign
-        // covers each in well over 1% of seeds (issue 4): a rebalance that
-        // lands while a SIGTERM restart drains.
-        if rng.random_bool(0.1) {
-            let phase_ms = fault_phase.as_millis() as u64;
-            let at = rng.random_range(500..phase_ms - 1_000);
-            let after = rng.random_range(1..=8);
-            for (kind, start) in [
-                (FaultKind::GracefulRestart, at),
-                (FaultKind::Rebalance, at + after),
-            ] {
-                faults.push(Fault {
-                    kind,
-                    target: rng.random_range(0..64),
-                    target2: rng.random_range(0..64),
-                    start: Duration::from_millis(start),
-                    duration: Duration::from_millis(100),
-                });
-            }
-        }
+        let mut faults = base_faults(&mut rng, fault_phase);
         // Issue 16's kinds come from a stream of their own: the draws above
         // (and so every seed that gets none of these) stay as they were.
         let mut extra = SmallRng::seed_from_u64(seed ^ 0x5EED_FA17_0000_0016);
-        let phase_ms = fault_phase.as_millis() as u64;
-        for kind in FaultKind::ISSUE16 {
-            // A partial insert needs an insert of two blocks or more while
-            // it lasts: scheduled twice as often, to clear the 1% floor.
-            let p = match kind {
-                FaultKind::PartialInsert => 2.0 * EXTRA_FAULT_P,
-                _ => EXTRA_FAULT_P,
-            };
-            if !extra.random_bool(p) {
-                continue;
-            }
-            let start = extra.random_range(300..phase_ms - 1_000);
-            let duration = extra.random_range(200..3_000).min(phase_ms - start);
-            let target = extra.random_range(0..64);
-            faults.push(Fault {
-                kind,
-                target,
-                target2: extra.random_range(0..64),
-                start: Duration::from_millis(start),
-                duration: Duration::from_millis(duration),
-            });
-            if kind == FaultKind::Retention {
-                // Retention acts while the process is down: a crash soon after.
-                faults.push(Fault {
-                    kind: FaultKind::Crash,
-                    target,
-                    target2: 0,
-                    start: Duration::from_millis(start + extra.random_range(1..500)),
-                    duration: Duration::from_millis(100),
-                });
-            }
-        }
+        issue16_faults(&mut extra, fault_phase, &mut faults);
         // Issue 23's kinds: a third stream, for the same reason.
         let mut eo = SmallRng::seed_from_u64(seed ^ 0x5EED_E0E0_0000_0023);
-        for kind in FaultKind::ISSUE23 {
-            if !eo.random_bool(EXTRA_FAULT_P) {
-                continue;
-            }
-            let start = eo.random_range(300..phase_ms - 1_000);
-            let duration = eo.random_range(300..3_000).min(phase_ms - start);
-            faults.push(Fault {
-                kind,
-                target: eo.random_range(0..64),
-                target2: eo.random_range(0..64),
-                start: Duration::from_millis(start),
-                duration: Duration::from_millis(duration),
-            });
-        }
+        issue23_faults(&mut eo, fault_phase, &mut faults);
         // The table's value columns (none: identity rows only, as before
         // issue 16); always some when the schedule changes the schema.
         let changes = faults.iter().any(|f| f.kind == FaultKind::SchemaChange);
-        let mut schema = Schema::default();
-        if changes || extra.random_bool(0.3) {
-            let mut fields: Vec<usize> = (0..FIELDS).collect();
-            for i in (1..fields.len()).rev() {
-                fields.swap(i, extra.random_range(0..=i));
-            }
-            let n = extra.random_range(1..=FIELDS);
-            schema.columns = fields[..n]
-                .iter()
-                .map(|&field| Column {
-                    field,
-                    ty: ColType::ALL[extra.random_range(0..ColType::ALL.len())],
-                })
-                .collect();
-        }
+        let schema = value_schema(&mut extra, changes);
         let block_rows = if faults.iter().any(|f| f.kind == FaultKind::PartialInsert) {
             extra.random_range(5..30)
         } else {
@@ -407,13 +448,7 @@ impl SimConfig {
         // (In the order the fields below drew them before: seeds stay.)
         let records_per_partition = rng.random_range(50..=400);
         let produce_for = Duration::from_millis(rng.random_range(1_000..6_000));
-        for f in faults
-            .iter_mut()
-            .filter(|f| f.kind == FaultKind::SchemaChange)
-        {
-            let within = produce_for.as_millis() as u64 - 200;
-            f.start = Duration::from_millis(200 + f.start.as_millis() as u64 % within);
-        }
+        within_produce_phase(&mut faults, produce_for);
         faults.sort_by_key(|f| (f.start, f.kind));
         Self {
             seed,

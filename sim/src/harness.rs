@@ -178,34 +178,99 @@ fn pipeline_config(cfg: &SimConfig, incarnation: u32) -> PipelineConfig {
     pc
 }
 
+/// A new incarnation of the process: counted, traced, with its nonce drawn
+/// from the world's RNG. Returns the config, the nonce and its number.
+fn begin(w: &mut World) -> (SimConfig, u64, u32) {
+    w.origin = tokio::time::Instant::now();
+    w.incarnations += 1;
+    let number = w.incarnations;
+    let nonce = w.rng.next_u64();
+    w.trace(format!("incarnation {number} nonce {nonce:016x}"));
+    (w.cfg.clone(), nonce, number)
+}
+
+/// A new member: the group hands it every partition under new epochs.
+fn join_group(w: &mut World, partitions: usize) {
+    w.group_events.clear();
+    w.revoking.clear();
+    w.reassign_on_release.clear();
+    for p in 0..partitions {
+        w.assign(p);
+    }
+}
+
+/// What ends an incarnation, and when.
+struct Ends {
+    crash_at: Option<Duration>,
+    restart_at: Option<Duration>,
+    /// When every fault has healed.
+    heal_at: Duration,
+    /// The liveness bound.
+    end_by: Duration,
+}
+
+/// What an incarnation does after a tick.
+enum Next {
+    Wait,
+    Finished,
+    Crash,
+    Restart,
+    /// The final shutdown; whether the run caught up first.
+    Shutdown(bool),
+}
+
+impl Ends {
+    /// How long to sleep from `now`: a tick, or less when a crash or
+    /// restart is due sooner.
+    fn next_wake(&self, now: Duration) -> Duration {
+        [self.crash_at, self.restart_at]
+            .into_iter()
+            .flatten()
+            .filter(|t| *t > now)
+            .map(|t| t - now)
+            .fold(TICK, Duration::min)
+    }
+
+    /// Ticks the world and decides what comes next (`Finished`: the
+    /// pipeline task `run` ended on its own).
+    fn next(&self, w: &mut World, run: &tokio::task::JoinHandle<RunReport>) -> Next {
+        tick(w);
+        let now = w.now();
+        if run.is_finished() {
+            Next::Finished
+        } else if self.crash_at.is_some_and(|t| now >= t) {
+            w.hit.insert(FaultKind::Crash);
+            w.trace("crash");
+            Next::Crash
+        } else if self.restart_at.is_some_and(|t| now >= t) {
+            w.hit.insert(FaultKind::GracefulRestart);
+            w.trace("graceful restart (SIGTERM)");
+            Next::Restart
+        } else if now >= self.heal_at && w.caught_up() {
+            if w.caught_up_at.is_none() {
+                w.caught_up_at = Some(now);
+            }
+            Next::Shutdown(true)
+        } else if now >= self.end_by {
+            w.trace("liveness bound reached without catching up");
+            Next::Shutdown(false)
+        } else {
+            Next::Wait
+        }
+    }
+}
+
 async fn incarnation(
     world: Shared,
     crash_at: Option<Duration>,
     restart_at: Option<Duration>,
     first: bool,
 ) -> End {
-    let (cfg, nonce, number) = {
-        let mut w = world.lock();
-        w.origin = tokio::time::Instant::now();
-        w.incarnations += 1;
-        let number = w.incarnations;
-        let nonce = w.rng.next_u64();
-        w.trace(format!("incarnation {number} nonce {nonce:016x}"));
-        (w.cfg.clone(), nonce, number)
-    };
+    let (cfg, nonce, number) = begin(&mut world.lock());
     if !first {
         tokio::time::sleep(RESTART_PAUSE).await;
     }
-    {
-        // A new member: the group hands it every partition under new epochs.
-        let mut w = world.lock();
-        w.group_events.clear();
-        w.revoking.clear();
-        w.reassign_on_release.clear();
-        for p in 0..cfg.partitions {
-            w.assign(p);
-        }
-    }
+    join_group(&mut world.lock(), cfg.partitions);
     // The mapping's probe: the table's schema as it is now.
     let probed: crate::schema::Plan = {
         let mut w = world.lock();
@@ -230,52 +295,18 @@ async fn incarnation(
     world.lock().budget = Some(pipeline.budget());
     let shutdown = Shutdown::new();
     let run = tokio::spawn(pipeline.run_inline(shutdown.clone()));
-    let heal_at = cfg.fault_phase;
-    let end_by = cfg.fault_phase + cfg.liveness_bound;
-    enum Next {
-        Wait,
-        Finished,
-        Crash,
-        Restart,
-        Shutdown(bool),
-    }
+    let ends = Ends {
+        crash_at,
+        restart_at,
+        heal_at: cfg.fault_phase,
+        end_by: cfg.fault_phase + cfg.liveness_bound,
+    };
     let caught_up = loop {
         // Wake at the next tick, or exactly when a crash or restart is due,
         // so faults scheduled just after it find the process in that state.
-        let now = world.lock().now();
-        let due = [crash_at, restart_at]
-            .into_iter()
-            .flatten()
-            .filter(|t| *t > now)
-            .map(|t| t - now)
-            .fold(TICK, Duration::min);
+        let due = ends.next_wake(world.lock().now());
         tokio::time::sleep(due).await;
-        let next = {
-            let mut w = world.lock();
-            tick(&mut w);
-            let now = w.now();
-            if run.is_finished() {
-                Next::Finished
-            } else if crash_at.is_some_and(|t| now >= t) {
-                w.hit.insert(FaultKind::Crash);
-                w.trace("crash");
-                Next::Crash
-            } else if restart_at.is_some_and(|t| now >= t) {
-                w.hit.insert(FaultKind::GracefulRestart);
-                w.trace("graceful restart (SIGTERM)");
-                Next::Restart
-            } else if now >= heal_at && w.caught_up() {
-                if w.caught_up_at.is_none() {
-                    w.caught_up_at = Some(now);
-                }
-                Next::Shutdown(true)
-            } else if now >= end_by {
-                w.trace("liveness bound reached without catching up");
-                Next::Shutdown(false)
-            } else {
-                Next::Wait
-            }
-        };
+        let next = ends.next(&mut world.lock(), &run);
         match next {
             Next::Wait => {}
             Next::Shutdown(caught_up) => break caught_up,

@@ -186,12 +186,26 @@ fn exactly_once(o: &SimOutcome, v: &mut Vec<Violation>) {
     }
 }
 
-/// Judges one run.
+/// Judges one run: every oracle, in a fixed order (the order violations
+/// are listed in).
 pub fn check(o: &SimOutcome) -> Vec<Violation> {
     let w = &o.world;
     let mut v = Vec::new();
+    effectively_once_oracles(o, &mut v);
+    commit_oracles(w, &mut v);
+    table_oracles(w, &mut v);
+    token_and_budget_oracles(w, &mut v);
+    drain_oracles(w, &mut v);
+    liveness_oracles(o, &mut v);
+    v
+}
+
+/// D9 in an effectively_once run: exactly once while the dedup window
+/// covered every replay, and no insert before its range was recorded.
+fn effectively_once_oracles(o: &SimOutcome, v: &mut Vec<Violation>) {
+    let w = &o.world;
     if w.cfg.delivery == Delivery::EffectivelyOnce && window_covered(w) {
-        exactly_once(o, &mut v);
+        exactly_once(o, v);
     }
     if w.cfg.delivery == Delivery::EffectivelyOnce && w.unrecorded > 0 {
         v.push(Violation {
@@ -203,6 +217,10 @@ pub fn check(o: &SimOutcome) -> Vec<Violation> {
             ),
         });
     }
+}
+
+/// D1: no commit past the durable prefix, at any time or at the end.
+fn commit_oracles(w: &World, v: &mut Vec<Violation>) {
     for c in &w.commits {
         if c.offset > c.durable_prefix {
             v.push(Violation {
@@ -226,6 +244,11 @@ pub fn check(o: &SimOutcome) -> Vec<Violation> {
             });
         }
     }
+}
+
+/// The simulated cluster and the table's rows: replication caught up, and
+/// every row holds its record's values (and names a record).
+fn table_oracles(w: &World, v: &mut Vec<Violation>) {
     // Replication (a check of the simulated cluster itself): once every
     // fault has healed, each replica holds every part its shard accepted.
     for (s, rows) in w.replica_rows.iter().enumerate() {
@@ -261,6 +284,11 @@ pub fn check(o: &SimOutcome) -> Vec<Violation> {
             detail: r.clone(),
         });
     }
+}
+
+/// D4 (a token never carries two bodies), D8 (in flight within the
+/// budget) and D1's stale commits (none for an epoch no longer owned).
+fn token_and_budget_oracles(w: &World, v: &mut Vec<Violation>) {
     for t in &w.token_conflicts {
         v.push(Violation {
             oracle: "D4 token",
@@ -285,6 +313,11 @@ pub fn check(o: &SimOutcome) -> Vec<Violation> {
             detail: format!("committed p{p} for epoch {e}, which this member no longer owned"),
         });
     }
+}
+
+/// D6 (a drain with a healthy sink leaves nothing unwritten unless it ran
+/// out of time) and D5 (a drain returns by its deadline plus the grace).
+fn drain_oracles(w: &World, v: &mut Vec<Violation>) {
     for d in &w.drains {
         if !d.sink_faulty && d.left_unwritten && d.took < d.timeout {
             v.push(Violation {
@@ -305,6 +338,12 @@ pub fn check(o: &SimOutcome) -> Vec<Violation> {
             });
         }
     }
+}
+
+/// Liveness: after healing, lag reaches zero, every produced offset lands
+/// (D1) and the final shutdown is clean.
+fn liveness_oracles(o: &SimOutcome, v: &mut Vec<Violation>) {
+    let w = &o.world;
     if !o.caught_up {
         let lag: Vec<String> = (0..w.cfg.partitions)
             .filter_map(|p| {
@@ -348,7 +387,6 @@ pub fn check(o: &SimOutcome) -> Vec<Violation> {
             });
         }
     }
-    v
 }
 
 /// The interesting combinations a campaign counts (and, with a coverage

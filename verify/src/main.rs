@@ -170,16 +170,10 @@ fn plant(name: Option<&str>) -> Result<(), String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Some(name) = cli.plant_sim.as_deref() {
-        use spate_sim::planted::{SimBug, plant};
-        let Some(bug) = SimBug::ALL.into_iter().find(|b| format!("{b:?}") == name) else {
-            eprintln!(
-                "--plant-sim: unknown bug `{name}`; one of {:?}",
-                SimBug::ALL
-            );
+        if let Err(e) = plant_sim(name) {
+            eprintln!("{e}");
             return ExitCode::from(2);
-        };
-        plant(Some(bug));
-        eprintln!("planted simulator bug {bug:?}");
+        }
     }
     if let Err(e) = plant(cli.plant.as_deref()) {
         eprintln!("{e}");
@@ -193,71 +187,14 @@ fn main() -> ExitCode {
             hashes,
             delivery,
             eo_seeds,
-        } => {
-            let mut lines = String::new();
-            let mut ok = true;
-            for &mode in delivery.deliveries() {
-                let count = match mode {
-                    Delivery::EffectivelyOnce => eo_seeds.unwrap_or(seeds),
-                    Delivery::AtLeastOnce => seeds,
-                };
-                #[allow(clippy::disallowed_methods)]
-                // wall time of the campaign itself, not of a run
-                let started = Instant::now();
-                let c = Campaign::run_mode(first, count, mode);
-                let wall = started.elapsed().as_secs_f64();
-                let cpu_total = cpu_seconds();
-                let tag = match mode {
-                    Delivery::AtLeastOnce => "",
-                    Delivery::EffectivelyOnce => " eo",
-                };
-                for (s, h, n, k) in &c.per_seed {
-                    lines += &format!("{s} {h:016x} {n} {k:x}{tag}\n");
-                }
-                print!("{}", c.summary());
-                println!(
-                    "{:.0} seeds/s, {:.0} simulated s per wall s",
-                    c.runs as f64 / wall,
-                    c.simulated.as_secs_f64() / wall
-                );
-                if let Some(cpu) = cpu_total {
-                    // On a shared machine wall time includes other processes;
-                    // CPU time is this process's own (one thread; with both
-                    // modes, the total so far).
-                    println!(
-                        "{:.0} seeds/s, {:.0} simulated s per CPU s (CPU {cpu:.2} s)",
-                        c.runs as f64 / cpu,
-                        c.simulated.as_secs_f64() / cpu
-                    );
-                }
-                let gaps = min_coverage.map(|m| c.coverage_gaps(m)).unwrap_or_default();
-                for g in &gaps {
-                    println!("COVERAGE below {:.1}%: {g}", min_coverage.unwrap_or(0.0));
-                }
-                ok &= c.failures.is_empty() && gaps.is_empty();
+        } => campaign(first, seeds, eo_seeds, min_coverage, hashes, delivery),
+        Command::Shrink { seed, delivery } => match delivery.single() {
+            Ok(d) => shrink(SimConfig::from_seed(seed).with_delivery(d)),
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::from(2)
             }
-            if let Some(path) = hashes
-                && let Err(e) = std::fs::write(&path, lines)
-            {
-                eprintln!("--hashes {}: {e}", path.display());
-                return ExitCode::from(2);
-            }
-            if ok {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            }
-        }
-        Command::Shrink { seed, delivery } => {
-            let delivery = match delivery.single() {
-                Ok(d) => d,
-                Err(e) => {
-                    eprintln!("{e}");
-                    return ExitCode::from(2);
-                }
-            };
-            shrink(SimConfig::from_seed(seed).with_delivery(delivery))
-        }
+        },
         Command::Search { cases, max_faults } => match search_and_shrink(cases, max_faults) {
             None => {
                 println!("{cases} generated schedules: every oracle holds");
@@ -272,58 +209,143 @@ fn main() -> ExitCode {
             seed,
             faults,
             delivery,
-        } => {
-            let delivery = match delivery.single() {
-                Ok(d) => d,
-                Err(e) => {
-                    eprintln!("{e}");
-                    return ExitCode::from(2);
-                }
-            };
-            let cfg = match faults.as_deref().map(parse_schedule) {
-                None => SimConfig::from_seed(seed),
-                Some(Ok(f)) => SimConfig::with_faults(seed, f),
-                Some(Err(e)) => {
-                    eprintln!("--faults: {e}");
-                    return ExitCode::from(2);
-                }
+        } => match delivery.single() {
+            Ok(d) => replay(seed, faults, d),
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::from(2)
             }
-            .with_delivery(delivery);
-            let (o, r) = run_and_check_config(cfg);
-            for l in &o.world.trace {
-                println!("{:>7} ms  {}", l.at_ms, l.what);
-            }
-            println!("config: {:?}", o.world.cfg);
-            for s in &o.summaries {
-                println!("run: {s}");
-            }
-            println!(
-                "trace hash {:016x}, duplicates {}, dedup window {} every replay",
-                r.trace_hash,
-                r.duplicates,
-                if r.covered {
-                    "covered"
-                } else {
-                    "did not cover"
-                }
-            );
-            if r.violations.is_empty() {
-                println!("seed {seed}: every oracle holds");
-                ExitCode::SUCCESS
-            } else {
-                for v in &r.violations {
-                    println!("VIOLATION {}: {}", v.oracle, v.detail);
-                }
-                match faults {
-                    None => println!("replay: {}", replay_line_mode(seed, delivery)),
-                    Some(f) => println!(
-                        "replay: {} --faults '{f}'",
-                        replay_line_mode(seed, delivery)
-                    ),
-                }
-                ExitCode::FAILURE
-            }
+        },
+    }
+}
+
+/// `--plant-sim NAME`: plants one of the simulator's own bugs.
+fn plant_sim(name: &str) -> Result<(), String> {
+    use spate_sim::planted::{SimBug, plant};
+    let Some(bug) = SimBug::ALL.into_iter().find(|b| format!("{b:?}") == name) else {
+        return Err(format!(
+            "--plant-sim: unknown bug `{name}`; one of {:?}",
+            SimBug::ALL
+        ));
+    };
+    plant(Some(bug));
+    eprintln!("planted simulator bug {bug:?}");
+    Ok(())
+}
+
+/// `spate-verify campaign`: seeds `first..first + seeds` in each delivery
+/// mode (`eo_seeds` of them in the effectively_once mode of `--delivery
+/// both`, if given), a summary and speed per mode, the coverage gaps under
+/// `min_coverage`, and the per-seed lines to `hashes`. Exit 1 if any seed
+/// fails or coverage falls short.
+fn campaign(
+    first: u64,
+    seeds: u64,
+    eo_seeds: Option<u64>,
+    min_coverage: Option<f64>,
+    hashes: Option<std::path::PathBuf>,
+    delivery: Mode,
+) -> ExitCode {
+    let mut lines = String::new();
+    let mut ok = true;
+    for &mode in delivery.deliveries() {
+        let count = match mode {
+            Delivery::EffectivelyOnce => eo_seeds.unwrap_or(seeds),
+            Delivery::AtLeastOnce => seeds,
+        };
+        #[allow(clippy::disallowed_methods)]
+        // wall time of the campaign itself, not of a run
+        let started = Instant::now();
+        let c = Campaign::run_mode(first, count, mode);
+        let wall = started.elapsed().as_secs_f64();
+        let cpu_total = cpu_seconds();
+        let tag = match mode {
+            Delivery::AtLeastOnce => "",
+            Delivery::EffectivelyOnce => " eo",
+        };
+        for (s, h, n, k) in &c.per_seed {
+            lines += &format!("{s} {h:016x} {n} {k:x}{tag}\n");
         }
+        print!("{}", c.summary());
+        println!(
+            "{:.0} seeds/s, {:.0} simulated s per wall s",
+            c.runs as f64 / wall,
+            c.simulated.as_secs_f64() / wall
+        );
+        if let Some(cpu) = cpu_total {
+            // On a shared machine wall time includes other processes;
+            // CPU time is this process's own (one thread; with both
+            // modes, the total so far).
+            println!(
+                "{:.0} seeds/s, {:.0} simulated s per CPU s (CPU {cpu:.2} s)",
+                c.runs as f64 / cpu,
+                c.simulated.as_secs_f64() / cpu
+            );
+        }
+        let gaps = min_coverage.map(|m| c.coverage_gaps(m)).unwrap_or_default();
+        for g in &gaps {
+            println!("COVERAGE below {:.1}%: {g}", min_coverage.unwrap_or(0.0));
+        }
+        ok &= c.failures.is_empty() && gaps.is_empty();
+    }
+    if let Some(path) = hashes
+        && let Err(e) = std::fs::write(&path, lines)
+    {
+        eprintln!("--hashes {}: {e}", path.display());
+        return ExitCode::from(2);
+    }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// `spate-verify replay`: one seed's trace (with `faults` as its schedule
+/// if given) and its verdict.
+fn replay(seed: u64, faults: Option<String>, delivery: Delivery) -> ExitCode {
+    let cfg = match faults.as_deref().map(parse_schedule) {
+        None => SimConfig::from_seed(seed),
+        Some(Ok(f)) => SimConfig::with_faults(seed, f),
+        Some(Err(e)) => {
+            eprintln!("--faults: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    .with_delivery(delivery);
+    let (o, r) = run_and_check_config(cfg);
+    for l in &o.world.trace {
+        println!("{:>7} ms  {}", l.at_ms, l.what);
+    }
+    println!("config: {:?}", o.world.cfg);
+    for s in &o.summaries {
+        println!("run: {s}");
+    }
+    println!(
+        "trace hash {:016x}, duplicates {}, dedup window {} every replay",
+        r.trace_hash,
+        r.duplicates,
+        if r.covered {
+            "covered"
+        } else {
+            "did not cover"
+        }
+    );
+    if r.violations.is_empty() {
+        println!("seed {seed}: every oracle holds");
+        ExitCode::SUCCESS
+    } else {
+        for v in &r.violations {
+            println!("VIOLATION {}: {}", v.oracle, v.detail);
+        }
+        match faults {
+            None => println!("replay: {}", replay_line_mode(seed, delivery)),
+            Some(f) => println!(
+                "replay: {} --faults '{f}'",
+                replay_line_mode(seed, delivery)
+            ),
+        }
+        ExitCode::FAILURE
     }
 }
 

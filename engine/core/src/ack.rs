@@ -146,6 +146,12 @@ impl AckIssuer {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.last_issued = Some(last);
+        debug_assert_eq!(
+            self.next_seq,
+            seq + 1,
+            "D1: batches of {} are numbered 0, 1, 2, ... in poll order",
+            self.partition
+        );
         AckHandle(Arc::new(AckInner {
             partition: self.partition.clone(),
             epoch: self.epoch,
@@ -167,11 +173,22 @@ impl AckIssuer {
     /// no batch was issued yet (the start is unknown) or when `next` is not
     /// past the last issued offset + 1.
     pub fn skip_to(&mut self, next: Offset) {
+        let issued = self.next_seq;
         if let Some(prev) = self.last_issued {
             if next > prev + 1 {
                 drop(self.issue(prev + 1, next - 1));
             }
         }
+        debug_assert!(
+            self.last_issued.is_none_or(|last| next <= last + 1),
+            "D1: {} skipped to {next} but its acks stop before it",
+            self.partition
+        );
+        debug_assert!(
+            self.next_seq <= issued + 1,
+            "D1: a skip of {} acked more than one gap batch",
+            self.partition
+        );
     }
 
     /// How many handles this issuer has issued; the checkpointer compares it
@@ -207,11 +224,26 @@ impl Drop for AckInner {
     /// Runs exactly once, when the last [`AckHandle`] clone is dropped. The
     /// `Arc` drop's acquire fence makes every earlier `fail()` visible here.
     fn drop(&mut self) {
+        debug_assert!(
+            self.first <= self.last,
+            "D1: {} seq {} resolves the empty range {}..={}",
+            self.partition,
+            self.seq,
+            self.first,
+            self.last
+        );
         let outcome = if self.failed.load(Ordering::Relaxed) {
             Outcome::Failed
         } else {
             Outcome::Delivered
         };
+        debug_assert!(
+            self.first >= 0,
+            "D1: {} seq {} resolves offsets below 0 ({}), which no log holds",
+            self.partition,
+            self.seq,
+            self.first
+        );
         // D3: unbounded, never waits. A send error means the checkpointer is
         // gone (shutdown finished); nothing can be committed any more, so there
         // is nothing to protect.
@@ -306,16 +338,30 @@ impl AckSet {
 
     /// Adds `handle` (cloned) unless the last handle added is of the same batch.
     pub fn push(&mut self, handle: &AckHandle) {
-        if self.handles.last().is_some_and(|h| h.same_batch(handle)) {
-            return;
+        if !self.handles.last().is_some_and(|h| h.same_batch(handle)) {
+            self.handles.push(handle.clone());
         }
-        self.handles.push(handle.clone());
+        debug_assert!(
+            self.handles.last().is_some_and(|h| h.same_batch(handle)),
+            "D1: the set does not hold the handle just pushed, so its write would not deliver it"
+        );
+        debug_assert!(
+            !self.ends_with_a_repeat(),
+            "D1: the set holds one batch's handle twice in a row"
+        );
+    }
+
+    /// Whether the last two handles are clones of one batch's ack (what
+    /// [`AckSet::push`] and [`AckSet::append`] keep from happening).
+    fn ends_with_a_repeat(&self) -> bool {
+        matches!(self.handles.as_slice(), [.., a, b] if a.same_batch(b))
     }
 
     /// Moves every handle of `other` into `self`, keeping order (and keeping a
     /// batch once where `other` starts with the batch `self` ends with).
     pub fn append(&mut self, mut other: AckSet) {
         let mut moved = std::mem::take(&mut other.handles).into_iter();
+        let (before, adding) = (self.handles.len(), moved.len());
         if let Some(first) = moved.next() {
             if !self
                 .handles
@@ -326,6 +372,14 @@ impl AckSet {
             }
         }
         self.handles.extend(moved);
+        debug_assert!(
+            other.handles.is_empty(),
+            "D1: appended handles stay in the source set, whose drop would fail them"
+        );
+        debug_assert!(
+            self.handles.len() + 1 >= before + adding,
+            "D1: appending lost a handle other than one repeat at the join"
+        );
     }
 
     /// Number of distinct handles held (distinct poll batches, unless batches
@@ -374,6 +428,14 @@ impl Drop for AckSet {
         for handle in &self.handles {
             handle.fail();
         }
+        debug_assert!(
+            self.handles.iter().all(AckHandle::is_failed),
+            "D1: a dropped ack set left a handle it did not deliver unfailed"
+        );
+        debug_assert!(
+            !self.ends_with_a_repeat(),
+            "D1: a dropped ack set held one batch's handle twice in a row"
+        );
     }
 }
 

@@ -21,7 +21,10 @@
 //!   for `delivery: effectively_once` (D9).
 //!
 //! The invariants D1..D9 are numbered in `docs/DESIGN.md` (each with the
-//! tests that check it) and cited by number throughout.
+//! tests that check it) and cited by number throughout; in debug builds
+//! `debug_assert!`s whose messages start with the number state them where
+//! they could break (acks, the tracker, the checkpointer, the range list,
+//! the tokens, `delivery: effectively_once`'s range formers and recorder).
 //!
 //! Time is read only through tokio's clock and randomness only through seeded
 //! RNGs (D7), so the simulator can replay a run from one seed.

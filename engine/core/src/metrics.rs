@@ -150,6 +150,15 @@ pub(crate) fn wall_clock() -> Option<WallClock> {
 /// after installing the recorder; series registered before or after it get
 /// their description either way.
 pub fn describe() {
+    describe_writes();
+    describe_shards();
+    describe_intake();
+    describe_checkpoint();
+    describe_budget();
+}
+
+/// The batches, rows and bytes shards wrote, retried or gave up on.
+fn describe_writes() {
     describe_counter!(
         BATCHES_FLUSHED,
         Unit::Count,
@@ -161,11 +170,6 @@ pub fn describe() {
         "Batches a shard gave up on (attempts exhausted, fatal error, drain deadline, write task failed); their acks failed and their partitions stop committing."
     );
     describe_counter!(ROWS_WRITTEN, Unit::Count, "Rows acknowledged by a shard.");
-    describe_counter!(
-        RECORDS_FILTERED,
-        Unit::Count,
-        "Rows dropped on purpose, by reason: filter (mapping.filter refused the row, after fan-out), explode_empty (a record whose mapping.explode array was empty); their messages still commit."
-    );
     describe_counter!(
         BYTES_WRITTEN,
         Unit::Bytes,
@@ -185,43 +189,6 @@ pub fn describe() {
         POSSIBLE_DUPLICATE_ROWS,
         Unit::Count,
         "Rows of the possible duplicate batch copies."
-    );
-    describe_gauge!(
-        BACKOFF_SECONDS,
-        Unit::Seconds,
-        "Seconds of retry backoff a shard's writes are sleeping right now, summed over its concurrent writes (0 when none sleeps)."
-    );
-    describe_gauge!(INFLIGHT_WRITES, Unit::Count, "Writes in flight per shard.");
-    describe_gauge!(
-        QUEUE_DEPTH,
-        Unit::Count,
-        "Chunks waiting in a shard's queue."
-    );
-    describe_gauge!(
-        COMMITTED_OFFSET,
-        Unit::Count,
-        "Last committed offset per topic and partition (the group's offset from the assignment on)."
-    );
-    describe_counter!(
-        ACK_FAILURES,
-        Unit::Count,
-        "Poll batches whose ack resolved as failed."
-    );
-    describe_counter!(RECORDS_POLLED, Unit::Count, "Payloads polled from lanes.");
-    describe_counter!(
-        RECORDS_SKIPPED,
-        Unit::Count,
-        "Payloads skipped by the on_error: skip policy, by reason (decode, operator, encode)."
-    );
-    describe_counter!(
-        LANE_PAUSES,
-        Unit::Count,
-        "Times a pipeline thread paused its lanes for backpressure."
-    );
-    describe_counter!(
-        COMMIT_FAILURES,
-        Unit::Count,
-        "Offset commits the source refused or failed."
     );
     describe_histogram!(
         INSERT_DURATION,
@@ -243,6 +210,21 @@ pub fn describe() {
         Unit::Seconds,
         "Per acknowledged batch: seconds from the Kafka timestamp of the first record of its oldest poll batch to the acknowledgment, per shard."
     );
+}
+
+/// What each shard is doing now: backoff, writes in flight, queue, breakers, readiness.
+fn describe_shards() {
+    describe_gauge!(
+        BACKOFF_SECONDS,
+        Unit::Seconds,
+        "Seconds of retry backoff a shard's writes are sleeping right now, summed over its concurrent writes (0 when none sleeps)."
+    );
+    describe_gauge!(INFLIGHT_WRITES, Unit::Count, "Writes in flight per shard.");
+    describe_gauge!(
+        QUEUE_DEPTH,
+        Unit::Count,
+        "Chunks waiting in a shard's queue."
+    );
     describe_gauge!(
         REPLICA_BREAKER_OPEN,
         Unit::Count,
@@ -252,6 +234,45 @@ pub fn describe() {
         SHARD_READY,
         Unit::Count,
         "1 while the shard has a replica whose breaker is closed, else 0."
+    );
+}
+
+/// What the pipeline threads polled, filtered, skipped and paused for.
+fn describe_intake() {
+    describe_counter!(RECORDS_POLLED, Unit::Count, "Payloads polled from lanes.");
+    describe_counter!(
+        RECORDS_FILTERED,
+        Unit::Count,
+        "Rows dropped on purpose, by reason: filter (mapping.filter refused the row, after fan-out), explode_empty (a record whose mapping.explode array was empty); their messages still commit."
+    );
+    describe_counter!(
+        RECORDS_SKIPPED,
+        Unit::Count,
+        "Payloads skipped by the on_error: skip policy, by reason (decode, operator, encode)."
+    );
+    describe_counter!(
+        LANE_PAUSES,
+        Unit::Count,
+        "Times a pipeline thread paused its lanes for backpressure."
+    );
+}
+
+/// Acks and offset commits (D1).
+fn describe_checkpoint() {
+    describe_counter!(
+        ACK_FAILURES,
+        Unit::Count,
+        "Poll batches whose ack resolved as failed."
+    );
+    describe_gauge!(
+        COMMITTED_OFFSET,
+        Unit::Count,
+        "Last committed offset per topic and partition (the group's offset from the assignment on)."
+    );
+    describe_counter!(
+        COMMIT_FAILURES,
+        Unit::Count,
+        "Offset commits the source refused or failed."
     );
     describe_histogram!(
         COMMIT_DURATION,
@@ -263,6 +284,10 @@ pub fn describe() {
         Unit::Seconds,
         "Unix time in seconds of the last successful offset commit that included the partition."
     );
+}
+
+/// The in-flight budget (D8) and the pipeline's readiness.
+fn describe_budget() {
     describe_gauge!(
         BUDGET_BYTES_IN_USE,
         Unit::Bytes,

@@ -35,6 +35,11 @@
 //! settings themselves are plain librdkafka properties (the workspace README,
 //! "Kafka security", has a config example).
 //!
+//! Beside the source: [`KafkaDeadLetter`] (`dead_letter.rs`), the producer
+//! behind `on_error.dead_letter`; [`sample`], the non-committing reader of
+//! `spate check --sample`; and [`tools`], the helpers of local work and
+//! tests (embedded broker, loader, end and committed offsets).
+//!
 //! What it does not do (yet): a commit in a revoke when the controller is
 //! gone (a revoke pending at shutdown is completed without a commit: the
 //! controller's final commit precedes it).
@@ -53,14 +58,18 @@
 
 mod config;
 mod context;
+mod dead_letter;
 mod errors;
 mod lane;
 mod native;
 mod offsets;
+pub mod sample;
 mod source;
+pub mod tools;
 
 pub use config::{ConfigError, DEFAULT_MAX_BATCH, KafkaSourceConfig, OWNED_PROPERTIES};
 pub use context::SpateContext;
+pub use dead_letter::{DEAD_LETTER_DROPPED, DeadLetterError, KafkaDeadLetter};
 pub use lane::{KafkaBatch, KafkaLane};
 pub use source::{CLOSE_TIMEOUT, COMMIT_TIMEOUT, CONSUMER_ERROR_HOLD, KafkaSource};
 

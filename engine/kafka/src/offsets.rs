@@ -129,40 +129,48 @@ pub(crate) fn check_committed(
         let Some(side) = out_of_range(offset, low, high) else {
             continue;
         };
-        let reset_to = reset_target(policy, low, high);
-        checked.resets.push(OffsetReset {
+        let reset = OffsetReset {
             partition: TopicPartition::new(topic, partition),
             committed: offset,
             low,
             high,
-            reset_to,
+            reset_to: reset_target(policy, low, high),
             policy: format!("auto.offset.reset={policy}"),
-        });
-        let what = match side {
-            OutOfRange::BelowLow => {
-                "below the low watermark: the data between was deleted before it was read"
-            }
-            OutOfRange::AboveHigh => {
-                "beyond the log end: the log is shorter than what was committed"
-            }
         };
-        tracing::error!(
-            group,
-            topic,
-            partition,
-            committed = offset,
-            low,
-            high,
-            "committed offset {offset} of {topic}/{partition} is out of range [{low}, {high}] ({what}); \
-             librdkafka resets it per auto.offset.reset={policy} (to {})",
-            reset_to.map_or_else(|| "none: a lane error".to_owned(), |o| o.to_string())
-        );
-        metrics::counter!(COMMITTED_OUT_OF_RANGE,
-            "topic" => topic.to_owned(),
-            "partition" => partition.to_string())
-        .increment(1);
+        report_out_of_range(group, &reset, side, policy);
+        checked.resets.push(reset);
     }
     checked
+}
+
+/// Logs and counts one committed offset found out of range (the error line
+/// and `spate_committed_offset_out_of_range_total` together).
+fn report_out_of_range(group: &str, reset: &OffsetReset, side: OutOfRange, policy: &str) {
+    let what = match side {
+        OutOfRange::BelowLow => {
+            "below the low watermark: the data between was deleted before it was read"
+        }
+        OutOfRange::AboveHigh => "beyond the log end: the log is shorter than what was committed",
+    };
+    let (topic, partition) = (reset.partition.topic(), reset.partition.partition());
+    let (offset, low, high) = (reset.committed, reset.low, reset.high);
+    tracing::error!(
+        group,
+        topic,
+        partition,
+        committed = offset,
+        low,
+        high,
+        "committed offset {offset} of {topic}/{partition} is out of range [{low}, {high}] ({what}); \
+         librdkafka resets it per auto.offset.reset={policy} (to {})",
+        reset
+            .reset_to
+            .map_or_else(|| "none: a lane error".to_owned(), |o| o.to_string())
+    );
+    metrics::counter!(COMMITTED_OUT_OF_RANGE,
+        "topic" => topic.to_owned(),
+        "partition" => partition.to_string())
+    .increment(1);
 }
 
 #[cfg(test)]

@@ -314,44 +314,71 @@ impl KafkaSource {
         // The group's committed offsets and metadata, before the lanes are
         // handed out: effectively_once re-forms the ranges the metadata
         // records (D9). One OffsetFetch, reused by the range check below.
-        let fetched = if partitions.count() == 0 {
-            None
-        } else {
-            match self
-                .consumer
-                .committed_offsets(partitions.clone(), offsets::RANGE_CHECK_TIMEOUT)
-            {
-                Ok(list) => Some(list),
-                Err(e) if self.committed_required => {
-                    return Err(SourceError::Fatal {
-                        context: format!("read committed offsets of group {}", self.group),
-                        message: format!(
-                            "{e}; delivery: effectively_once needs each partition's recorded \
-                             ranges before reading it"
-                        ),
-                    });
-                }
-                Err(e) => {
-                    tracing::debug!(group = %self.group, error = %e, "committed offsets unavailable at assignment");
-                    None
-                }
-            }
-        };
-        let mut committed: BTreeMap<TopicPartition, Committed> = BTreeMap::new();
-        for elem in fetched.iter().flat_map(TopicPartitionList::elements) {
-            if let KafkaOffset::Offset(offset) = elem.offset() {
-                committed.insert(
-                    TopicPartition::new(elem.topic(), elem.partition()),
-                    Committed {
-                        offset,
-                        metadata: elem.metadata().to_owned(),
-                    },
-                );
-            }
-        }
+        let fetched = self.fetch_committed(partitions)?;
+        let committed = committed_by_partition(fetched.as_ref());
         if partitions.count() > 0 {
             self.assigned_events.increment(1);
         }
+        self.open_lanes(partitions, committed, cooperative)?;
+        self.assigned_partitions.set(self.owned.len() as f64);
+        let result = if cooperative {
+            self.consumer.incremental_assign(partitions)
+        } else {
+            self.consumer.assign(partitions)
+        };
+        // A refused assign leaves the group's rebalance hanging: fatal.
+        result.map_err(|e| SourceError::Fatal {
+            context: format!("assign in group {}", self.group),
+            message: e.to_string(),
+        })?;
+        // After the assign, so the rebalance is not held for it; librdkafka's
+        // reset of an out-of-range offset needs a fetch round trip first.
+        self.check_committed(partitions, fetched);
+        Ok(())
+    }
+
+    /// The group's committed offsets of `partitions` (one OffsetFetch);
+    /// `None` when there are none to ask for, or when the fetch failed and
+    /// the delivery mode can do without them.
+    ///
+    /// # Errors
+    /// The fetch failed under `delivery: effectively_once`, which needs
+    /// each partition's recorded ranges before reading it (D9).
+    fn fetch_committed(
+        &self,
+        partitions: &TopicPartitionList,
+    ) -> Result<Option<TopicPartitionList>, SourceError> {
+        if partitions.count() == 0 {
+            return Ok(None);
+        }
+        match self
+            .consumer
+            .committed_offsets(partitions.clone(), offsets::RANGE_CHECK_TIMEOUT)
+        {
+            Ok(list) => Ok(Some(list)),
+            Err(e) if self.committed_required => Err(SourceError::Fatal {
+                context: format!("read committed offsets of group {}", self.group),
+                message: format!(
+                    "{e}; delivery: effectively_once needs each partition's recorded \
+                     ranges before reading it"
+                ),
+            }),
+            Err(e) => {
+                tracing::debug!(group = %self.group, error = %e, "committed offsets unavailable at assignment");
+                Ok(None)
+            }
+        }
+    }
+
+    /// One lane per assigned partition, under the partition's next epoch,
+    /// queued as an [`AssignmentEvent::Assigned`] with what the group had
+    /// committed for it.
+    fn open_lanes(
+        &mut self,
+        partitions: &TopicPartitionList,
+        mut committed: BTreeMap<TopicPartition, Committed>,
+        cooperative: bool,
+    ) -> Result<(), SourceError> {
         for elem in partitions.elements() {
             let tp = TopicPartition::new(elem.topic(), elem.partition());
             debug_assert!(!self.owned.contains_key(&tp), "{tp} assigned twice");
@@ -384,19 +411,20 @@ impl KafkaSource {
                 lane,
             });
         }
-        self.assigned_partitions.set(self.owned.len() as f64);
-        let result = if cooperative {
-            self.consumer.incremental_assign(partitions)
-        } else {
-            self.consumer.assign(partitions)
-        };
-        // A refused assign leaves the group's rebalance hanging: fatal.
-        result.map_err(|e| SourceError::Fatal {
-            context: format!("assign in group {}", self.group),
-            message: e.to_string(),
-        })?;
-        // After the assign, so the rebalance is not held for it; librdkafka's
-        // reset of an out-of-range offset needs a fetch round trip first.
+        Ok(())
+    }
+
+    /// Checks the committed offsets against the partitions' ranges
+    /// ([`offsets::check_committed`]) and publishes each as
+    /// `spate_committed_offset`, so the gauge shows the group's offset from
+    /// the start, not 0 until this run's first commit (issue 19); an
+    /// out-of-range one too: it is what the group holds, the report says
+    /// the rest.
+    fn check_committed(
+        &mut self,
+        partitions: &TopicPartitionList,
+        fetched: Option<TopicPartitionList>,
+    ) {
         let checked = offsets::check_committed(
             &self.consumer,
             &self.group,
@@ -404,9 +432,6 @@ impl KafkaSource {
             fetched,
             &self.reset_policy,
         );
-        // spate_committed_offset shows the group's offset from the start,
-        // not 0 until this run's first commit (issue 19); an out-of-range
-        // one too: it is what the group holds, the report says the rest.
         for (tp, offset) in &checked.committed {
             metrics::gauge!(spate_core::metrics::COMMITTED_OFFSET,
                 "topic" => tp.topic().to_owned(),
@@ -414,7 +439,6 @@ impl KafkaSource {
             .set(*offset as f64);
         }
         self.offset_resets.extend(checked.resets);
-        Ok(())
     }
 
     fn revoke(
@@ -728,6 +752,40 @@ impl Source for KafkaSource {
     /// [`SourceError::Transient`] when it may succeed on the next try (no
     /// answer within [`COMMIT_TIMEOUT`] included).
     fn commit(&mut self, offsets: &[CommitOffset]) -> Result<(), SourceError> {
+        let CommitList { list, first, stale } = self.commit_list(offsets)?;
+        if let Some(first) = first {
+            self.send_commit(&list, first)?;
+        }
+        match stale {
+            Some(c) => Err(SourceError::CommitRejected {
+                partition: c.partition.clone(),
+                epoch: c.epoch,
+                message: format!(
+                    "epoch {} of {} is not owned by this consumer (owned: {:?})",
+                    c.epoch,
+                    c.partition,
+                    self.owned.get(&c.partition)
+                ),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// One commit's partition list, built from the pipeline's offsets.
+struct CommitList<'c> {
+    list: TopicPartitionList,
+    /// The first offset listed (a rejection names its partition).
+    first: Option<&'c CommitOffset>,
+    /// The first offset left out: of an epoch this consumer does not own.
+    stale: Option<&'c CommitOffset>,
+}
+
+impl KafkaSource {
+    /// The commit's list: each offset of an epoch this consumer owns,
+    /// capped at the partition's ceiling, with its range metadata
+    /// (effectively_once, D9).
+    fn commit_list<'c>(&self, offsets: &'c [CommitOffset]) -> Result<CommitList<'c>, SourceError> {
         let mut list = TopicPartitionList::with_capacity(offsets.len());
         let mut first: Option<&CommitOffset> = None;
         let mut stale: Option<&CommitOffset> = None;
@@ -754,67 +812,62 @@ impl Source for KafkaSource {
             }
             first.get_or_insert(c);
         }
-        if let Some(first) = first {
-            if let Some((earlier, sent)) = &self.unanswered {
-                if earlier.answer(Duration::ZERO).is_none() {
-                    return Err(SourceError::Transient {
-                        context: format!("commit in group {}", self.group),
-                        message: format!(
-                            "the commit sent {:.1?} ago is still unanswered (group coordinator \
-                             unreachable?); not sending another",
-                            sent.elapsed()
-                        ),
-                    });
-                }
-                // Answered: whatever it said, this newer commit decides.
-                self.unanswered = None;
+        Ok(CommitList { list, first, stale })
+    }
+
+    /// Sends `list` as one commit and waits up to [`COMMIT_TIMEOUT`] for
+    /// its answer. Never sends while an earlier commit is unanswered; one
+    /// that times out is kept as that earlier commit. A rejection (fenced,
+    /// evicted) names `first`'s partition and epoch.
+    fn send_commit(
+        &mut self,
+        list: &TopicPartitionList,
+        first: &CommitOffset,
+    ) -> Result<(), SourceError> {
+        if let Some((earlier, sent)) = &self.unanswered {
+            if earlier.answer(Duration::ZERO).is_none() {
+                return Err(SourceError::Transient {
+                    context: format!("commit in group {}", self.group),
+                    message: format!(
+                        "the commit sent {:.1?} ago is still unanswered (group coordinator \
+                         unreachable?); not sending another",
+                        sent.elapsed()
+                    ),
+                });
             }
-            let sent_at = Instant::now();
-            let commit = crate::native::Commit::send(&self.consumer, &list);
-            let result = match commit {
-                Ok(commit) => match commit.answer(COMMIT_TIMEOUT) {
-                    Some(result) => result,
-                    None => {
-                        self.unanswered = Some((commit, Instant::now()));
-                        Err(KafkaError::ConsumerCommit(
-                            RDKafkaErrorCode::OperationTimedOut,
-                        ))
-                    }
-                },
-                Err(e) => Err(e),
-            };
-            match result {
-                Ok(()) | Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {
-                    self.commit_duration.record(sent_at.elapsed().as_secs_f64());
-                    self.stamp_commits(&list);
-                }
-                Err(KafkaError::ConsumerCommit(code)) if errors::commit_rejected(code) => {
-                    return Err(SourceError::CommitRejected {
-                        partition: first.partition.clone(),
-                        epoch: first.epoch,
-                        message: code.to_string(),
-                    });
-                }
-                Err(e) => {
-                    return Err(SourceError::Transient {
-                        context: format!("commit in group {}", self.group),
-                        message: e.to_string(),
-                    });
-                }
-            }
+            // Answered: whatever it said, this newer commit decides.
+            self.unanswered = None;
         }
-        match stale {
-            Some(c) => Err(SourceError::CommitRejected {
-                partition: c.partition.clone(),
-                epoch: c.epoch,
-                message: format!(
-                    "epoch {} of {} is not owned by this consumer (owned: {:?})",
-                    c.epoch,
-                    c.partition,
-                    self.owned.get(&c.partition)
-                ),
+        let sent_at = Instant::now();
+        let result = match crate::native::Commit::send(&self.consumer, list) {
+            Ok(commit) => match commit.answer(COMMIT_TIMEOUT) {
+                Some(result) => result,
+                None => {
+                    self.unanswered = Some((commit, Instant::now()));
+                    Err(KafkaError::ConsumerCommit(
+                        RDKafkaErrorCode::OperationTimedOut,
+                    ))
+                }
+            },
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(()) | Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {
+                self.commit_duration.record(sent_at.elapsed().as_secs_f64());
+                self.stamp_commits(list);
+                Ok(())
+            }
+            Err(KafkaError::ConsumerCommit(code)) if errors::commit_rejected(code) => {
+                Err(SourceError::CommitRejected {
+                    partition: first.partition.clone(),
+                    epoch: first.epoch,
+                    message: code.to_string(),
+                })
+            }
+            Err(e) => Err(SourceError::Transient {
+                context: format!("commit in group {}", self.group),
+                message: e.to_string(),
             }),
-            None => Ok(()),
         }
     }
 }
@@ -826,3 +879,23 @@ const _: () = {
     is_send::<KafkaSource>();
     is_send::<KafkaLane>();
 };
+
+/// The committed offset and metadata of each partition in `fetched` that
+/// has one (a partition the group never committed is left out).
+fn committed_by_partition(
+    fetched: Option<&TopicPartitionList>,
+) -> BTreeMap<TopicPartition, Committed> {
+    let mut committed = BTreeMap::new();
+    for elem in fetched.iter().flat_map(|l| l.elements()) {
+        if let KafkaOffset::Offset(offset) = elem.offset() {
+            committed.insert(
+                TopicPartition::new(elem.topic(), elem.partition()),
+                Committed {
+                    offset,
+                    metadata: elem.metadata().to_owned(),
+                },
+            );
+        }
+    }
+    committed
+}

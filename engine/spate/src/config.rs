@@ -780,7 +780,19 @@ impl ClickHouseSection {
         let Some(k) = &self.shard_key else {
             return Ok(ShardSpec::default());
         };
-        let key_type = match &k.key_type {
+        Ok(ShardSpec {
+            key,
+            hash: k.key_hash()?,
+            weights: k.shard_weights(self.shards.len())?,
+            missing: k.missing_key()?,
+        })
+    }
+}
+
+impl ShardKeySection {
+    /// `hash` and `type`: text, or xxhash64 / value of a typed key.
+    fn key_hash(&self) -> Result<KeyHash, ConfigError> {
+        let key_type = match &self.key_type {
             None => None,
             Some(t) => Some(KeyType::parse(t).ok_or_else(|| {
                 invalid(
@@ -789,70 +801,57 @@ impl ClickHouseSection {
                 )
             })?),
         };
-        let hash = match (k.hash.as_deref().unwrap_or("text"), key_type) {
-            ("text", None) => KeyHash::Text,
-            ("xxhash64", Some(t)) => KeyHash::Typed(t),
-            ("value", Some(KeyType::String)) => {
-                return Err(invalid(
-                    "sink.clickhouse.shard_key.type",
-                    "`hash: value` needs an integer type",
-                ));
-            }
-            ("value", Some(t)) => KeyHash::Value(t),
-            ("text", Some(_)) => {
-                return Err(invalid(
-                    "sink.clickhouse.shard_key.type",
-                    "only with `hash: xxhash64` or `hash: value`",
-                ));
-            }
+        let refused = |reason: &str| Err(invalid("sink.clickhouse.shard_key.type", reason));
+        match (self.hash.as_deref().unwrap_or("text"), key_type) {
+            ("text", None) => Ok(KeyHash::Text),
+            ("xxhash64", Some(t)) => Ok(KeyHash::Typed(t)),
+            ("value", Some(KeyType::String)) => refused("`hash: value` needs an integer type"),
+            ("value", Some(t)) => Ok(KeyHash::Value(t)),
+            ("text", Some(_)) => refused("only with `hash: xxhash64` or `hash: value`"),
             ("xxhash64" | "value", None) => {
-                return Err(invalid(
-                    "sink.clickhouse.shard_key.type",
-                    "required with `hash: xxhash64` or `hash: value`",
-                ));
+                refused("required with `hash: xxhash64` or `hash: value`")
             }
-            (other, _) => {
-                return Err(invalid(
-                    "sink.clickhouse.shard_key.hash",
-                    format!("`{other}` is not one of text, xxhash64, value"),
-                ));
-            }
-        };
-        let weights = k.weights.clone().unwrap_or_default();
-        if !weights.is_empty() {
-            if weights.len() != self.shards.len() {
-                return Err(invalid(
-                    "sink.clickhouse.shard_key.weights",
-                    format!(
-                        "{} weight(s) for {} shard(s): give one per shard",
-                        weights.len(),
-                        self.shards.len()
-                    ),
-                ));
-            }
-            if weights.iter().sum::<u64>() == 0 {
-                return Err(invalid(
-                    "sink.clickhouse.shard_key.weights",
-                    "the weights sum to 0",
-                ));
-            }
+            (other, _) => Err(invalid(
+                "sink.clickhouse.shard_key.hash",
+                format!("`{other}` is not one of text, xxhash64, value"),
+            )),
         }
-        let missing = match k.missing.as_deref().unwrap_or("error") {
-            "error" => MissingKey::Error,
-            "round_robin" => MissingKey::RoundRobin,
-            other => {
-                return Err(invalid(
-                    "sink.clickhouse.shard_key.missing",
-                    format!("`{other}` is not one of error, round_robin"),
-                ));
-            }
-        };
-        Ok(ShardSpec {
-            key,
-            hash,
-            weights,
-            missing,
-        })
+    }
+
+    /// `weights`: none, or one positive number per shard of `shards`.
+    fn shard_weights(&self, shards: usize) -> Result<Vec<u64>, ConfigError> {
+        let weights = self.weights.clone().unwrap_or_default();
+        if weights.is_empty() {
+            return Ok(weights);
+        }
+        if weights.len() != shards {
+            return Err(invalid(
+                "sink.clickhouse.shard_key.weights",
+                format!(
+                    "{} weight(s) for {shards} shard(s): give one per shard",
+                    weights.len(),
+                ),
+            ));
+        }
+        if weights.iter().sum::<u64>() == 0 {
+            return Err(invalid(
+                "sink.clickhouse.shard_key.weights",
+                "the weights sum to 0",
+            ));
+        }
+        Ok(weights)
+    }
+
+    /// `missing`: what a record without its key becomes.
+    fn missing_key(&self) -> Result<MissingKey, ConfigError> {
+        match self.missing.as_deref().unwrap_or("error") {
+            "error" => Ok(MissingKey::Error),
+            "round_robin" => Ok(MissingKey::RoundRobin),
+            other => Err(invalid(
+                "sink.clickhouse.shard_key.missing",
+                format!("`{other}` is not one of error, round_robin"),
+            )),
+        }
     }
 }
 
@@ -1016,6 +1015,21 @@ impl Config {
     /// # Errors
     /// [`ConfigError::Invalid`] naming the first bad key.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.check_delivery()?;
+        self.check_pipeline()?;
+        self.check_kafka()?;
+        self.check_clickhouse()?;
+        self.check_mapping_and_format()?;
+        self.check_on_error_and_admin()?;
+        self.pipeline_config().validate().map_err(|e| {
+            let spate_core::sink::ConfigError::Invalid { key, reason } = e;
+            invalid(key.replace("sink.", "sink.clickhouse."), reason)
+        })?;
+        Ok(())
+    }
+
+    /// `pipeline.delivery` against the shard key (and the key itself).
+    fn check_delivery(&self) -> Result<(), ConfigError> {
         let spec = self.sink.clickhouse.shard_spec()?;
         // D9: a replay must route every row to the shard it went to before,
         // so the router must be a function of the record. Round robin (no
@@ -1039,12 +1053,24 @@ impl Config {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// `pipeline.name` and `pipeline.io_threads`.
+    fn check_pipeline(&self) -> Result<(), ConfigError> {
         if self.pipeline.name.trim().is_empty() {
             return Err(invalid("pipeline.name", "must not be empty"));
         }
         if self.pipeline.io_threads == 0 {
             return Err(invalid("pipeline.io_threads", "must be greater than 0"));
         }
+        Ok(())
+    }
+
+    /// `source.kafka`: the reset policy, the brokers, the properties spate
+    /// owns, the revoke drain against the poll interval, and the source's
+    /// own check.
+    fn check_kafka(&self) -> Result<(), ConfigError> {
         let k = &self.source.kafka;
         if !matches!(k.auto_offset_reset.as_str(), "earliest" | "latest") {
             return Err(invalid(
@@ -1075,6 +1101,12 @@ impl Config {
         self.kafka_config()
             .validate()
             .map_err(|e| invalid("source.kafka", e.to_string()))?;
+        Ok(())
+    }
+
+    /// `sink.clickhouse`: the table, the replica URLs, compression, the
+    /// settings spate owns, TLS and the credentials.
+    fn check_clickhouse(&self) -> Result<(), ConfigError> {
         let ch = &self.sink.clickhouse;
         if ch.table.trim().is_empty() {
             return Err(invalid("sink.clickhouse.table", "must not be empty"));
@@ -1123,6 +1155,12 @@ impl Config {
         if ch.password.is_some() && ch.user.is_none() {
             return Err(invalid("sink.clickhouse.password", "set without `user`"));
         }
+        Ok(())
+    }
+
+    /// `mapping` and `format`: the flatten join, the column sources, the
+    /// format sections, the transforms and the time formats.
+    fn check_mapping_and_format(&self) -> Result<(), ConfigError> {
         if self.mapping.flatten.as_deref() == Some("") {
             return Err(invalid("mapping.flatten", "the join must not be empty"));
         }
@@ -1136,6 +1174,11 @@ impl Config {
             spate_row::time::TimeFormat::compile(f)
                 .map_err(|e| invalid(format!("format.json.time_formats[{i}]"), e.to_string()))?;
         }
+        Ok(())
+    }
+
+    /// `on_error.dead_letter` and `admin.listen`.
+    fn check_on_error_and_admin(&self) -> Result<(), ConfigError> {
         if let Some(dl) = &self.on_error.dead_letter {
             if dl.topic.trim().is_empty() {
                 return Err(invalid("on_error.dead_letter.topic", "must not be empty"));
@@ -1153,11 +1196,28 @@ impl Config {
                 .parse::<std::net::SocketAddr>()
                 .map_err(|e| invalid("admin.listen", format!("`{}`: {e}", self.admin.listen)))?;
         }
-        self.pipeline_config().validate().map_err(|e| {
-            let spate_core::sink::ConfigError::Invalid { key, reason } = e;
-            invalid(key.replace("sink.", "sink.clickhouse."), reason)
-        })?;
         Ok(())
+    }
+
+    /// The mapper's options from `mapping`, `format.json` and `time`.
+    pub fn mapping_options(&self) -> spate_row::spec::MappingOptions {
+        use spate_row::coerce::TimeRules;
+        use spate_row::spec::MappingOptions;
+        MappingOptions {
+            flatten_join: self.mapping.flatten.clone(),
+            time: TimeRules {
+                formats: self
+                    .format
+                    .json()
+                    .time_formats
+                    .iter()
+                    .filter_map(|f| spate_row::time::TimeFormat::compile(f).ok())
+                    .collect(),
+                epoch_unit: self.time.epoch_unit.unit(),
+                ..TimeRules::default()
+            },
+            empty_as_null: self.mapping.empty_as_null,
+        }
     }
 
     /// The Kafka source's config.
@@ -1249,6 +1309,26 @@ pub fn interpolate(
         }
     }
     Ok(out)
+}
+
+/// `over` deep-merged onto `base`: mappings key by key (`over` wins),
+/// anything else replaced whole by `over`. What `pipelines:` entries do
+/// with `defaults:` and `tables:` routes with their pipeline.
+pub fn merge(base: serde_norway::Value, over: serde_norway::Value) -> serde_norway::Value {
+    use serde_norway::Value;
+    match (base, over) {
+        (Value::Mapping(mut base), Value::Mapping(over)) => {
+            for (k, v) in over {
+                let merged = match base.remove(&k) {
+                    Some(b) => merge(b, v),
+                    None => v,
+                };
+                base.insert(k, merged);
+            }
+            Value::Mapping(base)
+        }
+        (_, over) => over,
+    }
 }
 
 fn interpolate_line(

@@ -17,10 +17,10 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use spate::config::Config;
-use spate::kafka_tools;
 use spate::service;
 use spate_clickhouse::writer::{HttpWriter, HttpWriterConfig};
 use spate_core::pipeline::Shutdown;
+use spate_kafka::tools as kafka_tools;
 
 use crate::{EXIT_FAILED, chain, current_thread, progress_bar};
 
@@ -157,20 +157,7 @@ fn run(args: &DemoArgs) -> Result<ExitCode, DemoError> {
     let plan = rt.block_on(service::plan(&config))?;
     let (pipeline, _) = service::build(&config, &plan)?;
     if args.admin != "off" {
-        let metrics = metrics.clone();
-        let bound = spate::admin::spawn(
-            config.admin.listen.parse()?,
-            spate::admin::AdminState {
-                metrics,
-                ready: pipeline.readiness(),
-                pipelines: Vec::new(),
-                collectors: vec![
-                    spate::telemetry::process_collector(),
-                    spate::telemetry::budget_collector(pipeline.budget()),
-                ],
-            },
-        )?;
-        eprintln!("admin server on http://{bound}");
+        serve_admin(&config, &metrics, &pipeline)?;
     }
     let shutdown = Shutdown::new();
     let ready = pipeline.ready_flag();
@@ -184,7 +171,7 @@ fn run(args: &DemoArgs) -> Result<ExitCode, DemoError> {
     {
         let shutdown = shutdown.clone();
         std::thread::spawn(move || {
-            current_thread().block_on(crate::wait_for_signal());
+            current_thread().block_on(spate_core::pipeline::wait_for_signal());
             shutdown.trigger();
         });
     }
@@ -197,40 +184,10 @@ fn run(args: &DemoArgs) -> Result<ExitCode, DemoError> {
     shutdown.trigger();
     let report = runner.join().map_err(|_| "the pipeline thread panicked")?;
     println!("\nspate: {}", report.summary());
-
-    let count = |sql: &str| -> Result<String, DemoError> {
-        Ok(rt.block_on(ch.query(url, sql))?.trim().to_owned())
-    };
-    let in_ch: u64 = count(&format!(
-        "SELECT count() FROM default.{table} WHERE id >= {base}"
-    ))?
-    .parse()?;
-    let distinct: u64 = count(&format!(
-        "SELECT uniqExact(id) FROM default.{table} WHERE id >= {base}"
-    ))?
-    .parse()?;
-    let sample = count(&format!(
-        "SELECT origin, count() AS flights, round(avg(delay), 1) AS avg_delay FROM default.{table} \
-         WHERE id >= {base} GROUP BY origin ORDER BY flights DESC LIMIT 5 FORMAT PrettyCompactNoEscapes"
-    ))?;
-    let committed_text: Vec<String> = watch
-        .committed
-        .iter()
-        .map(|(p, o)| format!("{p}={}", o.map_or("-".to_owned(), |o| o.to_string())))
-        .collect();
+    let landed = Landed::read(&rt, &ch, url, table, base)?;
     let produced = flights.produced;
-    println!("delivery mode:        {}", args.delivery);
-    println!("rows produced:        {produced}");
-    println!("rows in ClickHouse:   {in_ch}");
-    println!("distinct ids:         {distinct}");
-    println!(
-        "duplicates:           {} (delivery: {})",
-        in_ch.saturating_sub(distinct),
-        args.delivery
-    );
-    println!("committed offsets:    {}", committed_text.join(" "));
-    println!("ready before the end: {was_ready}");
-    println!("sample query (top origins):\n{sample}");
+    landed.print(args, produced, &watch, was_ready);
+    let distinct = landed.distinct;
     if let Some(done) = watch.done_at {
         print_speed(
             produced,
@@ -251,6 +208,89 @@ fn run(args: &DemoArgs) -> Result<ExitCode, DemoError> {
     } else {
         ExitCode::from(EXIT_FAILED)
     })
+}
+
+/// The admin server on `admin.listen` for the demo's one pipeline.
+fn serve_admin(
+    config: &Config,
+    metrics: &metrics_exporter_prometheus::PrometheusHandle,
+    pipeline: &service::SpatePipeline,
+) -> Result<(), DemoError> {
+    let bound = spate::admin::spawn(
+        config.admin.listen.parse()?,
+        spate::admin::AdminState {
+            metrics: metrics.clone(),
+            ready: pipeline.readiness(),
+            pipelines: Vec::new(),
+            collectors: vec![
+                spate::telemetry::process_collector(),
+                spate::telemetry::budget_collector(pipeline.budget()),
+            ],
+        },
+    )?;
+    eprintln!("admin server on http://{bound}");
+    Ok(())
+}
+
+/// What this run's rows (`id >= base`) left in the table.
+struct Landed {
+    rows: u64,
+    distinct: u64,
+    /// The top origins, as ClickHouse prints them.
+    sample: String,
+}
+
+impl Landed {
+    /// Counts this run's rows in `table`.
+    fn read(
+        rt: &tokio::runtime::Runtime,
+        ch: &HttpWriter,
+        url: &str,
+        table: &str,
+        base: u64,
+    ) -> Result<Self, DemoError> {
+        let count = |sql: &str| -> Result<String, DemoError> {
+            Ok(rt.block_on(ch.query(url, sql))?.trim().to_owned())
+        };
+        let rows: u64 = count(&format!(
+            "SELECT count() FROM default.{table} WHERE id >= {base}"
+        ))?
+        .parse()?;
+        let distinct: u64 = count(&format!(
+            "SELECT uniqExact(id) FROM default.{table} WHERE id >= {base}"
+        ))?
+        .parse()?;
+        let sample = count(&format!(
+            "SELECT origin, count() AS flights, round(avg(delay), 1) AS avg_delay FROM default.{table} \
+             WHERE id >= {base} GROUP BY origin ORDER BY flights DESC LIMIT 5 FORMAT PrettyCompactNoEscapes"
+        ))?;
+        Ok(Self {
+            rows,
+            distinct,
+            sample,
+        })
+    }
+
+    /// The demo's summary lines: produced, landed, duplicates, committed.
+    fn print(&self, args: &DemoArgs, produced: u64, watch: &Watch, was_ready: bool) {
+        let committed_text: Vec<String> = watch
+            .committed
+            .iter()
+            .map(|(p, o)| format!("{p}={}", o.map_or("-".to_owned(), |o| o.to_string())))
+            .collect();
+        println!("delivery mode:        {}", args.delivery);
+        println!("rows produced:        {produced}");
+        println!("rows in ClickHouse:   {}", self.rows);
+        println!("distinct ids:         {}", self.distinct);
+        println!(
+            "duplicates:           {} (delivery: {})",
+            self.rows.saturating_sub(self.distinct),
+            args.delivery
+        );
+        println!("committed offsets:    {}", committed_text.join(" "));
+        println!("ready before the end: {was_ready}");
+        println!("sample query (top origins):\n{}", self.sample);
+    }
 }
 
 /// Checks that ClickHouse answers at `url`, creates the demo table if it

@@ -4,9 +4,13 @@
 //!
 //! - [`config`]: the YAML config model, interpolation and validation.
 //! - [`admin`]: the admin HTTP server (`/metrics`, `/healthz`, `/readyz`).
-//! - [`kafka_tools`]: embedded broker, NDJSON producer, offsets.
-//! - [`formats`]: `format.avro` and `format.protobuf` planned at start and
-//!   turned into a pipeline thread's chain (with the schema registry).
+//! - [`kafka_tools`]: `spate_kafka::tools` (embedded broker, NDJSON
+//!   producer, offsets) under the name the integration tests use.
+//! - [`schema_formats`]: `format.avro` and `format.protobuf` planned at
+//!   start and turned into a pipeline thread's chain (with the schema
+//!   registry).
+//! - [`error`]: [`error::ServiceError`], why a pipeline could not be
+//!   assembled.
 //! - [`process`]: several pipelines in one process (`pipelines:`).
 //! - [`routing`]: topic-to-table routing inside one pipeline (`tables:`).
 //! - [`telemetry`]: the Prometheus recorder, `# HELP` text, build and
@@ -17,10 +21,14 @@
 
 pub mod admin;
 pub mod config;
-pub mod formats;
-pub mod kafka_tools;
+pub mod error;
 pub mod process;
 pub mod routing;
 pub mod sample;
+pub mod schema_formats;
 pub mod service;
 pub mod telemetry;
+
+/// The Kafka helpers ([`spate_kafka::tools`]) under their old name, for the
+/// integration tests in `tests/`.
+pub use spate_kafka::tools as kafka_tools;

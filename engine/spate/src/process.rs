@@ -30,12 +30,13 @@ use std::time::Duration;
 use metrics_exporter_prometheus::{PrometheusHandle, PrometheusRecorder};
 use spate_core::error::chain;
 use spate_core::metrics::Scope;
-use spate_core::pipeline::{ExitStatus, Readiness, RunReport, Shutdown};
+use spate_core::pipeline::{ExitStatus, Readiness, RunReport, Shutdown, trigger_on_signal};
+use spate_kafka::KafkaDeadLetter;
 
 use crate::admin::{self, AdminState, Collector, PipelineState};
 use crate::config::pipelines::{PipelineEntry, ProcessConfig};
 use crate::routing::{self, RoutedPipeline};
-use crate::service::{self, KafkaDeadLetter, ServiceError, SpatePipeline};
+use crate::service::{self, ServiceError, SpatePipeline};
 
 /// The metric label naming a pipeline on every one of its series.
 pub const PIPELINE_LABEL: &str = "pipeline";
@@ -230,119 +231,34 @@ pub fn run(process: &ProcessConfig) -> Result<ProcessReport, ProcessError> {
         .enable_all()
         .build()
         .map_err(|e| ProcessError::Io(format!("runtime: {e}")))?;
-    let n = process.pipelines.len();
-    let mut outcomes: Vec<Option<Outcome>> = (0..n).map(|_| None).collect();
-    let mut states = Vec::with_capacity(n);
-    let mut collectors: Vec<Collector> = vec![crate::telemetry::process_collector()];
-    let mut built = Vec::with_capacity(n);
-    for (i, entry) in process.pipelines.iter().enumerate() {
-        let name = entry.name().to_owned();
-        let scope = scope(recorder, &name);
-        let result = scope.run(|| Built::build(&rt, entry));
-        match result {
-            Ok((mut pipeline, dead_letter)) => {
-                // In the pipeline's scope: its budget gauges carry its label.
-                collectors
-                    .push(scope.run(|| crate::telemetry::budget_collector(pipeline.budget())));
-                pipeline.set_metrics_scope(scope);
-                states.push((name, PipelineState::Running(pipeline.readiness())));
-                built.push((i, pipeline, dead_letter));
-            }
-            Err(e) => {
-                let why = chain(&e);
-                if entry.fail_process {
-                    return Err(ProcessError::Start { name, why });
-                }
-                tracing::error!(pipeline = %name, "cannot start: {why}; the other pipelines run");
-                // Its `spate_ready` reads 0 for as long as the process runs,
-                // as its /readyz entry does (alerts and the dashboard read the
-                // gauge; a pipeline without one would look ready to them).
-                drop(scope.run(Readiness::new));
-                states.push((name.clone(), PipelineState::Failed(why.clone())));
-                outcomes[i] = Some(Outcome {
-                    name,
-                    result: Err(why),
-                });
-            }
-        }
-    }
+    let mut started = Started::build(process, &rt, recorder)?;
     if process.admin.listen != "off" {
-        let addr = process
-            .admin
-            .listen
-            .parse()
-            .map_err(|e| ProcessError::Io(format!("admin.listen: {e}")))?;
-        let bound = admin::spawn(
-            addr,
-            AdminState {
-                metrics: handle,
-                // Not read with `pipelines` set; a running pipeline's, so no
-                // extra `spate_ready` series is registered.
-                ready: states
-                    .iter()
-                    .find_map(|(_, s)| match s {
-                        PipelineState::Running(r) => Some(r.clone()),
-                        PipelineState::Failed(_) => None,
-                    })
-                    .unwrap_or_else(|| {
-                        scope(recorder, process.pipelines[0].name()).run(Readiness::new)
-                    }),
-                pipelines: states,
-                collectors,
-            },
-        )
-        .map_err(|e| ProcessError::Io(e.to_string()))?;
-        tracing::info!("admin server on http://{bound} (/metrics /healthz /readyz)");
+        started.serve_admin(process, handle, recorder)?;
     }
     let shutdown = Shutdown::new();
-    spawn_signal_listener(shutdown.clone())?;
+    trigger_on_signal(shutdown.clone(), "signal received; draining every pipeline")
+        .map_err(|e| ProcessError::Io(format!("signal listener: {e}")))?;
     let (tx, rx) = std::sync::mpsc::channel();
-    let running = built.len();
-    for (i, pipeline, dead_letter) in built {
-        let config = &process.pipelines[i].config;
-        let name = config.pipeline.name.clone();
-        tracing::info!(
-            pipeline = %name,
-            table = %format!("{}.{}", config.sink.clickhouse.database, config.sink.clickhouse.table),
-            delivery = config.pipeline_config().delivery.as_str(),
-            "starting"
-        );
-        let io_threads = config.pipeline.io_threads;
-        let shutdown = shutdown.clone();
-        let tx = tx.clone();
-        std::thread::Builder::new()
-            .name(format!("spate-{name}"))
-            .spawn(move || {
-                let _span = tracing::info_span!("pipeline", name = %name).entered();
-                let report = pipeline.run_threaded(shutdown, io_threads);
-                if let Some(dl) = dead_letter {
-                    dl.flush(DEAD_LETTER_FLUSH);
-                }
-                // The receiver lives until every pipeline has reported.
-                let _ = tx.send((i, report));
-            })
-            .map_err(|e| ProcessError::Io(format!("pipeline thread: {e}")))?;
+    let running = started.built.len();
+    for (i, pipeline, dead_letter) in std::mem::take(&mut started.built) {
+        spawn_pipeline(
+            &process.pipelines[i],
+            i,
+            pipeline,
+            dead_letter,
+            &shutdown,
+            &tx,
+        )?;
     }
     drop(tx);
+    let mut outcomes = started.outcomes;
     for _ in 0..running {
         let Ok((i, report)) = rx.recv() else {
             break;
         };
         let entry = &process.pipelines[i];
         if !shutdown.is_triggered() {
-            tracing::error!(
-                pipeline = %entry.name(),
-                status = ?report.status,
-                "pipeline stopped on its own: {}",
-                report.summary()
-            );
-            if entry.fail_process {
-                tracing::error!(
-                    pipeline = %entry.name(),
-                    "fail_process: true: shutting every pipeline down"
-                );
-                shutdown.trigger();
-            }
+            stopped_on_its_own(entry, &report, &shutdown);
         }
         outcomes[i] = Some(Outcome {
             name: entry.name().to_owned(),
@@ -363,34 +279,160 @@ pub fn run(process: &ProcessConfig) -> Result<ProcessReport, ProcessError> {
     Ok(ProcessReport { outcomes, status })
 }
 
-/// Triggers `shutdown` on the first SIGINT or SIGTERM.
-fn spawn_signal_listener(shutdown: Shutdown) -> Result<(), ProcessError> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| ProcessError::Io(format!("signal runtime: {e}")))?;
-    std::thread::Builder::new()
-        .name("spate-signals".into())
-        .spawn(move || {
-            rt.block_on(async {
-                use tokio::signal::unix::{SignalKind, signal};
-                match signal(SignalKind::terminate()) {
-                    Ok(mut term) => {
-                        tokio::select! {
-                            _ = tokio::signal::ctrl_c() => {}
-                            _ = term.recv() => {}
-                        }
-                    }
-                    Err(_) => {
-                        let _ = tokio::signal::ctrl_c().await;
-                    }
+/// A pipeline built for [`run`], with its index in the config and its
+/// dead-letter producer.
+type Ready = (usize, Built, Option<Arc<KafkaDeadLetter>>);
+
+/// The process after building its pipelines: those that start, each
+/// pipeline's `/readyz` state, the metrics collectors, and the outcome of
+/// those that could not start.
+struct Started {
+    built: Vec<Ready>,
+    states: Vec<(String, PipelineState)>,
+    collectors: Vec<Collector>,
+    outcomes: Vec<Option<Outcome>>,
+}
+
+impl Started {
+    /// Builds every pipeline of `process` in its own metrics scope. One
+    /// that cannot start is reported and the others run, unless it is
+    /// `fail_process: true`.
+    fn build(
+        process: &ProcessConfig,
+        rt: &tokio::runtime::Runtime,
+        recorder: &'static PrometheusRecorder,
+    ) -> Result<Self, ProcessError> {
+        let n = process.pipelines.len();
+        let mut started = Started {
+            built: Vec::with_capacity(n),
+            states: Vec::with_capacity(n),
+            collectors: vec![crate::telemetry::process_collector()],
+            outcomes: (0..n).map(|_| None).collect(),
+        };
+        for (i, entry) in process.pipelines.iter().enumerate() {
+            let name = entry.name().to_owned();
+            let scope = scope(recorder, &name);
+            match scope.run(|| Built::build(rt, entry)) {
+                Ok((mut pipeline, dead_letter)) => {
+                    // In the pipeline's scope: its budget gauges carry its label.
+                    let budget = pipeline.budget();
+                    let collector = scope.run(|| crate::telemetry::budget_collector(budget));
+                    started.collectors.push(collector);
+                    pipeline.set_metrics_scope(scope);
+                    let ready = PipelineState::Running(pipeline.readiness());
+                    started.states.push((name, ready));
+                    started.built.push((i, pipeline, dead_letter));
                 }
-            });
-            tracing::info!("signal received; draining every pipeline");
-            shutdown.trigger();
+                Err(e) => {
+                    let why = chain(&e);
+                    if entry.fail_process {
+                        return Err(ProcessError::Start { name, why });
+                    }
+                    tracing::error!(pipeline = %name, "cannot start: {why}; the other pipelines run");
+                    // Its `spate_ready` reads 0 for as long as the process runs,
+                    // as its /readyz entry does (alerts and the dashboard read the
+                    // gauge; a pipeline without one would look ready to them).
+                    drop(scope.run(Readiness::new));
+                    started
+                        .states
+                        .push((name.clone(), PipelineState::Failed(why.clone())));
+                    started.outcomes[i] = Some(Outcome {
+                        name,
+                        result: Err(why),
+                    });
+                }
+            }
+        }
+        Ok(started)
+    }
+
+    /// Starts the admin server on `admin.listen` with every pipeline's
+    /// state and the collectors (which it takes).
+    fn serve_admin(
+        &mut self,
+        process: &ProcessConfig,
+        metrics: PrometheusHandle,
+        recorder: &'static PrometheusRecorder,
+    ) -> Result<(), ProcessError> {
+        let addr = process
+            .admin
+            .listen
+            .parse()
+            .map_err(|e| ProcessError::Io(format!("admin.listen: {e}")))?;
+        let states = std::mem::take(&mut self.states);
+        // Not read with `pipelines` set; a running pipeline's, so no
+        // extra `spate_ready` series is registered.
+        let ready = states
+            .iter()
+            .find_map(|(_, s)| match s {
+                PipelineState::Running(r) => Some(r.clone()),
+                PipelineState::Failed(_) => None,
+            })
+            .unwrap_or_else(|| scope(recorder, process.pipelines[0].name()).run(Readiness::new));
+        let state = AdminState {
+            metrics,
+            ready,
+            pipelines: states,
+            collectors: std::mem::take(&mut self.collectors),
+        };
+        let bound = admin::spawn(addr, state).map_err(|e| ProcessError::Io(e.to_string()))?;
+        tracing::info!("admin server on http://{bound} (/metrics /healthz /readyz)");
+        Ok(())
+    }
+}
+
+/// Runs pipeline `i` (of `entry`) on its own thread until `shutdown`, then
+/// flushes its dead letters and sends its report on `tx`.
+fn spawn_pipeline(
+    entry: &PipelineEntry,
+    i: usize,
+    pipeline: Built,
+    dead_letter: Option<Arc<KafkaDeadLetter>>,
+    shutdown: &Shutdown,
+    tx: &std::sync::mpsc::Sender<(usize, RunReport)>,
+) -> Result<(), ProcessError> {
+    let config = &entry.config;
+    let name = config.pipeline.name.clone();
+    tracing::info!(
+        pipeline = %name,
+        table = %format!("{}.{}", config.sink.clickhouse.database, config.sink.clickhouse.table),
+        delivery = config.pipeline_config().delivery.as_str(),
+        "starting"
+    );
+    let io_threads = config.pipeline.io_threads;
+    let shutdown = shutdown.clone();
+    let tx = tx.clone();
+    std::thread::Builder::new()
+        .name(format!("spate-{name}"))
+        .spawn(move || {
+            let _span = tracing::info_span!("pipeline", name = %name).entered();
+            let report = pipeline.run_threaded(shutdown, io_threads);
+            if let Some(dl) = dead_letter {
+                dl.flush(DEAD_LETTER_FLUSH);
+            }
+            // The receiver lives until every pipeline has reported.
+            let _ = tx.send((i, report));
         })
         .map(drop)
-        .map_err(|e| ProcessError::Io(format!("signal listener: {e}")))
+        .map_err(|e| ProcessError::Io(format!("pipeline thread: {e}")))
+}
+
+/// A pipeline stopped before shutdown was asked for: logged, and with
+/// `fail_process: true` every pipeline is shut down.
+fn stopped_on_its_own(entry: &PipelineEntry, report: &RunReport, shutdown: &Shutdown) {
+    tracing::error!(
+        pipeline = %entry.name(),
+        status = ?report.status,
+        "pipeline stopped on its own: {}",
+        report.summary()
+    );
+    if entry.fail_process {
+        tracing::error!(
+            pipeline = %entry.name(),
+            "fail_process: true: shutting every pipeline down"
+        );
+        shutdown.trigger();
+    }
 }
 
 #[cfg(test)]

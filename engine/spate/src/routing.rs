@@ -35,21 +35,21 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use spate_clickhouse::writer::HttpWriter;
+use spate_core::pipeline::Pipeline;
 use spate_core::pipeline::chain::{Encoder, RecordCx, RecordError, RecordErrorKind, Router};
 use spate_core::pipeline::driver::ChainProcessor;
 use spate_core::pipeline::terminal::{ChunkBuffers, Terminal};
-use spate_core::pipeline::{DeadLetter, Pipeline};
 use spate_core::record::Payload;
 use spate_core::sink::{Endpoint, SealedBatch, WriteError, Writer};
 use spate_formats::json::JsonRowEncoder;
 use spate_formats::json::route::ShardRouter;
-use spate_kafka::KafkaSource;
+use spate_kafka::{KafkaDeadLetter, KafkaSource};
 use spate_row::filter::{FilterExpr, Filtered};
 use spate_row::spec::{ColumnSpec, MappingOptions};
 
+use crate::config::Config;
 use crate::config::tables::{TableRoute, TopicMatch};
-use crate::config::{Config, JsonMode};
-use crate::service::{self, KafkaDeadLetter, MessageDecoder, Plan, ServiceError};
+use crate::service::{self, MessageDecoder, Plan, ServiceError};
 
 /// Resolves a record's topic to its route index, per thread.
 #[derive(Clone, Debug)]
@@ -223,6 +223,37 @@ pub async fn plans(routes: &[TableRoute]) -> Result<Vec<Plan>, ServiceError> {
     Ok(plans)
 }
 
+/// The routed pipeline's config: `config`'s, over the pool shards of every
+/// table (`t * S + s`), its table named as every route's, `,`-joined. Logs
+/// which block of pool shards each table is.
+fn pool_config(
+    config: &Config,
+    routes: &[TableRoute],
+    pool_shards: Vec<Vec<String>>,
+) -> spate_core::pipeline::PipelineConfig {
+    let shards = config.sink.clickhouse.shards.len();
+    let mut pc = config.pipeline_config();
+    pc.sink.shards = pool_shards;
+    pc.table = routes
+        .iter()
+        .map(|r| {
+            let ch = &r.config.sink.clickhouse;
+            format!("{}.{}", ch.database, ch.table)
+        })
+        .collect::<Vec<_>>()
+        .join(",");
+    for (t, r) in routes.iter().enumerate() {
+        let ch = &r.config.sink.clickhouse;
+        tracing::info!(
+            route = %r.key,
+            table = %format!("{}.{}", ch.database, ch.table),
+            pool_shards = %format!("{}..{}", t * shards, (t + 1) * shards),
+            "table route (the `shard` metric label is the pool shard)"
+        );
+    }
+    pc
+}
+
 /// Builds the routed pipeline of `config` (the first route's config) over
 /// `routes` with their `plans`, and its dead-letter producer when one is
 /// configured (flush it after the run).
@@ -252,31 +283,10 @@ pub fn build(
         routers.push(ShardRouter::with_spec(ch.shard_spec()?));
         pool_shards.extend(ch.shards.iter().cloned());
     }
-    let mut pc = config.pipeline_config();
-    pc.sink.shards = pool_shards;
-    pc.table = routes
-        .iter()
-        .map(|r| {
-            let ch = &r.config.sink.clickhouse;
-            format!("{}.{}", ch.database, ch.table)
-        })
-        .collect::<Vec<_>>()
-        .join(",");
-    for (t, r) in routes.iter().enumerate() {
-        let ch = &r.config.sink.clickhouse;
-        tracing::info!(
-            route = %r.key,
-            table = %format!("{}.{}", ch.database, ch.table),
-            pool_shards = %format!("{}..{}", t * shards, (t + 1) * shards),
-            "table route (the `shard` metric label is the pool shard)"
-        );
-    }
+    let pc = pool_config(config, routes, pool_shards);
     let writer = RoutedWriter { writers, shards };
     let source = KafkaSource::new(config.kafka_config())?;
-    let decoder = match config.format.json().mode {
-        JsonMode::Object => MessageDecoder::Object,
-        JsonMode::Ndjson => MessageDecoder::Ndjson,
-    };
+    let decoder = MessageDecoder::of(config);
     type TableMapping = (Vec<ColumnSpec>, MappingOptions, Option<FilterExpr>);
     let mapping: Vec<TableMapping> = plans
         .iter()
@@ -309,14 +319,7 @@ pub fn build(
             };
             ChainProcessor::new(decoder, Terminal::new(encoder, router, buffers))
         });
-    let mut builder = Pipeline::builder(pc, source, writer, factory);
-    let mut dead_letter = None;
-    if let Some(dl) = &config.on_error.dead_letter {
-        let hook = Arc::new(KafkaDeadLetter::new(config, &dl.topic)?);
-        builder = builder.dead_letter(Arc::clone(&hook) as Arc<dyn DeadLetter>);
-        dead_letter = Some(hook);
-    }
-    Ok((builder.build()?, dead_letter))
+    service::assemble(config, pc, source, writer, factory)
 }
 
 #[cfg(test)]

@@ -4,63 +4,37 @@
 //! defaulted or refused, the first errors (topic/partition/offset/reason) and
 //! the shard distribution.
 //!
-//! The reader never joins the consumer group and never commits: it assigns
-//! every partition of the plain (non-pattern) topics directly, starting at
-//! the group's committed offset where there is one (what the next run reads)
-//! and at the beginning otherwise, with `enable.auto.commit=false`. Each
-//! partition contributes at most `ceil(N / partitions)` messages, so a
-//! sample spans the partitions.
+//! The reader, [`spate_kafka::sample`], never joins the consumer group and
+//! never commits: it starts at the group's committed offsets (what the next
+//! run reads), at the beginning otherwise, and takes at most
+//! `ceil(N / partitions)` messages per partition.
 //!
 //! This is a diagnostic, not the hot path: it parses each record with
 //! `serde_json` to see which fields are present, besides running the real
 //! encoder ([`JsonRowEncoder`]) and router ([`ShardRouter`]).
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use rdkafka::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaError;
-use rdkafka::message::{Headers as _, Message, Timestamp};
-use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use serde_json::Value;
-use spate_core::record::{Header, Headers, Payload, TimestampKind, TopicPartition};
+use spate_core::record::{Header, Headers, Payload, TopicPartition};
 use spate_formats::json::JsonRowEncoder;
 use spate_formats::json::route::ShardRouter;
 use spate_row::shard::ShardSpec;
 use spate_row::spec::{ColumnSpec, MissingValue};
 
 use crate::config::{Config, JsonMode};
-use crate::kafka_tools::KafkaToolError;
 use crate::service::Plan;
+use spate_kafka::tools::KafkaToolError;
 
 /// How many errors the report lists.
 pub const FIRST_ERRORS: usize = 5;
 
-/// One message read for the sample.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SampledMessage {
-    /// Topic.
-    pub topic: String,
-    /// Partition.
-    pub partition: i32,
-    /// Offset.
-    pub offset: i64,
-    /// The Kafka key.
-    pub key: Option<Vec<u8>>,
-    /// The value (`None`: a tombstone).
-    pub value: Option<Vec<u8>>,
-    /// The timestamp (ms since the epoch) and its kind, for `_timestamp`
-    /// columns.
-    pub timestamp: (Option<i64>, TimestampKind),
-    /// The headers in order (name, value), for `_headers` columns.
-    pub headers: Vec<(Vec<u8>, Option<Vec<u8>>)>,
-}
+pub use spate_kafka::sample::SampledMessage;
 
 /// Reads up to `n` messages from every partition of the plain topics of
-/// `config` (see the module docs), waiting at most `within` overall and
-/// stopping early once every partition reached its end or its share.
+/// `config`, from the group's committed offsets, never committing
+/// ([`spate_kafka::sample::read`]), waiting at most `within`.
 ///
 /// # Errors
 /// [`KafkaToolError`] when the client cannot be created, a topic does not
@@ -72,110 +46,13 @@ pub fn read(
 ) -> Result<Vec<SampledMessage>, KafkaToolError> {
     let k = &config.source.kafka;
     let brokers = k.brokers.joined();
-    let err = |what: String| move |source: KafkaError| KafkaToolError::Client { what, source };
-    let mut client = ClientConfig::new();
-    for (key, value) in &k.properties {
-        client.set(key, value);
-    }
-    let consumer: BaseConsumer = client
-        .set("bootstrap.servers", &brokers)
-        .set("group.id", &k.group_id)
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .create()
-        .map_err(err(format!("client for {brokers}")))?;
-    let mut wanted = TopicPartitionList::new();
-    for topic in k.topics.iter().filter(|t| !t.starts_with('^')) {
-        let md = consumer
-            .fetch_metadata(Some(topic), within)
-            .map_err(err(format!("metadata of {topic}")))?;
-        let parts = md
-            .topics()
-            .first()
-            .filter(|t| t.error().is_none())
-            .map(|t| t.partitions().len())
-            .unwrap_or(0);
-        if parts == 0 {
-            return Err(KafkaToolError::NoTopic(topic.clone()));
-        }
-        for p in 0..parts as i32 {
-            wanted.add_partition(topic, p);
-        }
-    }
-    if wanted.count() == 0 || n == 0 {
-        return Ok(Vec::new());
-    }
-    let committed = consumer
-        .committed_offsets(wanted.clone(), within)
-        .map_err(err(format!("committed offsets of group {}", k.group_id)))?;
-    let mut assign = TopicPartitionList::new();
-    // Per partition: the offset after which the sample stops reading it
-    // (its end when the sample started).
-    let mut ends: BTreeMap<(String, i32), i64> = BTreeMap::new();
-    let mut done: BTreeMap<(String, i32), ()> = BTreeMap::new();
-    for e in committed.elements() {
-        let tp = (e.topic().to_owned(), e.partition());
-        let (low, high) = consumer
-            .fetch_watermarks(&tp.0, tp.1, within)
-            .map_err(err(format!("watermarks of {}/{}", tp.0, tp.1)))?;
-        let start = match e.offset() {
-            Offset::Offset(o) if o >= 0 => o,
-            _ => low,
-        };
-        if start >= high {
-            done.insert(tp.clone(), ());
-        }
-        ends.insert(tp, high);
-        assign
-            .add_partition_offset(e.topic(), e.partition(), Offset::Offset(start))
-            .map_err(err(format!("assigning {}/{}", e.topic(), e.partition())))?;
-    }
-    consumer
-        .assign(&assign)
-        .map_err(err("assigning the partitions".into()))?;
-    let share = n.div_ceil(assign.count());
-    let mut taken: BTreeMap<(String, i32), usize> = BTreeMap::new();
-    let mut out = Vec::new();
-    let deadline = Instant::now() + within;
-    while out.len() < n && done.len() < assign.count() && Instant::now() < deadline {
-        match consumer.poll(Duration::from_millis(100)) {
-            None | Some(Err(KafkaError::PartitionEOF(_))) => {}
-            Some(Err(e)) => return Err(err("reading the sample".into())(e)),
-            Some(Ok(m)) => {
-                let tp = (m.topic().to_owned(), m.partition());
-                if done.contains_key(&tp) {
-                    continue;
-                }
-                let t = taken.entry(tp.clone()).or_insert(0);
-                *t += 1;
-                if *t >= share || m.offset() + 1 >= ends.get(&tp).copied().unwrap_or(0) {
-                    done.insert(tp.clone(), ());
-                }
-                out.push(SampledMessage {
-                    topic: tp.0,
-                    partition: tp.1,
-                    offset: m.offset(),
-                    key: m.key().map(<[u8]>::to_vec),
-                    value: m.payload().map(<[u8]>::to_vec),
-                    timestamp: match m.timestamp() {
-                        Timestamp::CreateTime(t) => (Some(t), TimestampKind::CreateTime),
-                        Timestamp::LogAppendTime(t) => (Some(t), TimestampKind::LogAppendTime),
-                        Timestamp::NotAvailable => (None, TimestampKind::None),
-                    },
-                    headers: m
-                        .headers()
-                        .map(|hs| {
-                            hs.iter()
-                                .map(|h| (h.key.as_bytes().to_vec(), h.value.map(<[u8]>::to_vec)))
-                                .collect()
-                        })
-                        .unwrap_or_default(),
-                });
-            }
-        }
-    }
-    // Dropped without a commit (auto commit is off, nothing was stored).
-    Ok(out)
+    let from = spate_kafka::sample::SampleSource {
+        brokers: &brokers,
+        group_id: &k.group_id,
+        topics: &k.topics,
+        properties: &k.properties,
+    };
+    spate_kafka::sample::read(&from, n, within)
 }
 
 /// What happened to one column over the sample.
@@ -241,40 +118,53 @@ pub fn analyze(
     mode: JsonMode,
     messages: &[SampledMessage],
 ) -> SampleReport {
-    let mut encoder = JsonRowEncoder::new(plan.columns.clone(), plan.options.clone())
-        .expect("the encoder was checked by plan()");
-    let mut router = ShardRouter::with_spec(spec.clone());
-    let mut report = SampleReport {
-        messages: messages.len() as u64,
-        columns: plan
-            .columns
-            .iter()
-            .map(|c| ColumnStats {
-                column: c.name.clone(),
-                field: plan.describe(c).0,
-                ..ColumnStats::default()
-            })
-            .collect(),
-        shards: vec![0; shards],
-        ..SampleReport::default()
-    };
-    let mut buf = Vec::new();
-    let note = |report: &mut SampleReport, m: &SampledMessage, reason: String| {
-        report.refused += 1;
-        if report.errors.len() < FIRST_ERRORS {
-            report.errors.push(SampleError {
-                topic: m.topic.clone(),
-                partition: m.partition,
-                offset: m.offset,
-                reason,
-            });
-        }
+    let mut analyzer = Analyzer {
+        plan,
+        encoder: JsonRowEncoder::new(plan.columns.clone(), plan.options.clone())
+            .expect("the encoder was checked by plan()"),
+        router: ShardRouter::with_spec(spec.clone()),
+        shards,
+        buf: Vec::new(),
+        report: SampleReport {
+            messages: messages.len() as u64,
+            columns: plan
+                .columns
+                .iter()
+                .map(|c| ColumnStats {
+                    column: c.name.clone(),
+                    field: plan.describe(c).0,
+                    ..ColumnStats::default()
+                })
+                .collect(),
+            shards: vec![0; shards],
+            ..SampleReport::default()
+        },
     };
     for m in messages {
+        analyzer.message(m, mode);
+    }
+    analyzer.report
+}
+
+/// The real encoder and router over the sample, and what they found.
+struct Analyzer<'p> {
+    plan: &'p Plan,
+    encoder: JsonRowEncoder,
+    router: ShardRouter,
+    shards: usize,
+    buf: Vec<u8>,
+    report: SampleReport,
+}
+
+impl Analyzer<'_> {
+    /// One message: its records (one, or one per NDJSON line), each with
+    /// the message around it for metadata columns. A tombstone is one
+    /// refused record.
+    fn message(&mut self, m: &SampledMessage, mode: JsonMode) {
         let Some(value) = m.value.as_deref() else {
-            report.records += 1;
-            note(&mut report, m, "decode: no value (a tombstone)".into());
-            continue;
+            self.report.records += 1;
+            self.report.note(m, "decode: no value (a tombstone)".into());
+            return;
         };
         let records: Vec<&[u8]> = match mode {
             JsonMode::Object => vec![value],
@@ -283,7 +173,6 @@ pub fn analyze(
                 .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
                 .collect(),
         };
-        // The message around each record, for metadata columns.
         let tp = TopicPartition::new(m.topic.as_str(), m.partition);
         let headers: Vec<Header<'_>> = m
             .headers
@@ -294,24 +183,8 @@ pub fn analyze(
             })
             .collect();
         for record in records {
-            report.records += 1;
-            if let Ok(Value::Object(obj)) = serde_json::from_slice::<Value>(record) {
-                let join = plan.options.flatten_join.as_deref();
-                for (c, st) in plan.columns.iter().zip(report.columns.iter_mut()) {
-                    if c.meta.is_some() {
-                        continue;
-                    }
-                    match lookup(&obj, c, join) {
-                        None => st.missing += 1,
-                        Some(Value::Null) => st.null += 1,
-                        Some(_) => continue,
-                    }
-                    if matches!(c.missing, MissingValue::Literal(_)) {
-                        st.defaulted += 1;
-                    }
-                }
-            }
-            buf.clear();
+            self.report.records += 1;
+            self.count_fields(record);
             let payload = Payload {
                 value: Some(record),
                 key: m.key.as_deref(),
@@ -321,26 +194,57 @@ pub fn analyze(
                 timestamp_kind: m.timestamp.1,
                 headers: Headers::from_slice(&headers),
             };
-            if let Err(e) = encoder.encode_message(&payload, &mut buf) {
-                if let Some(col) = &e.column {
-                    if let Some(st) = report.columns.iter_mut().find(|s| &s.column == col) {
-                        st.refused += 1;
-                    }
-                }
-                note(&mut report, m, e.to_string());
+            self.encode_and_route(m, &payload, record);
+        }
+    }
+
+    /// Counts, per non-metadata column, a record missing its field or
+    /// holding `null` there (and the constant DEFAULT that then applies).
+    fn count_fields(&mut self, record: &[u8]) {
+        let Ok(Value::Object(obj)) = serde_json::from_slice::<Value>(record) else {
+            return;
+        };
+        let join = self.plan.options.flatten_join.as_deref();
+        for (c, st) in self.plan.columns.iter().zip(self.report.columns.iter_mut()) {
+            if c.meta.is_some() {
                 continue;
             }
-            match router.try_shard_for(m.key.as_deref(), record, shards) {
-                Ok(s) => report.shards[s] += 1,
-                Err(e) => {
-                    report.unroutable += 1;
-                    let e = router.record_error(&e);
-                    note(&mut report, m, format!("route: {}", e.reason));
-                }
+            match lookup(&obj, c, join) {
+                None => st.missing += 1,
+                Some(Value::Null) => st.null += 1,
+                Some(_) => continue,
+            }
+            if matches!(c.missing, MissingValue::Literal(_)) {
+                st.defaulted += 1;
             }
         }
     }
-    report
+
+    /// Runs the encoder, then the router, over one record; counts a
+    /// refusal against its column and notes it.
+    fn encode_and_route(&mut self, m: &SampledMessage, payload: &Payload<'_>, record: &[u8]) {
+        self.buf.clear();
+        if let Err(e) = self.encoder.encode_message(payload, &mut self.buf) {
+            if let Some(col) = &e.column {
+                if let Some(st) = self.report.columns.iter_mut().find(|s| &s.column == col) {
+                    st.refused += 1;
+                }
+            }
+            self.report.note(m, e.to_string());
+            return;
+        }
+        match self
+            .router
+            .try_shard_for(m.key.as_deref(), record, self.shards)
+        {
+            Ok(s) => self.report.shards[s] += 1,
+            Err(e) => {
+                self.report.unroutable += 1;
+                let e = self.router.record_error(&e);
+                self.report.note(m, format!("route: {}", e.reason));
+            }
+        }
+    }
 }
 
 /// The value of column `c`'s source in `obj`: its path, or its name (with a
@@ -377,6 +281,20 @@ fn flat<'a>(
 }
 
 impl SampleReport {
+    /// A refused record of message `m`: counted, and listed among the
+    /// first [`FIRST_ERRORS`].
+    fn note(&mut self, m: &SampledMessage, reason: String) {
+        self.refused += 1;
+        if self.errors.len() < FIRST_ERRORS {
+            self.errors.push(SampleError {
+                topic: m.topic.clone(),
+                partition: m.partition,
+                offset: m.offset,
+                reason,
+            });
+        }
+    }
+
     /// The findings a user must look at, one line each: refused records,
     /// records without their shard key, columns whose field no sampled
     /// record has (a typo in a rename?).

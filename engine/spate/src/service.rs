@@ -8,11 +8,7 @@
 //! column or a type the encoder cannot write fails before any offset moves.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
-use rdkafka::{ClientConfig, ClientContext};
 use spate_clickhouse::writer::{
     Credentials, HttpWriter, HttpWriterConfig, SchemaProbeError, TlsOptions, tls,
 };
@@ -20,13 +16,13 @@ use spate_core::pipeline::chain::{Decoder, PayloadDecoder, RecordCx, RecordError
 use spate_core::pipeline::driver::{ChainProcessor, Processor};
 use spate_core::pipeline::lines::LinesDecoder;
 use spate_core::pipeline::terminal::{ChunkBuffers, Terminal};
-use spate_core::pipeline::{DeadLetter, Pipeline, PipelineError};
+use spate_core::pipeline::{DeadLetter, Pipeline, PipelineConfig};
 use spate_core::record::Payload;
 use spate_formats::json::JsonRowEncoder;
 use spate_formats::json::explode::{ExplodeDecoder, ExplodeEncoder};
 use spate_formats::json::live::{JsonLive, LiveEncoder, LiveExplodeEncoder, check_columns};
 use spate_formats::json::route::ShardRouter;
-use spate_kafka::KafkaSource;
+use spate_kafka::{KafkaDeadLetter, KafkaSource};
 use spate_row::coerce::TimeRules;
 use spate_row::filter::{FilterExpr, Filtered, RowFilter};
 use spate_row::plan::LivePlan;
@@ -34,69 +30,12 @@ use spate_row::schema::{
     InsertOptions, RowFormat, TableSchema, per_row_defaults_refused, plan_insert, row_format,
 };
 use spate_row::spec::{ColumnOptions, ColumnSpec, MappingOptions, MissingValue};
-use spate_row::time::TimeFormat;
 
 use crate::config::{Config, ConfigError, JsonMode, TlsSection};
-use crate::formats::{AvroChain, FormatPlan, ProtoChain, avro_chain, plan_format, proto_chain};
-
-/// Name of the counter of skipped records that could not be handed to the
-/// dead-letter producer (its queue was full or it refused them).
-pub const DEAD_LETTER_DROPPED: &str = "spate_dead_letter_dropped_total";
-
-/// Why a pipeline could not be assembled.
-#[derive(Debug, thiserror::Error)]
-pub enum ServiceError {
-    /// No replica answered the schema probe.
-    #[error("schema probe of {database}.{table}: no replica gave the schema: {errors}")]
-    Probe {
-        /// Target database.
-        database: String,
-        /// Target table.
-        table: String,
-        /// Each replica's error, `; `-joined.
-        errors: String,
-    },
-    /// The table's columns cannot be mapped.
-    #[error("mapping onto {table}: {reason}")]
-    Mapping {
-        /// Target table.
-        table: String,
-        /// Why.
-        reason: String,
-    },
-    /// The Kafka client refused its configuration.
-    #[error("kafka source: {0}")]
-    Kafka(#[from] spate_kafka::ConfigError),
-    /// The dead-letter producer could not be created.
-    #[error("dead-letter producer for topic `{topic}`: {source}")]
-    DeadLetter {
-        /// The dead-letter topic.
-        topic: String,
-        /// Why.
-        source: rdkafka::error::KafkaError,
-    },
-    /// The pipeline refused its configuration.
-    #[error("pipeline: {0}")]
-    Pipeline(#[from] PipelineError),
-    /// A runtime could not start.
-    #[error("runtime: {0}")]
-    Runtime(#[from] std::io::Error),
-    /// The config is invalid (a check that only runs when the pipeline is
-    /// assembled).
-    #[error(transparent)]
-    Config(#[from] crate::config::ConfigError),
-    /// The schema registry did not answer (after its retries) or refused;
-    /// `reason` names the URL.
-    #[error("{key}: {reason}")]
-    Registry {
-        /// The config key of the registry section.
-        key: String,
-        /// The registry's URL.
-        url: String,
-        /// Why.
-        reason: String,
-    },
-}
+pub use crate::error::ServiceError;
+use crate::schema_formats::{
+    AvroChain, FormatPlan, ProtoChain, avro_chain, plan_format, proto_chain,
+};
 
 /// The INSERT plan: the table's schema and the columns the INSERT names.
 #[derive(Clone, Debug)]
@@ -258,25 +197,6 @@ pub fn effectively_once(config: &Config) -> bool {
     config.pipeline_config().delivery == spate_core::pipeline::Delivery::EffectivelyOnce
 }
 
-/// The mapper's options from `mapping` and `format.json`.
-pub fn mapping_options(config: &Config) -> MappingOptions {
-    MappingOptions {
-        flatten_join: config.mapping.flatten.clone(),
-        time: TimeRules {
-            formats: config
-                .format
-                .json()
-                .time_formats
-                .iter()
-                .filter_map(|f| TimeFormat::compile(f).ok())
-                .collect(),
-            epoch_unit: config.time.epoch_unit.unit(),
-            ..TimeRules::default()
-        },
-        empty_as_null: config.mapping.empty_as_null,
-    }
-}
-
 /// Reads the table's columns from the first replica that answers and plans
 /// the INSERT.
 ///
@@ -286,72 +206,15 @@ pub fn mapping_options(config: &Config) -> MappingOptions {
 pub async fn plan(config: &Config) -> Result<Plan, ServiceError> {
     let ch = &config.sink.clickhouse;
     let probe = HttpWriter::new(writer_config(config, Vec::new())?);
-    let mut errors = Vec::new();
-    let mut schema = None;
-    for url in ch.shards.iter().flatten() {
-        match probe.table_schema(url).await {
-            Ok(s) => {
-                schema = Some(s);
-                break;
-            }
-            Err(SchemaProbeError::Query(e)) => {
-                errors.push(format!("{url}: {}", e.describe("schema probe")));
-            }
-            Err(e) => errors.push(format!("{url}: {e}")),
-        }
-    }
-    let schema = schema.ok_or_else(|| ServiceError::Probe {
-        database: ch.database.clone(),
-        table: ch.table.clone(),
-        errors: errors.join("; "),
-    })?;
-    // Per-row DEFAULTs go to the server only if every replica that
-    // answers accepts RowBinaryWithDefaults (an insert may land on any).
-    let mut server_defaults = true;
-    let mut answered = false;
-    for url in ch.shards.iter().flatten() {
-        match probe.accepts_row_binary_with_defaults(url).await {
-            Ok(yes) => {
-                answered = true;
-                server_defaults &= yes;
-            }
-            Err(e) => {
-                tracing::warn!(
-                    replica = %url,
-                    "cannot ask for RowBinaryWithDefaults ({e}); per-row DEFAULTs stay refused"
-                );
-                server_defaults = false;
-            }
-        }
-    }
-    let insert = InsertOptions {
-        renames: config.mapping.rename.clone(),
-        pointers: config.mapping.columns.clone(),
-        include_default_columns: config.mapping.include_default_columns,
-        server_defaults: server_defaults && answered,
-        column_options: config
-            .mapping
-            .column_options
-            .iter()
-            .map(|(col, o)| {
-                (
-                    col.clone(),
-                    ColumnOptions {
-                        epoch_unit: o.epoch_unit.map(|u| u.unit()),
-                        empty_as_null: o.empty_as_null,
-                        ..ColumnOptions::default()
-                    },
-                )
-            })
-            .collect(),
-        defaults: config.mapping.default_literals()?,
-    };
+    let schema = probe_schema(config, &probe).await?;
+    let server_defaults = server_defaults(config, &probe).await;
+    let insert = insert_options(config, server_defaults)?;
     let mapping_err = |reason: String| ServiceError::Mapping {
         table: ch.table.clone(),
         reason,
     };
     let columns = plan_insert(&schema, &insert).map_err(|e| mapping_err(e.to_string()))?;
-    let options = mapping_options(config);
+    let options = config.mapping_options();
     // Build one encoder now so a bad DEFAULT literal fails here, not on a
     // pipeline thread.
     JsonRowEncoder::new(columns.clone(), options.clone())
@@ -381,6 +244,89 @@ pub async fn plan(config: &Config) -> Result<Plan, ServiceError> {
         filter,
         explode,
     };
+    warn_about(config, &plan);
+    Ok(plan)
+}
+
+/// The table's schema from the first replica that answers.
+///
+/// # Errors
+/// [`ServiceError::Probe`] with each replica's error when none answers.
+async fn probe_schema(config: &Config, probe: &HttpWriter) -> Result<TableSchema, ServiceError> {
+    let ch = &config.sink.clickhouse;
+    let mut errors = Vec::new();
+    for url in ch.shards.iter().flatten() {
+        match probe.table_schema(url).await {
+            Ok(s) => return Ok(s),
+            Err(SchemaProbeError::Query(e)) => {
+                errors.push(format!("{url}: {}", e.describe("schema probe")));
+            }
+            Err(e) => errors.push(format!("{url}: {e}")),
+        }
+    }
+    Err(ServiceError::Probe {
+        database: ch.database.clone(),
+        table: ch.table.clone(),
+        errors: errors.join("; "),
+    })
+}
+
+/// Whether per-row DEFAULTs go to the server: only if every replica
+/// answers that it accepts RowBinaryWithDefaults (an insert may land on
+/// any), and at least one answers.
+async fn server_defaults(config: &Config, probe: &HttpWriter) -> bool {
+    let mut server_defaults = true;
+    let mut answered = false;
+    for url in config.sink.clickhouse.shards.iter().flatten() {
+        match probe.accepts_row_binary_with_defaults(url).await {
+            Ok(yes) => {
+                answered = true;
+                server_defaults &= yes;
+            }
+            Err(e) => {
+                tracing::warn!(
+                    replica = %url,
+                    "cannot ask for RowBinaryWithDefaults ({e}); per-row DEFAULTs stay refused"
+                );
+                server_defaults = false;
+            }
+        }
+    }
+    server_defaults && answered
+}
+
+/// How the INSERT's columns are planned from `mapping`.
+///
+/// # Errors
+/// A `mapping.defaults` literal that is not valid.
+fn insert_options(config: &Config, server_defaults: bool) -> Result<InsertOptions, ServiceError> {
+    Ok(InsertOptions {
+        renames: config.mapping.rename.clone(),
+        pointers: config.mapping.columns.clone(),
+        include_default_columns: config.mapping.include_default_columns,
+        server_defaults,
+        column_options: config
+            .mapping
+            .column_options
+            .iter()
+            .map(|(col, o)| {
+                (
+                    col.clone(),
+                    ColumnOptions {
+                        epoch_unit: o.epoch_unit.map(|u| u.unit()),
+                        empty_as_null: o.empty_as_null,
+                        ..ColumnOptions::default()
+                    },
+                )
+            })
+            .collect(),
+        defaults: config.mapping.default_literals()?,
+    })
+}
+
+/// The start-up warnings of a plan: an option that does nothing any more,
+/// and each DEFAULT this server cannot apply per row.
+fn warn_about(config: &Config, plan: &Plan) {
     if config.mapping.include_default_columns {
         tracing::warn!(
             "mapping.include_default_columns has no effect any more: DEFAULT columns are \
@@ -395,157 +341,6 @@ pub async fn plan(config: &Config) -> Result<Plan, ServiceError> {
              a record without this field is a record error (on_error), not the DEFAULT"
         );
     }
-    Ok(plan)
-}
-
-/// Produces skipped records to the dead-letter topic with their original
-/// key and bytes and headers `spate.reason`, `spate.source` (topic/partition)
-/// and `spate.offset`. Never blocks the pipeline thread (D2). A dead letter
-/// that does not reach the topic is never lost silently (D6): a full
-/// producer queue at send time, a delivery report with an error (the broker
-/// refused it, or `message.timeout.ms` passed), and a dead letter still
-/// queued when the final flush times out are each logged with the record's
-/// partition and offset and counted in [`DEAD_LETTER_DROPPED`]; the skip
-/// itself is counted by the engine.
-pub struct KafkaDeadLetter {
-    producer: ThreadedProducer<DeadLetterContext>,
-    topic: String,
-}
-
-/// Reads the dead-letter producer's delivery reports.
-pub struct DeadLetterContext {
-    topic: String,
-    dropped: metrics::Counter,
-    dropped_total: std::sync::atomic::AtomicU64,
-}
-
-impl DeadLetterContext {
-    fn drop_one(&self, what: std::fmt::Arguments<'_>) {
-        self.dropped.increment(1);
-        self.dropped_total
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        tracing::error!("dead-letter topic {}: lost {what}", self.topic);
-    }
-}
-
-impl ClientContext for DeadLetterContext {}
-
-impl ProducerContext for DeadLetterContext {
-    type DeliveryOpaque = ();
-
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        if let Err((e, msg)) = result {
-            // The headers we wrote name the record.
-            let header = |key: &str| {
-                msg.headers()
-                    .and_then(|h| h.iter().find(|x| x.key == key))
-                    .and_then(|x| x.value)
-                    .map(|v| String::from_utf8_lossy(v).into_owned())
-                    .unwrap_or_else(|| "?".into())
-            };
-            self.drop_one(format_args!(
-                "{}@{}: delivery failed: {e}",
-                header("spate.source"),
-                header("spate.offset")
-            ));
-        }
-    }
-}
-
-impl KafkaDeadLetter {
-    /// A producer to `topic` on the source's brokers.
-    ///
-    /// # Errors
-    /// [`ServiceError::DeadLetter`] when librdkafka refuses the config.
-    pub fn new(config: &Config, topic: &str) -> Result<Self, ServiceError> {
-        let mut client = ClientConfig::new();
-        client.set("bootstrap.servers", config.source.kafka.brokers.joined());
-        Self::with_client(client, topic)
-    }
-
-    /// A producer to `topic` with `client`'s settings (brokers and any
-    /// passthrough), plus the dead-letter defaults below.
-    fn with_client(mut client: ClientConfig, topic: &str) -> Result<Self, ServiceError> {
-        client.set("linger.ms", "20");
-        // A dead letter is the original message, which may exceed librdkafka's
-        // 1 MB default; allow what the consumer may receive (its
-        // receive.message.max.bytes default, 100 MB).
-        if client.get("message.max.bytes").is_none() {
-            client.set("message.max.bytes", "100000000");
-        }
-        let context = DeadLetterContext {
-            topic: topic.to_owned(),
-            dropped: metrics::counter!(DEAD_LETTER_DROPPED),
-            dropped_total: std::sync::atomic::AtomicU64::new(0),
-        };
-        let producer =
-            client
-                .create_with_context(context)
-                .map_err(|source| ServiceError::DeadLetter {
-                    topic: topic.to_owned(),
-                    source,
-                })?;
-        Ok(Self {
-            producer,
-            topic: topic.to_owned(),
-        })
-    }
-
-    /// Dead letters lost so far (also in [`DEAD_LETTER_DROPPED`]).
-    pub fn dropped(&self) -> u64 {
-        self.producer
-            .context()
-            .dropped_total
-            .load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// Waits up to `timeout` for queued dead letters to reach the broker;
-    /// those still queued after it are counted as lost.
-    pub fn flush(&self, timeout: Duration) {
-        if let Err(e) = self.producer.flush(timeout) {
-            let left = self.producer.in_flight_count().max(0);
-            for _ in 0..left {
-                self.producer
-                    .context()
-                    .drop_one(format_args!("a queued dead letter: flush: {e}"));
-            }
-        }
-    }
-}
-
-impl DeadLetter for KafkaDeadLetter {
-    fn dead_letter(&self, payload: &Payload<'_>, error: &RecordError) {
-        let reason = error.to_string();
-        let source = payload.partition.to_string();
-        let offset = payload.offset.to_string();
-        let headers = OwnedHeaders::new()
-            .insert(Header {
-                key: "spate.reason",
-                value: Some(reason.as_bytes()),
-            })
-            .insert(Header {
-                key: "spate.source",
-                value: Some(source.as_bytes()),
-            })
-            .insert(Header {
-                key: "spate.offset",
-                value: Some(offset.as_bytes()),
-            });
-        let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(&self.topic).headers(headers);
-        // A tombstone stays a tombstone (a null value, not an empty one), so
-        // its dead-letter copy still deletes in a compacted topic.
-        if let Some(value) = payload.value {
-            record = record.payload(value);
-        }
-        if let Some(k) = payload.key {
-            record = record.key(k);
-        }
-        if let Err((e, _)) = self.producer.send(record) {
-            self.producer
-                .context()
-                .drop_one(format_args!("{source}@{offset}: send: {e}"));
-        }
-    }
 }
 
 /// How a message becomes JSON records, per `format.json.mode`: the whole
@@ -556,6 +351,16 @@ pub enum MessageDecoder {
     Object,
     /// One object per line.
     Ndjson,
+}
+
+impl MessageDecoder {
+    /// The decoder `config`'s `format.json.mode` names.
+    pub fn of(config: &Config) -> Self {
+        match config.format.json().mode {
+            JsonMode::Object => MessageDecoder::Object,
+            JsonMode::Ndjson => MessageDecoder::Ndjson,
+        }
+    }
 }
 
 impl Decoder for MessageDecoder {
@@ -693,10 +498,7 @@ pub fn build(
     let writer = HttpWriter::new(wc);
     let source = KafkaSource::new(config.kafka_config())?;
     let shard_spec = config.sink.clickhouse.shard_spec()?;
-    let decoder = match config.format.json().mode {
-        JsonMode::Object => MessageDecoder::Object,
-        JsonMode::Ndjson => MessageDecoder::Ndjson,
-    };
+    let decoder = MessageDecoder::of(config);
     let filter = plan.filter.clone();
     let explode = plan.explode.clone();
     let rules = plan.options.time.clone();
@@ -732,98 +534,39 @@ pub fn build(
                 buffers,
             )),
         });
-    let mut builder = Pipeline::builder(config.pipeline_config(), source, writer, factory);
+    assemble(config, config.pipeline_config(), source, writer, factory)
+}
+
+/// A pipeline reading Kafka through `W` with the chains `F` makes, and its
+/// dead-letter producer when one is configured.
+pub(crate) type Assembled<W, F> = (Pipeline<KafkaSource, W, F>, Option<Arc<KafkaDeadLetter>>);
+
+/// The last step of [`build`] and of [`crate::routing::build`]: the
+/// pipeline of `source`, `writer` and `factory` under `pipeline`, with
+/// `config`'s dead-letter producer attached when one is configured (flush
+/// it after the run).
+///
+/// # Errors
+/// [`ServiceError`] from the dead-letter producer or the pipeline builder.
+pub(crate) fn assemble<W, F, P>(
+    config: &Config,
+    pipeline: PipelineConfig,
+    source: KafkaSource,
+    writer: W,
+    factory: F,
+) -> Result<Assembled<W, F>, ServiceError>
+where
+    W: spate_core::sink::Writer,
+    P: Processor + 'static,
+    F: Fn(ChunkBuffers) -> P + Send + Sync + 'static,
+{
+    let mut builder = Pipeline::builder(pipeline, source, writer, factory);
     let mut dead_letter = None;
     if let Some(dl) = &config.on_error.dead_letter {
-        let hook = Arc::new(KafkaDeadLetter::new(config, &dl.topic)?);
+        let brokers = config.source.kafka.brokers.joined();
+        let hook = Arc::new(KafkaDeadLetter::new(&brokers, &dl.topic)?);
         builder = builder.dead_letter(Arc::clone(&hook) as Arc<dyn DeadLetter>);
         dead_letter = Some(hook);
     }
     Ok((builder.build()?, dead_letter))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use spate_core::record::TopicPartition;
-
-    /// A consumed message at `offset` of `tp`, without timestamp or headers.
-    fn message<'a>(
-        tp: &'a TopicPartition,
-        offset: spate_core::record::Offset,
-        key: Option<&'a [u8]>,
-        value: Option<&'a [u8]>,
-    ) -> Payload<'a> {
-        Payload {
-            value,
-            key,
-            partition: tp,
-            offset,
-            timestamp_ms: None,
-            timestamp_kind: spate_core::record::TimestampKind::None,
-            headers: spate_core::record::Headers::NONE,
-        }
-    }
-
-    /// D6: a dead letter the broker never takes is counted, not lost
-    /// silently. Nothing listens on port 1; the message times out.
-    #[test]
-    fn undeliverable_dead_letters_are_counted() {
-        let mut client = ClientConfig::new();
-        client
-            .set("bootstrap.servers", "127.0.0.1:1")
-            .set("message.timeout.ms", "300");
-        let dl = KafkaDeadLetter::with_client(client, "dead").expect("producer");
-        let tp = TopicPartition::new("events", 3);
-        for offset in [7, 8] {
-            let payload = message(&tp, offset, None, Some(b"not json"));
-            dl.dead_letter(&payload, &RecordError::decode("expected a JSON object"));
-        }
-        dl.flush(Duration::from_secs(5));
-        assert_eq!(dl.dropped(), 2);
-    }
-
-    /// A dead letter is the original message: a tombstone's copy has a null
-    /// value (not an empty one) and its key; other values keep their bytes.
-    #[test]
-    fn a_dead_tombstone_stays_a_tombstone() {
-        use rdkafka::consumer::{BaseConsumer, Consumer};
-        let mock = crate::kafka_tools::start_broker("dead", 1).expect("mock broker");
-        let mut client = ClientConfig::new();
-        client.set("bootstrap.servers", mock.bootstrap_servers());
-        let dl = KafkaDeadLetter::with_client(client, "dead").expect("producer");
-        let tp = TopicPartition::new("events", 0);
-        for (offset, value) in [(1, None), (2, Some(&b""[..])), (3, Some(&b"x"[..]))] {
-            let payload = message(&tp, offset, Some(b"k1"), value);
-            dl.dead_letter(&payload, &RecordError::decode("refused"));
-        }
-        dl.flush(Duration::from_secs(5));
-        assert_eq!(dl.dropped(), 0);
-        let c: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", mock.bootstrap_servers())
-            .set("group.id", "reader")
-            .create()
-            .unwrap();
-        let mut tpl = rdkafka::TopicPartitionList::new();
-        tpl.add_partition_offset("dead", 0, rdkafka::Offset::Beginning)
-            .unwrap();
-        c.assign(&tpl).unwrap();
-        let mut got = Vec::new();
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while got.len() < 3 && std::time::Instant::now() < deadline {
-            if let Some(m) = c.poll(Duration::from_millis(200)) {
-                let m = m.unwrap();
-                got.push((m.key().map(<[u8]>::to_vec), m.payload().map(<[u8]>::to_vec)));
-            }
-        }
-        let key = Some(b"k1".to_vec());
-        assert_eq!(
-            got,
-            vec![
-                (key.clone(), None),
-                (key.clone(), Some(Vec::new())),
-                (key, Some(b"x".to_vec()))
-            ]
-        );
-    }
 }

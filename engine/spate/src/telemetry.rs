@@ -74,7 +74,7 @@ pub fn describe() {
     spate_core::metrics::describe();
     spate_kafka::describe_metrics();
     describe_counter!(
-        crate::service::DEAD_LETTER_DROPPED,
+        spate_kafka::DEAD_LETTER_DROPPED,
         Unit::Count,
         "Dead letters that did not reach the dead-letter topic (queue full, delivery failed, still queued at the final flush)."
     );

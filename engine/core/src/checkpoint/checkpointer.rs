@@ -66,7 +66,19 @@ impl Checkpointer {
             self.ack_failures.increment(1);
             self.failed = true;
         }
-        self.tracker.apply(r)
+        let applied = self.tracker.apply(r);
+        debug_assert!(
+            r.outcome == Outcome::Delivered || matches!(applied, Applied::Failed | Applied::Stale),
+            "D1: failed batch {} of {} was taken as {applied:?}",
+            r.seq,
+            r.partition
+        );
+        debug_assert!(
+            r.outcome == Outcome::Delivered || self.failed,
+            "D1: a failed batch of {} left the failure flag down, so the pipeline would not stop",
+            r.partition
+        );
+        applied
     }
 
     /// Whether a failed resolution was applied since the last call (and
@@ -97,12 +109,37 @@ impl Checkpointer {
     /// Applies queued resolutions, then returns the offsets to commit now.
     pub fn pending_commits(&mut self) -> Vec<CommitOffset> {
         self.apply_ready();
-        self.tracker.pending_commits()
+        let pending = self.tracker.pending_commits();
+        debug_assert!(
+            pending
+                .iter()
+                .all(|c| self.tracker.committable(&c.partition, c.epoch) == Some(c.offset)),
+            "D1: a commit offered is not its partition's committable offset"
+        );
+        debug_assert!(
+            pending.iter().all(|c| c.metadata.is_none()),
+            "D9: the tracker's commits carry metadata; only the range recorder writes it"
+        );
+        pending
     }
 
     /// Records commits the source accepted and publishes the gauge.
     pub fn mark_committed(&mut self, commits: &[CommitOffset]) {
         for c in commits {
+            debug_assert!(
+                c.offset >= 0,
+                "D1: commit {} of {} is below every offset",
+                c.offset,
+                c.partition
+            );
+            debug_assert!(
+                self.tracker
+                    .committable(&c.partition, c.epoch)
+                    .is_none_or(|o| c.offset <= o),
+                "D1: commit {} of {} passes the delivered prefix",
+                c.offset,
+                c.partition
+            );
             self.tracker.mark_committed(c);
             // Registered at the first commit (see `assign`); no clone after.
             if !self.committed.contains_key(&c.partition) {

@@ -127,6 +127,17 @@ pub fn encode(ranges: &[(Offset, Offset)]) -> String {
         push_base36(&mut out, (last - first) as u64);
         prev_last = Some(last);
     }
+    debug_assert!(
+        out.len() <= PREFIX.len() + ranges.len() * MAX_RANGE_BYTES,
+        "D9: {} ranges took {} bytes, past the bound the pending limit is sized by",
+        ranges.len(),
+        out.len()
+    );
+    debug_assert_eq!(
+        decode(&out).as_deref(),
+        Ok(ranges),
+        "D9: the range list does not decode to the ranges it records"
+    );
     out
 }
 
@@ -199,6 +210,14 @@ pub fn decode(metadata: &str) -> Result<Vec<(Offset, Offset)>, RangesError> {
         out.push((first, last));
         prev_last = Some(last);
     }
+    debug_assert!(
+        !out.is_empty(),
+        "D9: metadata {metadata:?} that is not empty decoded to no ranges"
+    );
+    debug_assert!(
+        out.windows(2).all(|w| w[0].1 < w[1].0),
+        "D9: decoded ranges are not sorted and disjoint"
+    );
     Ok(out)
 }
 

@@ -77,13 +77,82 @@ impl PartitionState {
     fn advance(&mut self) -> bool {
         let mut moved = false;
         while let Some(last) = self.ahead.remove(&self.next_seq) {
-            debug_assert!(self.frozen_at.is_none_or(|(s, _)| s > self.next_seq));
-            debug_assert!(self.last_delivered.is_none_or(|prev| last > prev));
+            debug_assert!(
+                self.frozen_at.is_none_or(|(s, _)| s > self.next_seq),
+                "D1: the delivered prefix grows over batch {} at or past the frozen one",
+                self.next_seq
+            );
+            debug_assert!(
+                self.last_delivered.is_none_or(|prev| last > prev),
+                "D1: the delivered prefix's last offset moves backwards to {last}"
+            );
             self.last_delivered = Some(last);
             self.next_seq += 1;
             moved = true;
         }
+        debug_assert!(
+            !self.ahead.contains_key(&self.next_seq),
+            "D1: batch {} waits ahead of a prefix that reached it",
+            self.next_seq
+        );
         moved
+    }
+}
+
+impl PartitionState {
+    /// A failed batch: freezes the partition at the lowest failed batch (D1).
+    fn fail(&mut self, r: &Resolution) -> Applied {
+        if self.frozen_at.is_none_or(|(s, _)| r.seq < s) {
+            self.frozen_at = Some((r.seq, r.first));
+        }
+        debug_assert!(
+            self.frozen_at.is_some_and(|(s, _)| s <= r.seq),
+            "D1: failed batch {} of {} did not freeze the partition at or before it",
+            r.seq,
+            r.partition
+        );
+        debug_assert!(
+            self.frozen_at.is_some_and(|(s, _)| self.next_seq <= s),
+            "D1: the delivered prefix of {} already passed its failed batch {}",
+            r.partition,
+            r.seq
+        );
+        Applied::Failed
+    }
+
+    /// A delivered batch: extends the prefix when it is the next one (then
+    /// takes the batches that waited behind it), else waits ahead of the
+    /// gap; behind a failure it never counts (D1).
+    fn deliver(&mut self, r: &Resolution) -> Applied {
+        if self.frozen_at.is_some_and(|(s, _)| r.seq > s) {
+            // Behind a failure: can never become committable.
+            return Applied::Failed;
+        }
+        if r.seq < self.next_seq {
+            return Applied::Stale;
+        }
+        if r.seq > self.next_seq {
+            self.ahead.insert(r.seq, r.last);
+            return Applied::Buffered;
+        }
+        // In order (the common case): extend the prefix directly,
+        // then take any batches that were waiting behind this one.
+        debug_assert!(
+            self.last_delivered.is_none_or(|prev| r.last > prev),
+            "D1: the delivered prefix of {} moves backwards to {}",
+            r.partition,
+            r.last
+        );
+        self.last_delivered = Some(r.last);
+        self.next_seq += 1;
+        self.advance();
+        debug_assert!(
+            self.committable().is_some_and(|c| c > r.last),
+            "D1: delivering the prefix's next batch of {} did not commit past its last offset {}",
+            r.partition,
+            r.last
+        );
+        Applied::Advanced
     }
 }
 
@@ -108,6 +177,14 @@ impl Tracker {
         let epochs = self.parts.entry(partition).or_default();
         assert!(!epochs.contains_key(&epoch), "epoch {epoch} assigned twice");
         epochs.insert(epoch, PartitionState::default());
+        debug_assert!(
+            epochs[&epoch].committable().is_none(),
+            "D1: a new epoch {epoch} starts with an offset to commit"
+        );
+        debug_assert!(
+            epochs[&epoch].frozen_at.is_none(),
+            "D1: a new epoch {epoch} starts frozen"
+        );
     }
 
     fn state(&self, partition: &TopicPartition, epoch: Epoch) -> Option<&PartitionState> {
@@ -131,9 +208,19 @@ impl Tracker {
     /// Marks `partition` at `epoch` revoked: it keeps accepting the
     /// resolutions of batches already in flight until [`Tracker::release`].
     pub fn revoke(&mut self, partition: &TopicPartition, epoch: Epoch) {
+        let before = self.committable(partition, epoch);
         if let Some(state) = self.state_mut(partition, epoch) {
             state.revoked = true;
         }
+        debug_assert!(
+            self.state(partition, epoch).is_none_or(|s| s.revoked),
+            "D1: {partition} epoch {epoch} is tracked but not marked revoked"
+        );
+        debug_assert_eq!(
+            self.committable(partition, epoch),
+            before,
+            "D1: revoking {partition} epoch {epoch} moved its watermark"
+        );
     }
 
     /// Forgets `partition` at `epoch`; later resolutions for it are stale.
@@ -144,6 +231,14 @@ impl Tracker {
                 self.parts.remove(partition);
             }
         }
+        debug_assert!(
+            self.state(partition, epoch).is_none(),
+            "D1: released {partition} epoch {epoch} is still tracked, so its late acks would count"
+        );
+        debug_assert!(
+            self.parts.get(partition).is_none_or(|e| !e.is_empty()),
+            "D1: {partition} keeps an empty epoch map after its release"
+        );
     }
 
     /// Applies one resolution. Never panics on input from the ack channel:
@@ -156,40 +251,24 @@ impl Tracker {
         };
         debug_assert!(
             r.seq >= state.next_seq && !state.ahead.contains_key(&r.seq),
-            "{} epoch {} seq {} resolved twice",
+            "D1: {} epoch {} seq {} resolved twice",
             r.partition,
             r.epoch,
             r.seq
         );
+        debug_assert!(
+            r.first <= r.last,
+            "D1: {} epoch {} seq {} resolves the empty range {}..={}",
+            r.partition,
+            r.epoch,
+            r.seq,
+            r.first,
+            r.last
+        );
         state.resolved += 1;
         match r.outcome {
-            Outcome::Failed => {
-                // D1: freeze at the lowest failed batch.
-                if state.frozen_at.is_none_or(|(s, _)| r.seq < s) {
-                    state.frozen_at = Some((r.seq, r.first));
-                }
-                Applied::Failed
-            }
-            Outcome::Delivered => {
-                if state.frozen_at.is_some_and(|(s, _)| r.seq > s) {
-                    // Behind a failure: can never become committable.
-                    return Applied::Failed;
-                }
-                if r.seq < state.next_seq {
-                    return Applied::Stale;
-                }
-                if r.seq > state.next_seq {
-                    state.ahead.insert(r.seq, r.last);
-                    return Applied::Buffered;
-                }
-                // In order (the common case): extend the prefix directly,
-                // then take any batches that were waiting behind this one.
-                debug_assert!(state.last_delivered.is_none_or(|prev| r.last > prev));
-                state.last_delivered = Some(r.last);
-                state.next_seq += 1;
-                state.advance();
-                Applied::Advanced
-            }
+            Outcome::Failed => state.fail(r),
+            Outcome::Delivered => state.deliver(r),
         }
     }
 
@@ -239,6 +318,14 @@ impl Tracker {
         self.iter()
             .filter_map(|(p, epoch, s)| {
                 let offset = s.committable()?;
+                debug_assert!(
+                    s.committed.is_none_or(|c| offset >= c),
+                    "D1: the committable offset {offset} of {p} fell behind its commit"
+                );
+                debug_assert!(
+                    s.frozen_at.is_none_or(|(_, first)| offset <= first),
+                    "D1: the committable offset {offset} of {p} passes its failed batch"
+                );
                 (s.committed != Some(offset)).then(|| CommitOffset {
                     partition: p.clone(),
                     epoch,
@@ -256,6 +343,20 @@ impl Tracker {
             debug_assert!(
                 state.committable().is_some_and(|c| commit.offset <= c),
                 "D1: commit {} of {} passes the delivered prefix",
+                commit.offset,
+                commit.partition
+            );
+            debug_assert!(
+                state.committed.is_none_or(|c| commit.offset >= c),
+                "D1: commit {} of {} moves its committed offset backwards",
+                commit.offset,
+                commit.partition
+            );
+            debug_assert!(
+                state
+                    .frozen_at
+                    .is_none_or(|(_, first)| commit.offset <= first),
+                "D1: commit {} of {} passes its failed batch",
                 commit.offset,
                 commit.partition
             );
@@ -342,5 +443,40 @@ mod tests {
         assert_eq!(pending[0].offset, 5);
         t.mark_committed(&pending[0]);
         assert!(t.pending_commits().is_empty());
+    }
+
+    /// D1 asserted where it would break: a caller that marks an offset
+    /// committed past the delivered prefix (batch 1, offsets 10..=19, is
+    /// still out) stops a debug build at once.
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "D1: commit 20 of t/0 passes the delivered prefix")]
+    fn marking_a_commit_past_the_delivered_prefix_fails_its_assertion() {
+        let mut t = first_batch_delivered();
+        t.mark_committed(&CommitOffset {
+            partition: tp(),
+            epoch: 1,
+            offset: 20,
+            metadata: None,
+        });
+    }
+
+    /// D1 asserted where it would break: a resolution for a batch the
+    /// tracker already took (a handle resolving twice) stops a debug build.
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "D1: t/0 epoch 1 seq 0 resolved twice")]
+    fn a_batch_resolved_twice_fails_its_assertion() {
+        let mut t = first_batch_delivered();
+        t.apply(&res(0, 0, 9, Outcome::Delivered));
+    }
+
+    /// `t/0` at epoch 1 with batch 0 (offsets 0..=9) delivered.
+    #[cfg(debug_assertions)]
+    fn first_batch_delivered() -> Tracker {
+        let mut t = Tracker::new();
+        t.assign(tp(), 1);
+        t.apply(&res(0, 0, 9, Outcome::Delivered));
+        t
     }
 }

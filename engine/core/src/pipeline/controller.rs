@@ -34,7 +34,7 @@ use crate::pipeline::{
     Shutdown,
 };
 use crate::record::{Epoch, TopicPartition};
-use crate::sink::{PoolHandle, SinkPool, Writer};
+use crate::sink::{DrainReport, PoolHandle, SinkPool, Writer};
 use crate::source::{AssignmentEvent, CommitOffset, OffsetReset, Source, SourceError};
 
 pub(crate) struct Controller<S: Source, W: Writer, H> {
@@ -85,57 +85,14 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
         let mut backoff = IdleBackoff::new(self.config.idle_poll, self.config.idle_poll_max);
         let mut reason_at: Option<Instant> = None;
         while self.error.is_none() && !shutdown.is_triggered() {
-            // Ready (what /readyz reports): started, every shard has a replica
-            // whose breaker is closed, and the consumer holds an assignment
-            // or waits for one without an error standing.
-            // A breaker that reached its threshold counts as open until a
-            // write succeeds (not only during its cooldown), so a steady
-            // fault reads as steadily not ready.
-            let reachable = pool.as_ref().is_some_and(PoolHandle::reachable);
-            let consumer = self.source.consumer_ready();
-            if started && reachable && consumer {
-                self.ready.set_ready();
-                reason_at = None;
-            } else if reason_at.is_none_or(|at| Instant::now() >= at) {
-                // The reason is written before the flag drops, then
-                // refreshed every REASON_REFRESH while it stays down.
-                reason_at = Some(Instant::now() + REASON_REFRESH);
-                let mut why = pool
-                    .as_ref()
-                    .map(PoolHandle::unreachable_reasons)
-                    .unwrap_or_default();
-                if !consumer {
-                    why.push(format!(
-                        "consumer: {}",
-                        self.source.consumer_not_ready_reason()
-                    ));
-                }
-                if !started {
-                    why.insert(0, "the start-up probe failed".to_owned());
-                }
-                if why.is_empty() {
-                    // A replica answered between the two reads.
-                    why.push(
-                        "a shard's replicas were failing a moment ago; re-checking".to_owned(),
-                    );
-                }
-                self.ready.set_not_ready(why.join("; "));
-            }
+            self.report_readiness(pool.as_ref(), started, &mut reason_at);
             let busy = self.host.step(Instant::now());
             self.take_events();
             self.checkpointer.apply_ready();
             self.record();
-            if self.checkpointer.take_failure_flag() {
-                // Stop for a frozen partition, tracked or frozen before its
-                // revoke released it. A failure that arrives after the release
-                // is stale: that data was never committed and the partition's
-                // next owner re-reads it (D1), so it stops nothing.
-                let mut failed = self.frozen.clone();
-                failed.extend(self.checkpointer.tracker().failures());
-                if !failed.is_empty() {
-                    self.error = Some(PipelineError::AcksFailed(failed));
-                    break;
-                }
+            if let Some(failed) = self.failed_partitions() {
+                self.error = Some(PipelineError::AcksFailed(failed));
+                break;
             }
             if let Err(e) = self.poll_source(&shutdown).await {
                 self.error = Some(e);
@@ -159,6 +116,62 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
             }
         }
         self.stop().await
+    }
+
+    /// Ready (what /readyz reports): started, every shard has a replica
+    /// whose breaker is closed, and the consumer holds an assignment or
+    /// waits for one without an error standing. A breaker that reached its
+    /// threshold counts as open until a write succeeds (not only during its
+    /// cooldown), so a steady fault reads as steadily not ready. The reason
+    /// is written before the flag drops, then refreshed every
+    /// [`REASON_REFRESH`] (`reason_at`) while it stays down.
+    fn report_readiness(
+        &mut self,
+        pool: Option<&PoolHandle>,
+        started: bool,
+        reason_at: &mut Option<Instant>,
+    ) {
+        let reachable = pool.is_some_and(PoolHandle::reachable);
+        let consumer = self.source.consumer_ready();
+        if started && reachable && consumer {
+            self.ready.set_ready();
+            *reason_at = None;
+            return;
+        }
+        if reason_at.is_some_and(|at| Instant::now() < at) {
+            return;
+        }
+        *reason_at = Some(Instant::now() + REASON_REFRESH);
+        let mut why = pool
+            .map(PoolHandle::unreachable_reasons)
+            .unwrap_or_default();
+        if !consumer {
+            why.push(format!(
+                "consumer: {}",
+                self.source.consumer_not_ready_reason()
+            ));
+        }
+        if !started {
+            why.insert(0, "the start-up probe failed".to_owned());
+        }
+        if why.is_empty() {
+            // A replica answered between the two reads.
+            why.push("a shard's replicas were failing a moment ago; re-checking".to_owned());
+        }
+        self.ready.set_not_ready(why.join("; "));
+    }
+
+    /// After a failed ack: the frozen partitions the run must stop for,
+    /// tracked or frozen before their revoke released them. A failure that
+    /// arrives after the release is stale: that data was never committed
+    /// and the partition's next owner re-reads it (D1), so it stops nothing.
+    fn failed_partitions(&mut self) -> Option<Vec<FailedBatch>> {
+        if !self.checkpointer.take_failure_flag() {
+            return None;
+        }
+        let mut failed = self.frozen.clone();
+        failed.extend(self.checkpointer.tracker().failures());
+        (!failed.is_empty()).then_some(failed)
     }
 
     async fn start(&mut self) -> Result<(), PipelineError> {
@@ -269,6 +282,24 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
             self.checkpointer.revoke(p, *e);
             self.host.revoke(p, *e);
         }
+        self.wait_for_revoked(&partitions, shutdown).await;
+        self.commit();
+        self.release_revoked(partitions);
+        // Spread the remaining lanes evenly over the drivers again; not in
+        // effectively_once, where a lane's open range lives in its thread's
+        // buffers and must not be cut by a move (D9).
+        if self.recorder.is_none() {
+            self.host.balance();
+        }
+    }
+
+    /// Steps the lanes until every revoked partition's acks have settled,
+    /// the revoke drain times out, or shutdown is requested.
+    async fn wait_for_revoked(
+        &mut self,
+        partitions: &[(TopicPartition, Epoch)],
+        shutdown: &Shutdown,
+    ) {
         let deadline = Instant::now() + self.config.rebalance_drain_timeout;
         loop {
             let busy = self.host.step(Instant::now());
@@ -319,7 +350,12 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
                 () = tokio::time::sleep(pause), if !busy => {}
             }
         }
-        self.commit();
+    }
+
+    /// After the revoke commit: keeps what froze, forgets the revoked
+    /// epochs (D1: their late acks are stale) and releases them at the
+    /// source.
+    fn release_revoked(&mut self, partitions: Vec<(TopicPartition, Epoch)>) {
         for (p, e) in partitions {
             if let Some(f) = self.checkpointer.tracker().failure(&p, e) {
                 self.frozen.push(f);
@@ -335,12 +371,6 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
             if let Err(err) = self.source.release(&p, e) {
                 tracing::warn!(partition = %p, epoch = e, error = %err, "release after revoke failed");
             }
-        }
-        // Spread the remaining lanes evenly over the drivers again; not in
-        // effectively_once, where a lane's open range lives in its thread's
-        // buffers and must not be cut by a move (D9).
-        if self.recorder.is_none() {
-            self.host.balance();
         }
     }
 
@@ -414,34 +444,7 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
         tracing::info!(timeout = ?self.config.shutdown_drain_timeout, "stopping: sealing and draining");
         self.ready
             .set_not_ready("shutting down: sealing and draining".to_owned());
-        {
-            // The ranges shutdown seals are recorded while threads hand them
-            // over (effectively_once, D9); nothing to do otherwise.
-            let Controller {
-                host,
-                recorder,
-                source,
-                checkpointer,
-                record_retry_at,
-                committed,
-                commit_failures,
-                ..
-            } = &mut self;
-            let mut service = || {
-                if let Some(recorder) = recorder.as_mut() {
-                    RangeCommits {
-                        recorder,
-                        source: &mut *source,
-                        checkpointer: &mut *checkpointer,
-                        retry_at: &mut *record_retry_at,
-                        committed: &mut *committed,
-                        failures: &*commit_failures,
-                    }
-                    .record();
-                }
-            };
-            host.shutdown(deadline, &mut service).await;
-        }
+        self.shut_down_host(deadline).await;
         let pool = self.pool.take().expect("stop runs once");
         let sink = pool.drain(deadline).await;
         // Let tasks aborted by the drain drop their ack sets before the final
@@ -454,19 +457,7 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
         let mut frozen = std::mem::take(&mut self.frozen);
         frozen.extend(self.checkpointer.tracker().failures());
         let c = &self.counters;
-        let status = if self.error.is_some() {
-            ExitStatus::Failed
-        } else if !frozen.is_empty() || sink.shards.iter().any(|s| s.forced_abort) {
-            // Data left unwritten at the end: a partition is frozen in front of
-            // it (or a worker had to be aborted). Batches abandoned earlier
-            // whose partitions were re-read under a later epoch are counted in
-            // `sink` but leave nothing behind.
-            ExitStatus::Abandoned
-        } else if !self.offset_resets.is_empty() {
-            ExitStatus::OffsetReset
-        } else {
-            ExitStatus::Clean
-        };
+        let status = self.exit_status(&frozen, &sink);
         let report = RunReport {
             polled: c.polled.load(Ordering::Relaxed),
             rows_encoded: c.rows_encoded.load(Ordering::Relaxed),
@@ -482,6 +473,53 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
         };
         tracing::info!("{}", report.summary());
         report
+    }
+
+    /// Stop, first step: the lane host seals and hands over what it holds
+    /// by `deadline`; the ranges it seals are recorded meanwhile
+    /// (effectively_once, D9; nothing to record otherwise).
+    async fn shut_down_host(&mut self, deadline: Instant) {
+        let Controller {
+            host,
+            recorder,
+            source,
+            checkpointer,
+            record_retry_at,
+            committed,
+            commit_failures,
+            ..
+        } = self;
+        let mut service = || {
+            if let Some(recorder) = recorder.as_mut() {
+                RangeCommits {
+                    recorder,
+                    source: &mut *source,
+                    checkpointer: &mut *checkpointer,
+                    retry_at: &mut *record_retry_at,
+                    committed: &mut *committed,
+                    failures: &*commit_failures,
+                }
+                .record();
+            }
+        };
+        host.shutdown(deadline, &mut service).await;
+    }
+
+    /// How the run ended, once drained: failed on an error; abandoned when
+    /// data is left unwritten (a partition is frozen in front of it, or a
+    /// worker had to be aborted; batches abandoned earlier whose partitions
+    /// were re-read under a later epoch are counted in `sink` but leave
+    /// nothing behind); offset reset; else clean.
+    fn exit_status(&self, frozen: &[FailedBatch], sink: &DrainReport) -> ExitStatus {
+        if self.error.is_some() {
+            ExitStatus::Failed
+        } else if !frozen.is_empty() || sink.shards.iter().any(|s| s.forced_abort) {
+            ExitStatus::Abandoned
+        } else if !self.offset_resets.is_empty() {
+            ExitStatus::OffsetReset
+        } else {
+            ExitStatus::Clean
+        }
     }
 }
 

@@ -103,6 +103,108 @@ pub struct RecordCounters {
     pub polls: AtomicU64,
 }
 
+/// One poll of `lane`, without waiting; `None` after a transient error
+/// (logged: the lane is polled on next round).
+fn poll_lane<L: Lane>(lane: &mut L) -> Result<Option<L::Batch<'_>>, PipelineError> {
+    match lane.poll(Duration::ZERO) {
+        Ok(b) => Ok(Some(b)),
+        Err(SourceError::Transient { context, message }) => {
+            tracing::warn!(%context, %message, "transient lane error; polling on");
+            Ok(None)
+        }
+        Err(e) => Err(PipelineError::Source(e)),
+    }
+}
+
+/// What one poll round saw, added to the counters once at its end.
+#[derive(Debug, Default)]
+struct Round {
+    /// Whether any lane returned payloads.
+    busy: bool,
+    polls: u64,
+    polled: u64,
+    skipped: u64,
+}
+
+/// A driver's parts that run the chain over one poll batch, borrowed apart
+/// from its lanes (the batch borrows its lane's memory).
+struct BatchRun<'a, P> {
+    processor: &'a mut P,
+    on_error: OnError,
+    dead_letter: &'a Option<Arc<dyn DeadLetter>>,
+    metrics: &'a DriverMetrics,
+    /// Records the driver skipped so far, for the log's pacing.
+    skips: &'a mut u64,
+    /// `delivery: effectively_once`: payloads go to the lane's range former.
+    eo: bool,
+}
+
+impl<P: Processor> BatchRun<'_, P> {
+    /// Issues the batch's ack and runs the chain over each payload; returns
+    /// how many were skipped (`on_error: skip`), and the error that stops
+    /// the driver under `on_error: fail`, after failing the batch's ack so
+    /// its watermark freezes in front of it (D1).
+    #[inline]
+    fn run<'b, B: PollBatch<'b>>(
+        &mut self,
+        batch: &B,
+        issuer: &mut AckIssuer,
+    ) -> (u64, Result<(), PipelineError>) {
+        let n = batch.len();
+        let first = batch.payload(0);
+        let ack = issuer.issue_at(
+            first.offset,
+            batch.payload(n - 1).offset,
+            first.timestamp_ms,
+        );
+        // A plan published since the last poll batch applies from here:
+        // never inside a poll batch, never per record.
+        self.processor.begin_poll_batch();
+        if self.eo {
+            self.processor
+                .buffers()
+                .eo_select(issuer.partition(), issuer.epoch());
+        }
+        let mut skipped = 0;
+        for i in 0..n {
+            let cx = RecordCx {
+                payload: batch.payload(i),
+                ack: &ack,
+            };
+            // effectively_once: a range holds whole payloads, so its
+            // boundaries fall between them (a poll batch may hold a
+            // boundary: its ack then waits for both ranges).
+            if self.eo {
+                self.processor.buffers().eo_before(cx.payload.offset);
+            }
+            let processed = self.processor.process(&cx);
+            if self.eo {
+                self.processor.buffers().eo_after(cx.payload.offset);
+            }
+            let Err(error) = processed else { continue };
+            match self.on_error {
+                OnError::Skip => {
+                    skipped += 1;
+                    self.metrics.skipped[error.kind as usize].increment(1);
+                    *self.skips += 1;
+                    skip(self.dead_letter, &cx.payload, &error, *self.skips);
+                }
+                OnError::Fail => {
+                    // D1: the batch's watermark freezes in front of it.
+                    ack.fail();
+                    let failed = PipelineError::RecordFailed {
+                        partition: cx.payload.partition.clone(),
+                        offset: cx.payload.offset,
+                        error,
+                    };
+                    return (skipped, Err(failed));
+                }
+            }
+        }
+        (skipped, Ok(()))
+    }
+}
+
 /// Metric handles of one driver, registered when it is built.
 #[derive(Debug, Clone)]
 struct DriverMetrics {
@@ -336,30 +438,41 @@ impl<L: Lane, P: Processor> Driver<L, P> {
     /// incomplete replayed range) and runs the chain over what came;
     /// `Ok(true)` if anything did.
     fn poll_round(&mut self, eo: bool, replay_only: bool) -> Result<bool, PipelineError> {
-        let mut busy = false;
-        let mut polls = 0;
-        let mut polled = 0u64;
-        let mut skipped = 0u64;
+        let mut round = Round::default();
         let mut result = Ok(());
-        for slot in &mut self.lanes {
+        let Driver {
+            lanes,
+            processor,
+            on_error,
+            dead_letter,
+            metrics,
+            skips,
+            ..
+        } = self;
+        let mut chain = BatchRun {
+            processor,
+            on_error: *on_error,
+            dead_letter,
+            metrics,
+            skips,
+            eo,
+        };
+        for slot in lanes.iter_mut() {
             if replay_only
-                && !self
+                && !chain
                     .processor
                     .buffers()
                     .eo_replaying(slot.lane.partition(), slot.lane.epoch())
             {
                 continue;
             }
-            polls += 1;
+            round.polls += 1;
             let LaneSlot { lane, issuer, .. } = slot;
-            let batch = match lane.poll(Duration::ZERO) {
-                Ok(b) => b,
-                Err(SourceError::Transient { context, message }) => {
-                    tracing::warn!(%context, %message, "transient lane error; polling on");
-                    continue;
-                }
+            let batch = match poll_lane(lane) {
+                Ok(Some(b)) => b,
+                Ok(None) => continue,
                 Err(e) => {
-                    result = Err(PipelineError::Source(e));
+                    result = Err(e);
                     break;
                 }
             };
@@ -374,67 +487,34 @@ impl<L: Lane, P: Processor> Driver<L, P> {
                 }
                 continue;
             }
-            busy = true;
-            polled += n as u64;
-            let first = batch.payload(0);
-            let ack = issuer.issue_at(
-                first.offset,
-                batch.payload(n - 1).offset,
-                first.timestamp_ms,
-            );
-            // A plan published since the last poll batch applies from here:
-            // never inside a poll batch, never per record.
-            self.processor.begin_poll_batch();
-            if eo {
-                self.processor
-                    .buffers()
-                    .eo_select(issuer.partition(), issuer.epoch());
-            }
-            for i in 0..n {
-                let cx = RecordCx {
-                    payload: batch.payload(i),
-                    ack: &ack,
-                };
-                // effectively_once: a range holds whole payloads, so its
-                // boundaries fall between them (a poll batch may hold a
-                // boundary: its ack then waits for both ranges).
-                if eo {
-                    self.processor.buffers().eo_before(cx.payload.offset);
-                }
-                let processed = self.processor.process(&cx);
-                if eo {
-                    self.processor.buffers().eo_after(cx.payload.offset);
-                }
-                if let Err(error) = processed {
-                    match self.on_error {
-                        OnError::Skip => {
-                            skipped += 1;
-                            self.metrics.skipped[error.kind as usize].increment(1);
-                            self.skips += 1;
-                            skip(&self.dead_letter, &cx.payload, &error, self.skips);
-                        }
-                        OnError::Fail => {
-                            // D1: the batch's watermark freezes in front of it.
-                            ack.fail();
-                            result = Err(PipelineError::RecordFailed {
-                                partition: cx.payload.partition.clone(),
-                                offset: cx.payload.offset,
-                                error,
-                            });
-                            break;
-                        }
-                    }
-                }
-            }
-            if result.is_err() {
+            round.busy = true;
+            round.polled += n as u64;
+            let (skipped, processed) = chain.run(&batch, issuer);
+            round.skipped += skipped;
+            if let Err(e) = processed {
+                result = Err(e);
                 break;
             }
         }
+        self.count_round(&round);
+        if let Err(e) = result {
+            if matches!(e, PipelineError::RecordFailed { .. }) {
+                self.counters.failed.fetch_add(1, Ordering::Relaxed);
+            }
+            self.failed = true;
+            return Err(e);
+        }
+        Ok(round.busy)
+    }
+
+    /// Adds one poll round to the run's counters and metrics: polls,
+    /// payloads polled and skipped, rows encoded and filtered (D6).
+    fn count_round(&mut self, round: &Round) {
         let c = &self.counters;
-        c.polls.fetch_add(polls, Ordering::Relaxed);
-        c.polled.fetch_add(polled, Ordering::Relaxed);
-        c.skipped.fetch_add(skipped, Ordering::Relaxed);
-        self.metrics.polled.increment(polled);
+        c.polls.fetch_add(round.polls, Ordering::Relaxed);
+        c.polled.fetch_add(round.polled, Ordering::Relaxed);
+        c.skipped.fetch_add(round.skipped, Ordering::Relaxed);
+        self.metrics.polled.increment(round.polled);
         let buffers = self.processor.buffers();
         let rows = buffers.rows_encoded();
         c.rows_encoded
@@ -447,14 +527,6 @@ impl<L: Lane, P: Processor> Driver<L, P> {
                 .increment(filtered - self.filtered_reported);
             self.filtered_reported = filtered;
         }
-        if let Err(e) = result {
-            if matches!(e, PipelineError::RecordFailed { .. }) {
-                c.failed.fetch_add(1, Ordering::Relaxed);
-            }
-            self.failed = true;
-            return Err(e);
-        }
-        Ok(busy)
     }
 
     /// Seals every open chunk and tries once to hand all pending chunks over;

@@ -109,7 +109,11 @@ impl RangeGate {
 
     /// A free range was sealed.
     pub(crate) fn sealed(&self) {
-        self.pending.fetch_add(1, Ordering::AcqRel);
+        let before = self.pending.fetch_add(1, Ordering::AcqRel);
+        debug_assert!(
+            before < usize::MAX,
+            "D9: the pending range count overflowed"
+        );
     }
 }
 
@@ -201,6 +205,17 @@ impl Recorder {
         let offset = committed.map(|c| c.offset);
         // Ranges wholly behind the committed offset are done.
         replay.retain(|&(_, last)| offset.is_none_or(|o| last >= o));
+        debug_assert!(
+            !self.lanes.contains_key(&(partition.clone(), epoch)),
+            "D9: {partition} epoch {epoch} assigned twice"
+        );
+        debug_assert!(
+            replay
+                .iter()
+                .zip(replay.iter().skip(1))
+                .all(|(a, b)| a.1 < b.0),
+            "D9: the recorded ranges of {partition} to re-form are not sorted and disjoint"
+        );
         let gate = Arc::new(RangeGate::default());
         gate.pending.store(replay.len(), Ordering::Release);
         let record = LaneRecord {
@@ -223,9 +238,18 @@ impl Recorder {
 
     /// The epoch was released: the thread drops what it holds unwritten.
     pub(crate) fn release(&mut self, partition: &TopicPartition, epoch: Epoch) {
-        if let Some(r) = self.lanes.remove(&(partition.clone(), epoch)) {
+        let key = (partition.clone(), epoch);
+        if let Some(r) = self.lanes.remove(&key) {
             r.gate.closed.store(true, Ordering::Release);
+            debug_assert!(
+                r.gate.is_closed(),
+                "D9: released {partition} epoch {epoch} left its gate open, so its thread would write unrecorded parts"
+            );
         }
+        debug_assert!(
+            !self.lanes.contains_key(&key),
+            "D9: released {partition} epoch {epoch} still records ranges"
+        );
     }
 
     /// Takes the ranges threads sealed; `true` if a lane now has ranges to
@@ -236,7 +260,14 @@ impl Recorder {
             let Some(r) = self.lanes.get_mut(&(s.partition, s.epoch)) else {
                 continue; // released meanwhile: the thread drops it
             };
-            debug_assert_eq!(s.seq, r.received, "free ranges arrive in order");
+            debug_assert_eq!(s.seq, r.received, "D9: free ranges arrive in order");
+            debug_assert!(
+                s.first <= s.last && !overlaps(&r.ranges, s.first, s.last),
+                "D9: sealed range {}..={} of epoch {} is empty or overlaps a pending one",
+                s.first,
+                s.last,
+                s.epoch
+            );
             r.ranges.insert(s.first, (s.last, Some(s.seq)));
             r.received = s.seq + 1;
             r.dirty = true;
@@ -290,6 +321,16 @@ impl Recorder {
                 .filter(|(_, (last, _))| *last >= offset)
                 .map(|(&f, &(l, _))| (f, l))
                 .collect();
+            debug_assert!(
+                !r.ranges
+                    .iter()
+                    .any(|(&f, &(l, _))| f < offset && offset <= l),
+                "D9: the commit {offset} of {p} stops inside a pending range, so a replay would cut it short"
+            );
+            debug_assert!(
+                list.first().is_none_or(|&(f, _)| f >= offset),
+                "D9: the commit {offset} of {p} lists a range it has passed"
+            );
             out.push(RecordCommit {
                 partition: p.clone(),
                 epoch: *e,
@@ -313,10 +354,20 @@ impl Recorder {
                 r.reported = false;
             }
             r.committed = Some(c.offset);
+            debug_assert!(
+                c.received <= r.received,
+                "D9: a commit of {} settles ranges the recorder never received",
+                c.partition
+            );
             let before = r.ranges.len();
             r.ranges.retain(|_, (last, _)| *last >= c.offset);
             let retired = before - r.ranges.len();
-            r.gate.pending.fetch_sub(retired, Ordering::AcqRel);
+            let pending = r.gate.pending.fetch_sub(retired, Ordering::AcqRel);
+            debug_assert!(
+                pending >= before,
+                "D9: the gate of {} counts fewer pending ranges ({pending}) than the recorder holds ({before})",
+                c.partition
+            );
             // D9: raised only after the commit listing them returned Ok.
             r.gate.recorded.fetch_max(c.received, Ordering::AcqRel);
             r.dirty = r.received > c.received;
@@ -369,6 +420,14 @@ impl Recorder {
             r.rejected = true;
         }
     }
+}
+
+/// Whether `first..=last` shares an offset with a range in `ranges` (by
+/// first offset: (last, seq)).
+fn overlaps(ranges: &BTreeMap<Offset, (Offset, Option<u64>)>, first: Offset, last: Offset) -> bool {
+    let before = ranges.range(..=first).next_back();
+    let after = ranges.range(first..).next();
+    before.is_some_and(|(_, &(l, _))| l >= first) || after.is_some_and(|(&f, _)| f <= last)
 }
 
 /// What a thread needs to seal ranges: the token's names and the size and
@@ -542,6 +601,17 @@ pub(crate) struct Former {
 
 impl Former {
     pub(crate) fn new(partition: TopicPartition, epoch: Epoch, plan: LanePlan) -> Self {
+        debug_assert!(
+            plan.replay.iter().all(|&(f, l)| f <= l),
+            "D9: {partition} replays an empty recorded range"
+        );
+        debug_assert!(
+            plan.replay
+                .iter()
+                .zip(plan.replay.iter().skip(1))
+                .all(|(a, b)| a.1 < b.0),
+            "D9: {partition} replays recorded ranges out of offset order"
+        );
         Self {
             partition,
             epoch,
@@ -598,6 +668,20 @@ impl Former {
         if !o.fixed {
             o.last = offset;
         }
+        debug_assert!(
+            o.first <= offset && offset <= o.last,
+            "D9: payload {offset} of {} falls outside its open range {}..={}",
+            self.partition,
+            o.first,
+            o.last
+        );
+        debug_assert!(
+            o.fixed || self.replay.front().is_none_or(|r| o.last < r.0),
+            "D9: free range {}..={} of {} reaches into the next recorded range",
+            o.first,
+            o.last,
+            self.partition
+        );
     }
 
     /// After the payload at `offset`: a replayed range whose last offset
@@ -605,6 +689,20 @@ impl Former {
     #[inline]
     pub(crate) fn after(&mut self, offset: Offset, cfg: &EoConfig, budget: &Arc<Budget>) {
         let Some(o) = self.open.as_ref() else { return };
+        debug_assert!(
+            o.first <= offset && offset <= o.last,
+            "D9: payload {offset} of {} was appended outside its open range {}..={}",
+            self.partition,
+            o.first,
+            o.last
+        );
+        debug_assert!(
+            o.fixed || offset == o.last,
+            "D9: free range {}..={} of {} does not end at its last payload {offset}",
+            o.first,
+            o.last,
+            self.partition
+        );
         // D8: take budget as a free range grows, every `pay_every` bytes; a
         // refusal pauses the lane until the budget frees. A replayed range
         // pays only when complete, at hand-over: its bounds are fixed, so a
@@ -633,12 +731,26 @@ impl Former {
             return;
         };
         let (paid_bytes, paid_rows) = o.permit.as_ref().map_or((0, 0), |p| (p.bytes(), p.rows()));
+        debug_assert!(
+            paid_bytes <= o.bytes && paid_rows <= o.rows,
+            "D8: open range {}..={} of {} holds more budget than its rows take",
+            o.first,
+            o.last,
+            self.partition
+        );
         match Budget::try_acquire(budget, o.bytes - paid_bytes, o.rows - paid_rows) {
             Some(p) => {
                 match &mut o.permit {
                     Some(held) => held.merge(p),
                     None => o.permit = Some(p),
                 }
+                debug_assert!(
+                    o.permit
+                        .as_ref()
+                        .is_some_and(|p| (p.bytes(), p.rows()) == (o.bytes, o.rows)),
+                    "D8: a paid open range of {} is not covered by its permit",
+                    self.partition
+                );
                 self.over_budget = false;
             }
             None => {
@@ -680,19 +792,42 @@ impl Former {
         part.acks.push(ack);
         o.bytes += (part.buf.len() - start) as u64;
         o.rows += 1;
+        debug_assert_eq!(
+            o.rows,
+            o.parts.iter().map(|p| p.rows).sum::<u64>(),
+            "D9: the open range's row count drifted from its parts'"
+        );
+        debug_assert_eq!(
+            o.bytes,
+            o.parts.iter().map(|p| p.buf.len() as u64).sum::<u64>(),
+            "D9: the open range's byte count drifted from its parts'"
+        );
         Ok(true)
     }
 
     /// Seals the open range if it is free and may seal now (`idle`: the
     /// thread found nothing to poll; else only past the linger).
     pub(crate) fn seal_free(&mut self, now: Instant, idle: bool, cfg: &EoConfig) {
+        let replaying = self.open.as_ref().is_some_and(|o| o.fixed);
         let due = self
             .open
             .as_ref()
             .is_some_and(|o| !o.fixed && (idle || now.duration_since(o.opened_at) >= cfg.linger));
-        if due && !self.gate.is_full() {
+        // Read once: the controller lowers the count from its own thread.
+        let full = self.gate.is_full();
+        if due && !full {
             self.seal(cfg);
         }
+        debug_assert!(
+            !replaying || self.open.is_some(),
+            "D9: a replayed range of {} was sealed short of its recorded end",
+            self.partition
+        );
+        debug_assert!(
+            !due || full || self.open.is_none(),
+            "D9: a due free range of {} stays open with room in its pending list",
+            self.partition
+        );
     }
 
     /// Seals the open free range whatever the pending list holds (a revoke:
@@ -713,12 +848,19 @@ impl Former {
             // write; a replay filters them again.
             return;
         }
+        debug_assert!(
+            o.first <= o.last,
+            "D9: sealed range {}..={} of {} is empty",
+            o.first,
+            o.last,
+            self.partition
+        );
         let paid = o
             .permit
             .as_ref()
             .is_some_and(|p| p.bytes() > 0 || p.rows() > 0);
         let composition = o.composition();
-        let parts = o
+        let parts: VecDeque<ReadyPart> = o
             .parts
             .into_iter()
             .enumerate()
@@ -744,24 +886,45 @@ impl Former {
                 acks: p.acks,
             })
             .collect();
-        let seq = if o.fixed {
-            None
-        } else {
-            let seq = self.next_seq;
-            self.next_seq += 1;
-            self.gate.sealed();
-            // D2: unbounded, never waits. An error means the controller is
-            // gone: nothing is recorded, so nothing of it is written.
-            let _ = self.tx.send(SealedRange {
-                partition: self.partition.clone(),
-                epoch: self.epoch,
-                seq,
-                first: o.first,
-                last: o.last,
-            });
-            Some(seq)
-        };
+        debug_assert_eq!(
+            parts.iter().map(|p| p.rows).sum::<u64>(),
+            o.rows,
+            "D9: sealing range {}..={} of {} lost rows",
+            o.first,
+            o.last,
+            self.partition
+        );
+        let seq = (!o.fixed).then(|| self.announce(o.first, o.last));
         self.sealed.push_back(SealedParts { seq, parts, paid });
+    }
+
+    /// Numbers a sealed free range and sends it to the controller to record
+    /// (D9); its parts wait until the gate passes the number returned.
+    fn announce(&mut self, first: Offset, last: Offset) -> u64 {
+        debug_assert!(
+            first <= last,
+            "D9: free range {first}..={last} of {} is empty",
+            self.partition
+        );
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.gate.sealed();
+        debug_assert!(
+            !self.gate.is_recorded(seq)
+                || crate::planted::active(crate::planted::Bug::InsertBeforeRecord),
+            "D9: free range {seq} of {} counts as recorded before the controller saw it",
+            self.partition
+        );
+        // D2: unbounded, never waits. An error means the controller is
+        // gone: nothing is recorded, so nothing of it is written.
+        let _ = self.tx.send(SealedRange {
+            partition: self.partition.clone(),
+            epoch: self.epoch,
+            seq,
+            first,
+            last,
+        });
+        seq
     }
 
     /// Rows held (open or sealed, not handed over), per shard, for the
@@ -800,14 +963,23 @@ impl Former {
     /// as its own batch with its range token. Never waits (D2).
     pub(crate) fn flush(&mut self, pool: &PoolHandle, budget: &Arc<Budget>) -> FormerFlush {
         if self.gate.is_closed() {
-            // Released: what is left was never written and never will be by
-            // this member; dropping it fails its acks, stale for the
-            // released epoch (D1).
-            self.note_dropped(pool);
-            self.sealed.clear();
-            self.open = None;
+            self.drop_released(pool);
             return FormerFlush::Clear;
         }
+        debug_assert!(
+            !self.over_budget || self.open.is_some(),
+            "D8: {} is paused over budget with no open range to pay for",
+            self.partition
+        );
+        debug_assert!(
+            self.sealed
+                .iter()
+                .filter_map(|s| s.seq)
+                .zip(self.sealed.iter().filter_map(|s| s.seq).skip(1))
+                .all(|(a, b)| a < b),
+            "D9: the sealed ranges of {} are not in seal order",
+            self.partition
+        );
         if self.over_budget {
             // The paused lane brings no payload to retry with (D8).
             self.pay(budget);
@@ -818,53 +990,9 @@ impl Former {
             if front.seq.is_some_and(|s| !self.gate.is_recorded(s)) {
                 return FormerFlush::Waiting;
             }
-            while let Some(mut p) = front.parts.pop_front() {
-                let (paid_bytes, paid_rows) =
-                    p.permit.as_ref().map_or((0, 0), |h| (h.bytes(), h.rows()));
-                let owed = (p.data.len() as u64 - paid_bytes, p.rows - paid_rows);
-                let permit = if owed == (0, 0) || front.paid {
-                    p.permit.take().unwrap_or_else(BudgetPermit::unbounded)
-                } else {
-                    match Budget::try_acquire(budget, owed.0, owed.1) {
-                        Some(more) => match p.permit.take() {
-                            Some(mut held) => {
-                                held.merge(more);
-                                held
-                            }
-                            None => more,
-                        },
-                        None => {
-                            front.parts.push_front(p);
-                            self.gate.wait_on(Waits::Budget);
-                            return FormerFlush::Blocked;
-                        }
-                    }
-                };
-                let chunk = Chunk::new(p.data, p.rows, p.acks, permit).with_token(p.token);
-                match pool.try_send(p.shard, chunk) {
-                    Ok(()) => {}
-                    Err(PushError::Full(chunk)) => {
-                        let (data, rows, acks, permit, token) = chunk.into_range_parts();
-                        front.parts.push_front(ReadyPart {
-                            shard: p.shard,
-                            data,
-                            rows,
-                            acks,
-                            token: token.expect("a range part has its token"),
-                            permit: Some(permit),
-                        });
-                        self.gate.wait_on(Waits::ShardQueue);
-                        return FormerFlush::Blocked;
-                    }
-                    Err(PushError::Closed(chunk)) => {
-                        pool.note_dropped(p.shard, chunk.rows());
-                        tracing::warn!(
-                            shard = p.shard,
-                            rows = chunk.rows(),
-                            "sink pool closed; range part dropped, its acks fail and it will replay"
-                        );
-                    }
-                }
+            if let Err(waits) = front.hand_over(pool, budget) {
+                self.gate.wait_on(waits);
+                return FormerFlush::Blocked;
             }
             self.sealed.pop_front();
         }
@@ -873,6 +1001,106 @@ impl Former {
         }
         FormerFlush::Clear
     }
+
+    /// The epoch was released: what is left was never written and never
+    /// will be by this member; dropping it fails its acks, stale for the
+    /// released epoch (D1).
+    fn drop_released(&mut self, pool: &PoolHandle) {
+        debug_assert!(
+            self.gate.is_closed(),
+            "D9: {} drops ranges of an epoch not released",
+            self.partition
+        );
+        self.note_dropped(pool);
+        self.sealed.clear();
+        self.open = None;
+        debug_assert!(
+            self.held().next().is_none(),
+            "D9: released {} still holds rows to write",
+            self.partition
+        );
+    }
+}
+
+impl SealedParts {
+    /// Hands the range's parts to their shards' queues in order, each with
+    /// the budget it still owes (D8). Stops at the first part the budget or
+    /// its queue cannot take yet, keeping it first, and says what it waits
+    /// on; a closed pool drops a part (its acks fail and it replays).
+    fn hand_over(&mut self, pool: &PoolHandle, budget: &Arc<Budget>) -> Result<(), Waits> {
+        while let Some(mut p) = self.parts.pop_front() {
+            debug_assert!(
+                !p.token.is_empty(),
+                "D9: a range part of shard {} has no range token",
+                p.shard
+            );
+            let Some(permit) = part_permit(&mut p, self.paid, budget) else {
+                self.parts.push_front(p);
+                return Err(Waits::Budget);
+            };
+            debug_assert!(
+                permit.bytes() <= p.data.len() as u64 && permit.rows() <= p.rows,
+                "D8: a range part of shard {} takes more budget than its rows",
+                p.shard
+            );
+            let chunk = Chunk::new(p.data, p.rows, p.acks, permit).with_token(p.token);
+            match pool.try_send(p.shard, chunk) {
+                Ok(()) => {}
+                Err(PushError::Full(chunk)) => {
+                    let (data, rows, acks, permit, token) = chunk.into_range_parts();
+                    self.parts.push_front(ReadyPart {
+                        shard: p.shard,
+                        data,
+                        rows,
+                        acks,
+                        token: token.expect("a range part has its token"),
+                        permit: Some(permit),
+                    });
+                    return Err(Waits::ShardQueue);
+                }
+                Err(PushError::Closed(chunk)) => {
+                    pool.note_dropped(p.shard, chunk.rows());
+                    tracing::warn!(
+                        shard = p.shard,
+                        rows = chunk.rows(),
+                        "sink pool closed; range part dropped, its acks fail and it will replay"
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The permit a range part goes to the pool with: what its range paid for
+/// it as it grew, and, unless the range paid that way, the rest taken now.
+/// `None` (the part keeps what it holds) when the budget refuses the rest.
+fn part_permit(p: &mut ReadyPart, range_paid: bool, budget: &Arc<Budget>) -> Option<BudgetPermit> {
+    let (paid_bytes, paid_rows) = p.permit.as_ref().map_or((0, 0), |h| (h.bytes(), h.rows()));
+    debug_assert!(
+        paid_bytes <= p.data.len() as u64 && paid_rows <= p.rows,
+        "D8: a range part of shard {} holds more budget than its rows take",
+        p.shard
+    );
+    let owed = (p.data.len() as u64 - paid_bytes, p.rows - paid_rows);
+    if owed == (0, 0) || range_paid {
+        return Some(p.permit.take().unwrap_or_else(BudgetPermit::unbounded));
+    }
+    let more = Budget::try_acquire(budget, owed.0, owed.1)?;
+    let permit = match p.permit.take() {
+        Some(mut held) => {
+            held.merge(more);
+            held
+        }
+        None => more,
+    };
+    debug_assert_eq!(
+        (permit.bytes(), permit.rows()),
+        (p.data.len() as u64, p.rows),
+        "D8: a range part of shard {} is not covered by its permit",
+        p.shard
+    );
+    Some(permit)
 }
 
 #[cfg(test)]

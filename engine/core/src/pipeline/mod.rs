@@ -10,6 +10,8 @@
 //! - `controller`: assignment, revoke drain, commits, shutdown (D1, D5).
 //! - [`Pipeline`]: the builder-made runnable, in thread mode (service) or in
 //!   one-thread mode (simulator, tests; D7).
+//! - [`wait_for_signal`], [`trigger_on_signal`]: SIGINT and SIGTERM, for
+//!   the runner and the binary alike.
 //!
 //! Test doubles for users' pipelines (a scripted source, a capture writer)
 //! live in the dev-only `spate-testkit` crate (`engine/testkit`).
@@ -21,6 +23,7 @@ mod eo;
 pub mod lines;
 mod readiness;
 mod runner;
+mod signal;
 pub mod terminal;
 mod threads;
 
@@ -32,6 +35,7 @@ use tokio::sync::Notify;
 
 pub use readiness::{REASON_REFRESH, Readiness};
 pub use runner::{Pipeline, PipelineBuilder};
+pub use signal::{trigger_on_signal, wait_for_signal};
 
 use crate::checkpoint::FailedBatch;
 use crate::pipeline::chain::RecordError;

@@ -20,6 +20,7 @@ use crate::pipeline::terminal::ChunkBuffers;
 use crate::pipeline::threads::{DriverParts, InlineHost, LaneHost, ThreadHost};
 use crate::pipeline::{
     DeadLetter, Delivery, ExitStatus, PipelineConfig, PipelineError, RunReport, Shutdown,
+    trigger_on_signal,
 };
 use crate::sink::{DrainReport, RunNonce, SinkPool, Writer};
 use crate::source::Source;
@@ -211,29 +212,9 @@ where
     where
         S::Lane: 'static,
     {
-        let io_scope = self.metrics.clone();
-        let io = match tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(io_threads.max(1))
-            .thread_name("spate-io")
-            .on_thread_start(move || io_scope.enter_for_thread())
-            .enable_all()
-            .build()
-        {
-            Ok(rt) => rt,
-            Err(e) => {
-                return failed_before_start(PipelineError::Thread(format!("I/O runtime: {e}")));
-            }
-        };
-        let control = match tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        {
-            Ok(rt) => rt,
-            Err(e) => {
-                return failed_before_start(PipelineError::Thread(format!(
-                    "controller runtime: {e}"
-                )));
-            }
+        let (io, control) = match runtimes(&self.metrics, io_threads) {
+            Ok(rts) => rts,
+            Err(e) => return failed_before_start(e),
         };
         let io_handle = io.handle().clone();
         let scope = self.metrics.clone();
@@ -286,22 +267,7 @@ where
         S::Lane: 'static,
     {
         let shutdown = Shutdown::new();
-        let trigger = shutdown.clone();
-        let listener = std::thread::Builder::new()
-            .name("spate-signals".into())
-            .spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build();
-                if let Ok(rt) = rt {
-                    rt.block_on(async {
-                        wait_for_signal().await;
-                        tracing::info!("signal received; shutting down");
-                        trigger.trigger();
-                    });
-                }
-            });
-        if let Err(e) = listener {
+        if let Err(e) = trigger_on_signal(shutdown.clone(), "signal received; shutting down") {
             return failed_before_start(PipelineError::Thread(format!("signal listener: {e}")));
         }
         self.run_threaded(shutdown, io_threads)
@@ -367,26 +333,26 @@ where
     }
 }
 
-async fn wait_for_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
+/// Thread mode's two runtimes: the multi-thread I/O runtime of the sink
+/// pool (`io_threads` workers, each in the pipeline's metrics scope) and
+/// the controller's current-thread runtime.
+fn runtimes(
+    metrics: &crate::metrics::Scope,
+    io_threads: usize,
+) -> Result<(tokio::runtime::Runtime, tokio::runtime::Runtime), PipelineError> {
+    let io_scope = metrics.clone();
+    let io = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(io_threads.max(1))
+        .thread_name("spate-io")
+        .on_thread_start(move || io_scope.enter_for_thread())
+        .enable_all()
+        .build()
+        .map_err(|e| PipelineError::Thread(format!("I/O runtime: {e}")))?;
+    let control = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| PipelineError::Thread(format!("controller runtime: {e}")))?;
+    Ok((io, control))
 }
 
 fn failed_before_start(error: PipelineError) -> RunReport {

@@ -49,12 +49,24 @@ impl fmt::Display for RunNonce {
 
 /// The token of batch `seq` of `shard` in the run `nonce` of `pipeline`.
 pub fn batch_token(pipeline: &str, nonce: RunNonce, shard: usize, seq: u64) -> String {
-    format!("{pipeline}-{nonce}-{shard}-{seq}")
+    let token = format!("{pipeline}-{nonce}-{shard}-{seq}");
+    let tail = format!("-{nonce}-{shard}-{seq}");
+    debug_assert!(
+        token.ends_with(&tail),
+        "D4: token {token} does not end with its nonce, shard and seq"
+    );
+    debug_assert_eq!(
+        token.len(),
+        pipeline.len() + tail.len(),
+        "D4: token {token} holds more than its pipeline, nonce, shard and seq"
+    );
+    token
 }
 
 /// Appends `text` with `%` and `:` percent-escaped, so `:` separates the
 /// token's fields unambiguously.
 fn push_escaped(out: &mut String, text: &str) {
+    let start = out.len();
     for c in text.chars() {
         match c {
             '%' => out.push_str("%25"),
@@ -62,6 +74,14 @@ fn push_escaped(out: &mut String, text: &str) {
             c => out.push(c),
         }
     }
+    debug_assert!(
+        !out[start..].contains(':'),
+        "D4: the escaped field {text:?} holds a raw `:`, so two tokens could meet"
+    );
+    debug_assert!(
+        out.len() - start >= text.len(),
+        "D4: escaping {text:?} dropped characters"
+    );
 }
 
 /// The token of one shard's part of a range in `delivery: effectively_once`:
@@ -84,7 +104,7 @@ pub fn range_token(
     last: Offset,
     shard: usize,
 ) -> String {
-    debug_assert!(first <= last, "range {first}..={last} is empty");
+    debug_assert!(first <= last, "D9: range {first}..={last} is empty");
     let mut out = String::with_capacity(pipeline.len() + table.len() + 64);
     push_escaped(&mut out, pipeline);
     out.push(':');
@@ -100,7 +120,17 @@ pub fn range_token(
     } else {
         shard
     };
+    debug_assert!(
+        !partition.topic().contains(':'),
+        "D4: topic {:?} holds a `:`, which Kafka topic names cannot",
+        partition.topic()
+    );
     write!(out, ":{}:{p}:{first}-{last}:{shard}", partition.topic()).expect("writing to a String");
+    debug_assert_eq!(
+        out.matches(':').count(),
+        5,
+        "D4: range token {out} is not six `:`-separated fields"
+    );
     out
 }
 

@@ -75,64 +75,25 @@ pub(crate) async fn run<W: Writer>(args: WorkerArgs<W>) {
     let mut drain = Some(drain);
     let mut deadline: Option<Instant> = None;
     let mut input_closed = false;
-    let mut open: Option<OpenBatch> = None;
-    let mut sealed: VecDeque<PendingBatch> = VecDeque::new();
+    let mut batches = Batches::new(token_prefix);
     let mut inflight: JoinSet<()> = JoinSet::new();
-    let mut next_seq: u64 = 0;
-    // `range`: the token of a range part (effectively_once), written as it
-    // is; else the run's `{prefix}{seq}`.
-    let mut seal = |open: &mut Option<OpenBatch>,
-                    sealed: &mut VecDeque<PendingBatch>,
-                    range: Option<String>| {
-        if let Some(b) = open.take() {
-            let seq = next_seq;
-            next_seq += 1;
-            let token = range.unwrap_or_else(|| format!("{token_prefix}{seq}"));
-            let batch = SealedBatch::new(
-                shared.shard,
-                seq,
-                token,
-                b.segments,
-                b.rows,
-                &b.acks,
-                b.layout,
-            );
-            debug_assert_eq!(batch.bytes(), b.bytes);
-            let acks = if planted::active(Bug::CommitBeforeAck) {
-                b.acks.deliver();
-                AckSet::new()
-            } else {
-                b.acks
-            };
-            sealed.push_back(PendingBatch {
-                batch: Arc::new(batch),
-                acks,
-                _permit: b.permit,
-            });
-        }
-    };
-
     loop {
-        while inflight.len() < config.max_inflight {
-            let Some(p) = sealed.pop_front() else { break };
-            let child_seed = rng.next_u64();
-            inflight.spawn(write_batch(
-                Arc::clone(&writer),
-                Arc::clone(&shared),
-                Arc::clone(&config),
-                p,
-                child_seed,
-            ));
-        }
-        if input_closed && open.is_none() && sealed.is_empty() && inflight.is_empty() {
+        spawn_writes(
+            &mut batches,
+            &mut inflight,
+            &writer,
+            &shared,
+            &config,
+            &mut rng,
+        );
+        if input_closed && batches.is_empty() && inflight.is_empty() {
             break;
         }
         shared.queue_depth(rx.len());
-        let linger_at = open.as_ref().map(|b| b.opened_at + config.batch.linger);
+        let linger_at = batches.linger_at(&config);
         // Read the queue only while no sealed batch waits for a write slot:
         // that is what turns a slow shard into backpressure (D2, D8).
-        let accept = !input_closed && sealed.is_empty();
-
+        let accept = !input_closed && batches.sealed.is_empty();
         tokio::select! {
             biased;
             d = async { drain.as_mut().expect("guarded").await }, if drain.is_some() => {
@@ -144,7 +105,7 @@ pub(crate) async fn run<W: Writer>(args: WorkerArgs<W>) {
                 }
             }
             () = async { sleep_until(deadline.expect("guarded")).await }, if deadline.is_some() => {
-                abandon_at_deadline(&shared, &mut open, &mut sealed, &mut inflight).await;
+                abandon_at_deadline(&shared, &mut batches.open, &mut batches.sealed, &mut inflight).await;
                 return;
             }
             Some(joined) = inflight.join_next(), if !inflight.is_empty() => {
@@ -154,34 +115,145 @@ pub(crate) async fn run<W: Writer>(args: WorkerArgs<W>) {
                 }
             }
             msg = rx.recv(), if accept => match msg {
-                Some(mut chunk) if chunk.token.is_some() => {
-                    // D9: a range part is one batch, never merged.
-                    seal(&mut open, &mut sealed, None);
-                    let token = chunk.token.take();
-                    add(&mut open, chunk);
-                    seal(&mut open, &mut sealed, token);
-                }
-                Some(chunk) => {
-                    if open.as_ref().is_some_and(|b| would_overflow(b, &chunk, &config)) {
-                        seal(&mut open, &mut sealed, None);
-                    }
-                    add(&mut open, chunk);
-                    if open.as_ref().is_some_and(|b| is_full(b, &config)) {
-                        seal(&mut open, &mut sealed, None);
-                    }
-                }
+                Some(chunk) => batches.take(shared.shard, chunk, &config),
                 None => {
                     input_closed = true;
-                    if planted::active(Bug::DrainDropsPartialBatch) {
-                        open = None;
-                    }
-                    seal(&mut open, &mut sealed, None);
+                    batches.close(shared.shard);
                 }
             },
             () = async { sleep_until(linger_at.expect("guarded")).await }, if linger_at.is_some() => {
-                seal(&mut open, &mut sealed, None);
+                batches.seal(shared.shard, None);
             }
         }
+    }
+}
+
+/// Starts a write task per sealed batch while fewer than `max_inflight`
+/// run, each with its own seed from the shard's RNG (D7).
+fn spawn_writes<W: Writer>(
+    batches: &mut Batches,
+    inflight: &mut JoinSet<()>,
+    writer: &Arc<W>,
+    shared: &Arc<ShardShared>,
+    config: &Arc<SinkConfig>,
+    rng: &mut SmallRng,
+) {
+    while inflight.len() < config.max_inflight {
+        let Some(p) = batches.sealed.pop_front() else {
+            break;
+        };
+        inflight.spawn(write_batch(
+            Arc::clone(writer),
+            Arc::clone(shared),
+            Arc::clone(config),
+            p,
+            rng.next_u64(),
+        ));
+    }
+}
+
+/// A shard's batches not yet written: the one being filled and the sealed
+/// ones waiting for a write slot, and the numbering their tokens take (D4).
+struct Batches {
+    /// `{pipeline}-{run nonce}-{shard}-`: a batch's token is this and its
+    /// sequence number.
+    token_prefix: String,
+    next_seq: u64,
+    open: Option<OpenBatch>,
+    sealed: VecDeque<PendingBatch>,
+}
+
+impl Batches {
+    fn new(token_prefix: String) -> Self {
+        Self {
+            token_prefix,
+            next_seq: 0,
+            open: None,
+            sealed: VecDeque::new(),
+        }
+    }
+
+    /// When the open batch's linger ends, if one is open.
+    fn linger_at(&self, config: &SinkConfig) -> Option<Instant> {
+        self.open
+            .as_ref()
+            .map(|b| b.opened_at + config.batch.linger)
+    }
+
+    /// Whether no batch is open or waits for a write slot.
+    fn is_empty(&self) -> bool {
+        self.open.is_none() && self.sealed.is_empty()
+    }
+
+    /// Adds a chunk from the queue: a range part (effectively_once) is a
+    /// batch of its own, written as it is with its range token (D9); any
+    /// other chunk joins the open batch, which seals before the chunk would
+    /// pass its size (or change its layout) and once it is full.
+    fn take(&mut self, shard: usize, mut chunk: Chunk, config: &SinkConfig) {
+        if chunk.token.is_some() {
+            self.seal(shard, None);
+            let token = chunk.token.take();
+            add(&mut self.open, chunk);
+            self.seal(shard, token);
+            return;
+        }
+        if self
+            .open
+            .as_ref()
+            .is_some_and(|b| would_overflow(b, &chunk, config))
+        {
+            self.seal(shard, None);
+        }
+        add(&mut self.open, chunk);
+        if self.open.as_ref().is_some_and(|b| is_full(b, config)) {
+            self.seal(shard, None);
+        }
+    }
+
+    /// The queue closed (drain): seals what is open.
+    fn close(&mut self, shard: usize) {
+        if planted::active(Bug::DrainDropsPartialBatch) {
+            self.open = None;
+        }
+        self.seal(shard, None);
+    }
+
+    /// Seals the open batch, if any, with `range` (the token of a range
+    /// part, effectively_once) or else the run's `{prefix}{seq}` (D4).
+    fn seal(&mut self, shard: usize, range: Option<String>) {
+        let Some(b) = self.open.take() else {
+            return;
+        };
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        debug_assert!(
+            range
+                .as_deref()
+                .is_none_or(|t| !t.starts_with(&self.token_prefix)),
+            "D9: range part {seq} of shard {shard} carries a run token"
+        );
+        let token = range.unwrap_or_else(|| format!("{}{seq}", self.token_prefix));
+        debug_assert!(
+            token.ends_with(&format!("-{seq}")) || !token.starts_with(&self.token_prefix),
+            "D4: batch {seq} of shard {shard} has token {token}, not one ending in its number"
+        );
+        let batch = SealedBatch::new(shard, seq, token, b.segments, b.rows, &b.acks, b.layout);
+        debug_assert_eq!(
+            batch.bytes(),
+            b.bytes,
+            "D4: batch {seq} of shard {shard} sealed other bytes than it was filled with"
+        );
+        let acks = if planted::active(Bug::CommitBeforeAck) {
+            b.acks.deliver();
+            AckSet::new()
+        } else {
+            b.acks
+        };
+        self.sealed.push_back(PendingBatch {
+            batch: Arc::new(batch),
+            acks,
+            _permit: b.permit,
+        });
     }
 }
 

@@ -45,7 +45,7 @@ use std::path::Path;
 use serde_norway::{Mapping, Value};
 
 use super::tables::{TABLES, TableRoute, describe, resolve_doc};
-use super::{AdminSection, Config, ConfigError, interpolate, invalid};
+use super::{AdminSection, Config, ConfigError, interpolate, invalid, merge};
 
 /// The process-level key listing the pipelines.
 pub const PIPELINES: &str = "pipelines";
@@ -194,24 +194,6 @@ fn resolve(
         fail_process,
         tables,
     })
-}
-
-/// `over` deep-merged onto `base`: mappings key by key (`over` wins),
-/// anything else replaced whole by `over`.
-pub fn merge(base: Value, over: Value) -> Value {
-    match (base, over) {
-        (Value::Mapping(mut base), Value::Mapping(over)) => {
-            for (k, v) in over {
-                let merged = match base.remove(&k) {
-                    Some(b) => merge(b, v),
-                    None => v,
-                };
-                base.insert(k, merged);
-            }
-            Value::Mapping(base)
-        }
-        (_, over) => over,
-    }
 }
 
 /// Distinct `pipeline.name`s, and distinct `group_id`s per broker list.

@@ -20,7 +20,7 @@
 //! - Each table gets its own resolved [`Config`]: the pipeline's document
 //!   with `sink.clickhouse.table` (and `database`, `shard_key`) set from the
 //!   entry and the entry's `mapping` deep-merged over the pipeline's (the
-//!   merge rule of `pipelines.rs`). So each table has its own schema probe,
+//!   merge rule of [`crate::config::merge`]). So each table has its own schema probe,
 //!   INSERT plan and encoder; everything else (brokers, batch sizes, shards,
 //!   retries, settings) is the pipeline's and shared.
 //! - Without `source.kafka.topics`, the subscription is the list of keys.
@@ -40,8 +40,7 @@
 use regex::Regex;
 use serde_norway::{Mapping, Value};
 
-use super::pipelines::merge;
-use super::{Config, ConfigError, invalid, parse_error};
+use super::{Config, ConfigError, invalid, merge, parse_error};
 
 /// The key of the routing map in a pipeline document.
 pub const TABLES: &str = "tables";
@@ -89,12 +88,10 @@ pub fn route_of(routes: &[TableRoute], topic: &str) -> Option<usize> {
 /// # Errors
 /// [`ConfigError`] naming the key.
 pub fn resolve_doc(at: &str, mut doc: Mapping) -> Result<(Config, Vec<TableRoute>), ConfigError> {
-    let within = |e: ConfigError| prefix(at, e);
     let Some(tables) = doc.remove(TABLES) else {
-        let config = read(Value::Mapping(doc)).map_err(within)?;
+        let config = read(Value::Mapping(doc)).map_err(|e| prefix(at, e))?;
         return Ok((config, Vec::new()));
     };
-    let key_of = |k: &str| join(at, &format!("{TABLES}.{k}"));
     let Value::Mapping(tables) = tables else {
         return Err(invalid(
             join(at, TABLES),
@@ -104,39 +101,8 @@ pub fn resolve_doc(at: &str, mut doc: Mapping) -> Result<(Config, Vec<TableRoute
     if tables.is_empty() {
         return Err(invalid(join(at, TABLES), "must name at least one table"));
     }
-    if lookup(&doc, &["sink", "clickhouse", "table"]).is_some() {
-        return Err(invalid(
-            join(at, "sink.clickhouse.table"),
-            "set together with `tables`: each entry of `tables` names its table",
-        ));
-    }
-    if lookup(&doc, &["pipeline", "delivery"]).and_then(Value::as_str) == Some("effectively_once") {
-        return Err(invalid(
-            join(at, TABLES),
-            "not with pipeline.delivery: effectively_once yet (its range formers carry one \
-             table); use one pipeline per table (`pipelines:`)",
-        ));
-    }
-    // The routed chain decodes JSON (object or NDJSON) only: a format
-    // section added later (another decoder) must not be read as JSON.
-    if let Some(Value::Mapping(format)) = lookup(&doc, &["format"]) {
-        if let Some(other) = format.keys().find(|k| k.as_str() != Some("json")) {
-            return Err(invalid(
-                join(at, &format!("format.{}", other.as_str().unwrap_or("?"))),
-                "not with `tables` yet: routing decodes JSON (format.json) only",
-            ));
-        }
-    }
-    let keys: Vec<String> = tables
-        .keys()
-        .map(|k| match k {
-            Value::String(s) if !s.trim().is_empty() => Ok(s.clone()),
-            other => Err(invalid(
-                join(at, TABLES),
-                format!("a key is a topic name or a ^regex, got {}", describe(other)),
-            )),
-        })
-        .collect::<Result<_, _>>()?;
+    refuse_with_tables(at, &doc)?;
+    let keys = route_keys(at, &tables)?;
     if lookup(&doc, &["source", "kafka", "topics"]).is_none() {
         // The subscription is the routed topics and patterns.
         let topics = Value::Sequence(keys.iter().cloned().map(Value::String).collect());
@@ -148,43 +114,7 @@ pub fn resolve_doc(at: &str, mut doc: Mapping) -> Result<(Config, Vec<TableRoute
     }
     let mut routes = Vec::with_capacity(keys.len());
     for (key, value) in keys.into_iter().zip(tables.into_iter().map(|(_, v)| v)) {
-        let matcher = if key.starts_with('^') {
-            TopicMatch::Pattern(
-                Regex::new(&key).map_err(|e| invalid(key_of(&key), format!("bad regex: {e}")))?,
-            )
-        } else {
-            TopicMatch::Exact(key.clone())
-        };
-        let over = table_doc(&key_of(&key), value)?;
-        let merged = merge(Value::Mapping(doc.clone()), over);
-        let config = read(merged).map_err(|e| {
-            let e = prefix(at, e);
-            match e {
-                ConfigError::Parse { key: k, reason } => ConfigError::Parse {
-                    key: k,
-                    reason: format!("{reason} (in table entry `{key}`)"),
-                },
-                ConfigError::Invalid { key: k, reason } => ConfigError::Invalid {
-                    key: k,
-                    reason: format!("{reason} (in table entry `{key}`)"),
-                },
-                other => other,
-            }
-        })?;
-        if config.mapping.explode.is_some() {
-            return Err(invalid(
-                join(at, "mapping.explode"),
-                format!(
-                    "not with `tables` yet (in table entry `{key}`): use one pipeline per \
-                     table (`pipelines:`)"
-                ),
-            ));
-        }
-        routes.push(TableRoute {
-            key,
-            matcher,
-            config,
-        });
+        routes.push(route(at, &doc, key, value)?);
     }
     let config = routes[0].config.clone();
     for (i, topic) in config.source.kafka.topics.iter().enumerate() {
@@ -196,6 +126,93 @@ pub fn resolve_doc(at: &str, mut doc: Mapping) -> Result<(Config, Vec<TableRoute
         }
     }
     Ok((config, routes))
+}
+
+/// What a pipeline document with `tables` must not set: its own table,
+/// `effectively_once`, a format other than JSON.
+fn refuse_with_tables(at: &str, doc: &Mapping) -> Result<(), ConfigError> {
+    if lookup(doc, &["sink", "clickhouse", "table"]).is_some() {
+        return Err(invalid(
+            join(at, "sink.clickhouse.table"),
+            "set together with `tables`: each entry of `tables` names its table",
+        ));
+    }
+    if lookup(doc, &["pipeline", "delivery"]).and_then(Value::as_str) == Some("effectively_once") {
+        return Err(invalid(
+            join(at, TABLES),
+            "not with pipeline.delivery: effectively_once yet (its range formers carry one \
+             table); use one pipeline per table (`pipelines:`)",
+        ));
+    }
+    // The routed chain decodes JSON (object or NDJSON) only: a format
+    // section added later (another decoder) must not be read as JSON.
+    if let Some(Value::Mapping(format)) = lookup(doc, &["format"]) {
+        if let Some(other) = format.keys().find(|k| k.as_str() != Some("json")) {
+            return Err(invalid(
+                join(at, &format!("format.{}", other.as_str().unwrap_or("?"))),
+                "not with `tables` yet: routing decodes JSON (format.json) only",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The keys of `tables`: each a topic name or a `^regex`.
+fn route_keys(at: &str, tables: &Mapping) -> Result<Vec<String>, ConfigError> {
+    tables
+        .keys()
+        .map(|k| match k {
+            Value::String(s) if !s.trim().is_empty() => Ok(s.clone()),
+            other => Err(invalid(
+                join(at, TABLES),
+                format!("a key is a topic name or a ^regex, got {}", describe(other)),
+            )),
+        })
+        .collect()
+}
+
+/// The route of entry `key: value` of `tables`: its matcher and the
+/// pipeline's document `doc` with the entry merged over it, read as a
+/// config (errors name the entry).
+fn route(at: &str, doc: &Mapping, key: String, value: Value) -> Result<TableRoute, ConfigError> {
+    let key_of = |k: &str| join(at, &format!("{TABLES}.{k}"));
+    let matcher = if key.starts_with('^') {
+        TopicMatch::Pattern(
+            Regex::new(&key).map_err(|e| invalid(key_of(&key), format!("bad regex: {e}")))?,
+        )
+    } else {
+        TopicMatch::Exact(key.clone())
+    };
+    let over = table_doc(&key_of(&key), value)?;
+    let merged = merge(Value::Mapping(doc.clone()), over);
+    let config = read(merged).map_err(|e| {
+        let e = prefix(at, e);
+        match e {
+            ConfigError::Parse { key: k, reason } => ConfigError::Parse {
+                key: k,
+                reason: format!("{reason} (in table entry `{key}`)"),
+            },
+            ConfigError::Invalid { key: k, reason } => ConfigError::Invalid {
+                key: k,
+                reason: format!("{reason} (in table entry `{key}`)"),
+            },
+            other => other,
+        }
+    })?;
+    if config.mapping.explode.is_some() {
+        return Err(invalid(
+            join(at, "mapping.explode"),
+            format!(
+                "not with `tables` yet (in table entry `{key}`): use one pipeline per \
+                 table (`pipelines:`)"
+            ),
+        ));
+    }
+    Ok(TableRoute {
+        key,
+        matcher,
+        config,
+    })
 }
 
 /// The partial document entry `value` (at `key`) merges over the pipeline's.

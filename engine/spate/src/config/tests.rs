@@ -516,84 +516,83 @@ fn explode_filter_and_defaults_load_and_bad_ones_name_their_key() {
     assert_eq!(d["b"], "'true'");
     assert_eq!(d["q"], "'it\\'s'");
     // A list is `all`; a single string is one predicate.
-    let c = Config::from_yaml(
-        &format!("{MINIMAL}mapping: {{filter: [a == 1, b != 2]}}"),
-        no_env,
-    )
-    .unwrap();
     assert_eq!(
-        c.mapping.filter_expr().unwrap().unwrap().to_string(),
+        filter_of("mapping: {filter: [a == 1, b != 2]}"),
         "all(a == 1, b != 2)"
     );
-    let c = Config::from_yaml(
-        &format!("{MINIMAL}mapping: {{filter: 'a is not null'}}"),
-        no_env,
-    )
-    .unwrap();
     assert_eq!(
-        c.mapping.filter_expr().unwrap().unwrap().to_string(),
+        filter_of("mapping: {filter: 'a is not null'}"),
         "a is not null"
     );
-
-    for (yaml, key, says) in [
-        ("mapping: {explode: events}", "mapping.explode", "pointer"),
-        (
-            "mapping: {explode: /}",
-            "mapping.explode",
-            "a pointer to a field",
-        ),
-        (
-            "mapping: {filter: {all: [a == 1, b = 2]}}",
-            "mapping.filter.all[1]",
-            "operator",
-        ),
-        (
-            "mapping: {filter: {some: [a == 1]}}",
-            "mapping.filter.some",
-            "unknown group",
-        ),
-        (
-            "mapping: {filter: {all: [a == 1], any: [b == 1]}}",
-            "mapping.filter",
-            "exactly one key",
-        ),
-        (
-            "mapping: {filter: {any: []}}",
-            "mapping.filter.any",
-            "keeps no row",
-        ),
-        (
-            "mapping: {filter: {all: a == 1}}",
-            "mapping.filter.all",
-            "list",
-        ),
-        (
-            "mapping: {filter: [[x == drop]]}",
-            "mapping.filter[0][0]",
-            "constant",
-        ),
-        ("mapping: {filter: 7}", "mapping.filter", "predicate string"),
-        (
-            "mapping: {defaults: {region: null}}",
-            "mapping.defaults.region",
-            "null is no default",
-        ),
-        (
-            "mapping: {defaults: {region: [a]}}",
-            "mapping.defaults.region",
-            "string, number or bool",
-        ),
-        (
-            "mapping: {explode: /events, columns: {e: /events}}",
-            "mapping.columns.e",
-            "exploded array itself",
-        ),
-    ] {
+    for (yaml, key, says) in BAD_MAPPINGS {
         let e = err(&format!("{MINIMAL}{yaml}"));
         assert!(e.contains(&format!("`{key}`")), "{yaml}: {e}");
         assert!(e.contains(says), "{yaml}: {e}");
     }
 }
+
+/// `mapping.filter` of [`MINIMAL`] with `yaml`, as the filter prints.
+fn filter_of(yaml: &str) -> String {
+    let c = Config::from_yaml(&format!("{MINIMAL}{yaml}"), no_env).unwrap();
+    c.mapping.filter_expr().unwrap().unwrap().to_string()
+}
+
+/// Malformed `mapping.explode` / `filter` / `defaults` pieces: the YAML, the
+/// key the error names and a phrase of its reason.
+const BAD_MAPPINGS: [(&str, &str, &str); 12] = [
+    ("mapping: {explode: events}", "mapping.explode", "pointer"),
+    (
+        "mapping: {explode: /}",
+        "mapping.explode",
+        "a pointer to a field",
+    ),
+    (
+        "mapping: {filter: {all: [a == 1, b = 2]}}",
+        "mapping.filter.all[1]",
+        "operator",
+    ),
+    (
+        "mapping: {filter: {some: [a == 1]}}",
+        "mapping.filter.some",
+        "unknown group",
+    ),
+    (
+        "mapping: {filter: {all: [a == 1], any: [b == 1]}}",
+        "mapping.filter",
+        "exactly one key",
+    ),
+    (
+        "mapping: {filter: {any: []}}",
+        "mapping.filter.any",
+        "keeps no row",
+    ),
+    (
+        "mapping: {filter: {all: a == 1}}",
+        "mapping.filter.all",
+        "list",
+    ),
+    (
+        "mapping: {filter: [[x == drop]]}",
+        "mapping.filter[0][0]",
+        "constant",
+    ),
+    ("mapping: {filter: 7}", "mapping.filter", "predicate string"),
+    (
+        "mapping: {defaults: {region: null}}",
+        "mapping.defaults.region",
+        "null is no default",
+    ),
+    (
+        "mapping: {defaults: {region: [a]}}",
+        "mapping.defaults.region",
+        "string, number or bool",
+    ),
+    (
+        "mapping: {explode: /events, columns: {e: /events}}",
+        "mapping.columns.e",
+        "exploded array itself",
+    ),
+];
 
 #[test]
 fn credentials_in_urls_move_to_the_sections_keys() {

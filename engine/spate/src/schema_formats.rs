@@ -1,7 +1,9 @@
-//! The message format of a pipeline beyond JSON: `format.avro` and
-//! `format.protobuf` planned at start ([`plan_format`]) and turned into one
-//! pipeline thread's chain ([`FormatPlan`], used by
-//! [`crate::service::build`]).
+//! The formats that come with a schema, `format.avro` and
+//! `format.protobuf`: planned at start against the table ([`plan_format`],
+//! whose [`FormatPlan`] says JSON for the rest) and turned into one pipeline
+//! thread's chain ([`avro_chain`], [`proto_chain`], used by
+//! [`crate::service::build`]). This module depends on [`crate::error`] and
+//! the config only; the assembly in [`crate::service`] depends on it.
 //!
 //! Start-up (docs/DESIGN.md "Control": fail before any offset moves):
 //! - with a registry, the client is built from `format.*.registry` and
@@ -43,9 +45,9 @@ use spate_row::filter::{FilterExpr, Filtered};
 use spate_row::shard::{ShardKey, ShardSpec};
 use spate_row::spec::{ColumnSpec, MappingOptions};
 
-use crate::config::formats::{Framing, RegistrySection};
+use crate::config::formats::{AvroFormat, Framing, ProtobufFormat, RegistrySection};
 use crate::config::{Config, ConfigError};
-use crate::service::ServiceError;
+use crate::error::ServiceError;
 
 /// One pipeline thread's Avro chain.
 pub type AvroChain = ChainProcessor<AvroDecoder, Terminal<Filtered<AvroRowEncoder>, AvroRouter>>;
@@ -207,83 +209,8 @@ pub fn plan_format(
     explode: Option<Vec<String>>,
     filter: Option<&FilterExpr>,
 ) -> Result<FormatPlan, ServiceError> {
-    let table = &config.sink.clickhouse.table;
-    let mapping_err = |reason: String| ServiceError::Mapping {
-        table: table.clone(),
-        reason,
-    };
     if let Some(avro) = config.format.avro() {
-        let avro_options = AvroOptions {
-            flatten_join: config.mapping.flatten.clone(),
-            explode,
-        };
-        let framing = avro.framing();
-        let plan = match framing {
-            Framing::Confluent => {
-                let section = avro
-                    .registry
-                    .as_ref()
-                    .expect("validated: confluent framing has a registry");
-                let client = registry(section, "format.avro.registry")?;
-                let mapping = AvroMapping::confluent(
-                    columns.to_vec(),
-                    avro_options,
-                    Arc::clone(&client) as Arc<dyn spate_formats::avro::SchemaSource>,
-                )
-                .map_err(|e| mapping_err(e.to_string()))?;
-                let topic = config
-                    .source
-                    .kafka
-                    .topics
-                    .first()
-                    .cloned()
-                    .unwrap_or_default();
-                let subject = section.subject_for(&topic);
-                let latest = client
-                    .latest(&subject)
-                    .map_err(|e| ServiceError::Registry {
-                        key: "format.avro.registry.subject".into(),
-                        url: client.url().to_owned(),
-                        reason: e.to_string(),
-                    })?;
-                if let Some(v) = &latest {
-                    mapping.plan(Some(v.schema.id)).map_err(|e| {
-                        mapping_err(format!(
-                            "the latest writer schema of subject {subject} (version {}): {e}",
-                            v.version
-                        ))
-                    })?;
-                }
-                AvroPlan {
-                    mapping,
-                    framing,
-                    registry: Some(client),
-                    latest,
-                    subject: Some(subject),
-                }
-            }
-            Framing::Plain => {
-                let path = avro
-                    .schema_file
-                    .as_ref()
-                    .expect("validated: plain framing has a schema file");
-                let schema = read_schema_file(path).map_err(|reason| ConfigError::Invalid {
-                    key: "format.avro.schema_file".into(),
-                    reason,
-                })?;
-                let mapping = AvroMapping::plain(columns.to_vec(), avro_options, Arc::new(schema))
-                    .map_err(|e| {
-                        mapping_err(format!("{} (format.avro.schema_file): {e}", path.display()))
-                    })?;
-                AvroPlan {
-                    mapping,
-                    framing,
-                    registry: None,
-                    latest: None,
-                    subject: None,
-                }
-            }
-        };
+        let plan = plan_avro(config, avro, columns, explode)?;
         // One encoder with the filter now, so a filter the Avro rows
         // cannot take fails here, not on a pipeline thread.
         Filtered::new(
@@ -291,72 +218,166 @@ pub fn plan_format(
             filter.cloned(),
             options.time.clone(),
         )
-        .map_err(|e| mapping_err(e.to_string()))?;
+        .map_err(|e| mapping_err(config, e.to_string()))?;
         return Ok(FormatPlan::Avro(plan));
     }
     if let Some(proto) = config.format.protobuf() {
-        if explode.is_some() {
-            return Err(ConfigError::Invalid {
-                key: "mapping.explode".into(),
-                reason: "not supported with format.protobuf (one row per message)".into(),
-            }
-            .into());
-        }
-        let spec = config.sink.clickhouse.shard_spec()?;
-        if matches!(spec.key, ShardKey::Field(_)) {
-            return Err(ConfigError::Invalid {
-                key: "sink.clickhouse.shard_key".into(),
-                reason: "format.protobuf rows shard by `kafka_key: true` or round robin; a \
-                         field key is read from JSON messages only"
-                    .into(),
-            }
-            .into());
-        }
-        let plan = match proto.framing() {
-            Framing::Confluent => {
-                let section = proto
-                    .registry
-                    .as_ref()
-                    .expect("validated: confluent framing has a registry");
-                ProtoPlan::Registry {
-                    client: registry(section, "format.protobuf.registry")?,
-                }
-            }
-            Framing::Plain => {
-                let path = proto
-                    .descriptor_set
-                    .as_ref()
-                    .expect("validated: plain framing has a descriptor set");
-                let pool = protobuf::source::load_descriptor_set(path).map_err(|e| {
-                    ConfigError::Invalid {
-                        key: "format.protobuf.descriptor_set".into(),
-                        reason: e.to_string(),
-                    }
-                })?;
-                let what = path.display().to_string();
-                let name = proto
-                    .message
-                    .as_deref()
-                    .expect("validated: plain has a message");
-                let message =
-                    protobuf::source::message_by_name(&pool, name, &what).map_err(|e| {
-                        ConfigError::Invalid {
-                            key: "format.protobuf.message".into(),
-                            reason: e.to_string(),
-                        }
-                    })?;
-                ProtoPlan::Fixed { message, what }
-            }
-        };
-        let plan = FormatPlan::Protobuf(plan);
+        let plan = FormatPlan::Protobuf(plan_protobuf(config, proto, explode.as_deref())?);
         // Build one encoder with the filter now (a plan error, a DEFAULT
         // literal, a filter constant fail here).
-        let encoder = proto_encoder(&plan, columns, options).map_err(mapping_err)?;
+        let encoder = proto_encoder(&plan, columns, options).map_err(|e| mapping_err(config, e))?;
         Filtered::new(encoder, filter.cloned(), options.time.clone())
-            .map_err(|e| mapping_err(e.to_string()))?;
+            .map_err(|e| mapping_err(config, e.to_string()))?;
         return Ok(plan);
     }
     Ok(FormatPlan::Json)
+}
+
+/// A schema the table cannot take, naming the table.
+fn mapping_err(config: &Config, reason: String) -> ServiceError {
+    ServiceError::Mapping {
+        table: config.sink.clickhouse.table.clone(),
+        reason,
+    }
+}
+
+/// `format.avro`: with a registry (Confluent framing) the subject's latest
+/// schema is planned now if there is one; plain, the schema file.
+fn plan_avro(
+    config: &Config,
+    avro: &AvroFormat,
+    columns: &[ColumnSpec],
+    explode: Option<Vec<String>>,
+) -> Result<AvroPlan, ServiceError> {
+    let options = AvroOptions {
+        flatten_join: config.mapping.flatten.clone(),
+        explode,
+    };
+    if avro.framing() == Framing::Plain {
+        return plan_avro_file(config, avro, columns, options);
+    }
+    let section = avro
+        .registry
+        .as_ref()
+        .expect("validated: confluent framing has a registry");
+    let client = registry(section, "format.avro.registry")?;
+    let mapping = AvroMapping::confluent(
+        columns.to_vec(),
+        options,
+        Arc::clone(&client) as Arc<dyn spate_formats::avro::SchemaSource>,
+    )
+    .map_err(|e| mapping_err(config, e.to_string()))?;
+    let topic = config
+        .source
+        .kafka
+        .topics
+        .first()
+        .cloned()
+        .unwrap_or_default();
+    let subject = section.subject_for(&topic);
+    let latest = client
+        .latest(&subject)
+        .map_err(|e| ServiceError::Registry {
+            key: "format.avro.registry.subject".into(),
+            url: client.url().to_owned(),
+            reason: e.to_string(),
+        })?;
+    if let Some(v) = &latest {
+        mapping.plan(Some(v.schema.id)).map_err(|e| {
+            let reason = format!(
+                "the latest writer schema of subject {subject} (version {}): {e}",
+                v.version
+            );
+            mapping_err(config, reason)
+        })?;
+    }
+    Ok(AvroPlan {
+        mapping,
+        framing: Framing::Confluent,
+        registry: Some(client),
+        latest,
+        subject: Some(subject),
+    })
+}
+
+/// Plain `format.avro`: the schema file, read and planned.
+fn plan_avro_file(
+    config: &Config,
+    avro: &AvroFormat,
+    columns: &[ColumnSpec],
+    options: AvroOptions,
+) -> Result<AvroPlan, ServiceError> {
+    let path = avro
+        .schema_file
+        .as_ref()
+        .expect("validated: plain framing has a schema file");
+    let schema = read_schema_file(path).map_err(|reason| ConfigError::Invalid {
+        key: "format.avro.schema_file".into(),
+        reason,
+    })?;
+    let mapping = AvroMapping::plain(columns.to_vec(), options, Arc::new(schema)).map_err(|e| {
+        let reason = format!("{} (format.avro.schema_file): {e}", path.display());
+        mapping_err(config, reason)
+    })?;
+    Ok(AvroPlan {
+        mapping,
+        framing: Framing::Plain,
+        registry: None,
+        latest: None,
+        subject: None,
+    })
+}
+
+/// `format.protobuf`: refuses `mapping.explode` and a field shard key;
+/// with a registry the client, plain the message from the descriptor set.
+fn plan_protobuf(
+    config: &Config,
+    proto: &ProtobufFormat,
+    explode: Option<&[String]>,
+) -> Result<ProtoPlan, ServiceError> {
+    if explode.is_some() {
+        return Err(ConfigError::Invalid {
+            key: "mapping.explode".into(),
+            reason: "not supported with format.protobuf (one row per message)".into(),
+        }
+        .into());
+    }
+    let spec = config.sink.clickhouse.shard_spec()?;
+    if matches!(spec.key, ShardKey::Field(_)) {
+        return Err(ConfigError::Invalid {
+            key: "sink.clickhouse.shard_key".into(),
+            reason: "format.protobuf rows shard by `kafka_key: true` or round robin; a \
+                     field key is read from JSON messages only"
+                .into(),
+        }
+        .into());
+    }
+    if proto.framing() == Framing::Confluent {
+        let section = proto
+            .registry
+            .as_ref()
+            .expect("validated: confluent framing has a registry");
+        let client = registry(section, "format.protobuf.registry")?;
+        return Ok(ProtoPlan::Registry { client });
+    }
+    let path = proto
+        .descriptor_set
+        .as_ref()
+        .expect("validated: plain framing has a descriptor set");
+    let invalid = |key: &str, reason: String| ConfigError::Invalid {
+        key: key.into(),
+        reason,
+    };
+    let pool = protobuf::source::load_descriptor_set(path)
+        .map_err(|e| invalid("format.protobuf.descriptor_set", e.to_string()))?;
+    let what = path.display().to_string();
+    let name = proto
+        .message
+        .as_deref()
+        .expect("validated: plain has a message");
+    let message = protobuf::source::message_by_name(&pool, name, &what)
+        .map_err(|e| invalid("format.protobuf.message", e.to_string()))?;
+    Ok(ProtoPlan::Fixed { message, what })
 }
 
 /// A Protobuf encoder for one pipeline thread.
@@ -435,13 +456,7 @@ mod tests {
     }
 
     fn plan(c: &Config, explode: Option<Vec<String>>) -> Result<FormatPlan, ServiceError> {
-        plan_format(
-            c,
-            &sensor::columns(),
-            &crate::service::mapping_options(c),
-            explode,
-            None,
-        )
+        plan_format(c, &sensor::columns(), &c.mapping_options(), explode, None)
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Kafka helpers for local work and tests: an embedded broker (librdkafka's
-//! mock cluster), an NDJSON loader that spreads keyed messages evenly over
-//! partitions, and the broker-side facts a test or a demo checks (end
-//! offsets, a group's committed offsets, metadata reachability).
+//! mock cluster), a loader that spreads keyed messages (NDJSON lines, or
+//! any indexed payloads) evenly over partitions, and the broker-side facts
+//! a test, a demo or `spate check` looks at (end offsets, a group's
+//! committed offsets, metadata reachability). Not the source: nothing here
+//! runs inside a pipeline.
 //!
 //! The mock cluster keeps at most 5 MiB per partition (shared/ENVIRONMENT.md):
 //! [`end_offsets`] refuses to report a partition whose low watermark moved,
@@ -113,9 +115,31 @@ pub fn partition_count_with(
         .set("bootstrap.servers", brokers)
         .create()
         .map_err(client_err(format!("client for {brokers}")))?;
-    let md = c
+    topic_partitions(
+        &c,
+        topic,
+        timeout,
+        &format!("metadata of {topic} from {brokers}"),
+    )
+}
+
+/// The number of partitions of `topic` as `consumer`'s brokers know it
+/// (one metadata fetch bounded by `timeout`; `what` names the fetch in an
+/// error).
+///
+/// # Errors
+/// [`KafkaToolError::Client`] when the brokers do not answer,
+/// [`KafkaToolError::NoTopic`] when the topic is missing, in error or has
+/// no partition.
+pub(crate) fn topic_partitions<C: ClientContext + rdkafka::consumer::ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    timeout: Duration,
+    what: &str,
+) -> Result<i32, KafkaToolError> {
+    let md = consumer
         .fetch_metadata(Some(topic), timeout)
-        .map_err(client_err(format!("metadata of {topic} from {brokers}")))?;
+        .map_err(client_err(what))?;
     let t = md
         .topics()
         .iter()
@@ -176,40 +200,6 @@ pub fn produce_lines<'a>(
         timeout,
         progress,
     )
-}
-
-/// Produces the Avro sensor workload (`spate_testkit::sensor::avro`):
-/// messages `first..first + count`, each a Confluent-framed `SensorBatch`
-/// under `schema_id` (writer schema version 2, with `firmware`, when `v2`),
-/// message `i` with key `b{i}` to partition `i % partitions`. Returns how
-/// many were produced.
-///
-/// # Errors
-/// As [`produce_lines`].
-#[allow(clippy::too_many_arguments)]
-pub fn produce_sensor(
-    brokers: &str,
-    topic: &str,
-    partitions: i32,
-    first: u64,
-    count: u64,
-    schema_id: u32,
-    v2: bool,
-    timeout: Duration,
-    progress: impl FnMut(u64),
-) -> Result<u64, KafkaToolError> {
-    use spate_testkit::sensor::avro as sensor;
-    let mut buf = Vec::new();
-    let messages = (first..first + count).map(move |i| {
-        buf.clear();
-        if v2 {
-            sensor::message_v2(i, schema_id, &mut buf);
-        } else {
-            sensor::message(i, schema_id, &mut buf);
-        }
-        (i, buf.clone())
-    });
-    produce_indexed(brokers, topic, partitions, messages, "b", timeout, progress)
 }
 
 /// Produces `(index, payload)` items to `topic`: key `{key_prefix}{index}`,
