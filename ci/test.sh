@@ -274,7 +274,10 @@ step build "cargo test --no-run, which is the clippy run too (all targets, -D wa
 # its unit tests, bins, tests, examples; the benches in the job below); the
 # dependencies through plain rustc. The binaries are listed in
 # $BG/tests.json for ci/run_tests.py, which runs them without cargo, so the
-# target directory is free for the job below while the tests run.
+# target directory is free for the job below while the tests run. Cargo
+# does not fingerprint the wrapper: a crate is linted whenever it is
+# compiled, and the profile settings above keep these artifacts apart from
+# an ordinary `cargo test` build (which would otherwise be reused unlinted).
 clippy_wrapper="$PWD/ci/clippy-wrapper.sh"
 RUSTC_WORKSPACE_WRAPPER="$clippy_wrapper" \
   cargo test "${WS[@]}" --no-run --message-format=json-render-diagnostics >"$BG/tests.json"
