@@ -19,7 +19,7 @@ REG=${REG:?set REG to the schema registry URL}
 # ci/clickhouse.sh: the native port is the HTTP port + 1.
 CHPORT=${CHPORT:-$(( ${CH##*:} + 1 ))}
 BROKER_PORT=${BROKER_PORT:-29290}
-# 10,000 messages: 787,500 kept rows (tests/avro.rs computes it).
+# 10,000 messages: 787,500 kept rows (tests/it/avro.rs computes it).
 N=10000
 work=$(mktemp -d /tmp/spate-avro-cpu.XXXX)
 # An embedded broker in its own process (librdkafka's mock cluster):

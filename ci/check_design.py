@@ -6,6 +6,8 @@ naming tests (`snake_case` function names), simulator oracles (`D1 ...`, as
 verify/src/lib.rs spells them) and planted bugs (`CamelCase`, the variants of
 engine/core/src/planted.rs). A renamed or deleted test would leave the design
 pointing at nothing; this fails then, naming the invariant and the name.
+Every repository path the design names (`engine/.../x.rs`, `ci/x.sh`, ...)
+must exist too: a moved file fails it the same way.
 
     python3 ci/check_design.py        exit 0, or 1 with one line per missing name
 """
@@ -43,6 +45,13 @@ for inv, body in blocks:
             continue  # a path or a command, not a name to look up
         if not ok:
             missing.append(f"{inv}: `{name}` not found")
+for path in sorted(set(re.findall(
+    r"\b(?:engine|verify|sim|benches|ci|ops|docs|examples)/[A-Za-z0-9_./-]+"
+    r"\.(?:rs|py|sh|md|yml|yaml|json|toml)\b",
+    design,
+))):
+    if not (root / path).exists():
+        missing.append(f"no file {path} (named in docs/DESIGN.md)")
 for m in missing:
     print("check_design: " + m, file=sys.stderr)
 if missing:

@@ -62,7 +62,7 @@
 # fixture well under its 5 MiB-per-partition retention; a real Kafka here
 # takes 8-60 s to start and 16 s to stop, 300+ MB per node, and has no topic
 # tool on this machine. Static membership, which only a real broker
-# implements, is checked against real Kafka by engine/spate/tests/
+# implements, is checked against real Kafka by engine/spate/tests/it/
 # e2e_report.rs (`a_restart_with_static_membership_...`).
 #
 # Why podman runs with runc and a lower open-files limit (measured on this

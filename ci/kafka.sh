@@ -40,7 +40,7 @@
 # poison record is 2 MiB).
 #
 #   export SPATE_KAFKA_BROKERS=$(ci/kafka.sh start | tail -n1)
-#   SPATE_KAFKA_BROKERS=... cargo test -p spate --test real_kafka
+#   SPATE_KAFKA_BROKERS=... cargo test -p spate --test it -- real_kafka::
 #   ci/kafka.sh stop
 #
 # Measured on this machine kind (2 cores shared with other work, 24 GiB;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """TEST FIXTURE, NOT A SCHEMA REGISTRY: a small in-memory server that speaks
 the subset of the Confluent Schema Registry REST API that spate and its tests
-use, for the end-to-end tests (engine/spate/tests/avro.rs) and local trials.
+use, for the end-to-end tests (engine/spate/tests/it/avro.rs) and local trials.
 
 Why a fixture (issue 21, part 5): no real registry could be started here.
 Apicurio Registry's Maven artifact `io.apicurio:apicurio-registry-app` is a

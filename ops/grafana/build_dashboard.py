@@ -10,7 +10,7 @@ Prometheus data source chosen by the `datasource` variable):
     python3 ops/grafana/build_dashboard.py --markdown # the panel table of the README
 
 Every query uses only series spate serves on /metrics (docs/METRICS.md);
-engine/spate/tests/ops_prometheus.rs evaluates each one through a real
+engine/spate/tests/it/ops_prometheus.rs evaluates each one through a real
 Prometheus scraping a running `spate run` and checks each series name
 against a live scrape.
 

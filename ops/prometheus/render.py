@@ -84,7 +84,7 @@ def main() -> int:
             "# The rules of ops/prometheus/alerts.yml (parameters and runbooks are\n"
             "# explained there) for the Prometheus Operator. Generated, do not edit:\n"
             f"#   python3 ops/prometheus/render.py --prometheus-rule{sets} > ops/k8s/prometheusrule.yaml\n"
-            "# engine/spate/tests/ops_manifests.rs checks it holds the same groups.\n"
+            "# engine/spate/tests/it/ops_manifests.rs checks it holds the same groups.\n"
             "apiVersion: monitoring.coreos.com/v1\n"
             "kind: PrometheusRule\n"
             "metadata:\n"

@@ -1,6 +1,6 @@
 //! Bugs planted in the simulator's own edges (the mapping stand-in and the
 //! world), to prove that the oracles which judge them can fail: each must be
-//! caught within 1,000 seeds (`verify/tests/planted_sim.rs`). spate-core's
+//! caught within 1,000 seeds (`verify/tests/planted/planted_sim.rs`). spate-core's
 //! planted bugs (its `planted-bugs` feature) cover the engine; these cover
 //! what the engine's seams hand it and what the simulator itself promises.
 //!

@@ -45,13 +45,13 @@
 //! controller's final commit precedes it).
 //!
 //! Tests, all against librdkafka's in-process mock cluster:
-//! `tests/mock_cluster.rs` runs whole pipelines (volume, rebalances) and the
-//! source alone (the rebalance hand-over); `tests/mock_faults.rs` a broker
+//! `tests/it/mock_cluster.rs` runs whole pipelines (volume, rebalances) and the
+//! source alone (the rebalance hand-over); `tests/it/mock_faults.rs` a broker
 //! down, a stalled sink, eviction, regex subscription, an out-of-range
-//! committed offset; `tests/mock_metrics.rs` the lag gauge, the
+//! committed offset; `tests/it/mock_metrics.rs` the lag gauge, the
 //! committed-offset gauge before the first commit, and the first commit;
-//! `tests/mock_report.rs` a pattern matching no topic yet and librdkafka's
-//! debug lines after the join; `tests/throughput.rs` (ignored) measures lane
+//! `tests/it/mock_report.rs` a pattern matching no topic yet and librdkafka's
+//! debug lines after the join; `tests/it/throughput.rs` (ignored) measures lane
 //! throughput.
 // `unsafe` only in `native.rs`: librdkafka's batch consume (see there why).
 #![deny(unsafe_code)]

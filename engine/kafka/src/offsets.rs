@@ -22,7 +22,7 @@
 //!
 //! The pure decision is [`out_of_range`], unit-tested below; the end-to-end
 //! test is `committed_offset_beyond_the_log_end_is_reported` in
-//! `tests/mock_faults.rs`.
+//! `tests/it/mock_faults.rs`.
 
 use std::time::{Duration, Instant};
 

@@ -340,7 +340,7 @@ mod tests {
 
     /// With several pipelines, `/readyz` names each one that is not ready
     /// with its reason (one that could not start included); the 200 when
-    /// every one is ready is in `tests/multi.rs` (a Readiness is only set
+    /// every one is ready is in `tests/it/multi.rs` (a Readiness is only set
     /// ready by its controller).
     #[test]
     fn readyz_with_pipelines_names_each_one_not_ready_and_why() {

@@ -1,5 +1,5 @@
 //! A pipeline harness for paused-clock tests: the setup every test of
-//! `engine/core/tests/pipeline.rs` shares, so each test shows only what it
+//! `engine/core/tests/it/pipeline.rs` shares, so each test shows only what it
 //! checks.
 //!
 //! [`Harness::new`] makes a [`ScriptedSource`], a [`CaptureWriter`] and a

@@ -10,7 +10,7 @@
 //!   assignment events you script, a commit store you inspect), a
 //!   [`CaptureWriter`] (records every write attempt; can be told to fail or
 //!   hang) and a [`LineEncoder`] (one newline-terminated row per payload).
-//!   `engine/core/tests/pipeline_smoke.rs` is a complete example.
+//!   `engine/core/tests/it/pipeline_smoke.rs` is a complete example.
 //! - [`lane`]: the in-memory lane state machine ([`lane::MemLane`]) the
 //!   scripted source and the simulator's `SimLane` share; each supplies a
 //!   [`lane::LaneFeed`] (the simulator's adds its fault hooks).
@@ -25,6 +25,9 @@
 //! - [`env`]: the replicated ClickHouse layout from `SPATE_CLICKHOUSE_SHARDS`.
 //! - [`process`]: the pid of the local server behind a URL (the real-server
 //!   tests freeze and kill ClickHouse replicas through it).
+//! - [`serial`]: which tests of one test binary run alone (they freeze or kill
+//!   a shared server, or install a process-wide recorder) and the shared
+//!   claim the others hold.
 //!
 //! These doubles use mutexes freely: they are test code, not the record path.
 //!
@@ -40,6 +43,7 @@ pub mod lane;
 pub mod process;
 pub mod scripted;
 pub mod sensor;
+pub mod serial;
 
 pub use harness::{Harness, Run};
 pub use scripted::{

@@ -15,7 +15,7 @@
 //! - Maps are `BTreeMap`s, so iteration (and every result) is deterministic (D7).
 //!
 //! Synchronous and free of async types so loom can model it
-//! (`tests/loom_models.rs`); `tests/tracker_props.rs` checks it against a
+//! (`tests/loom_models.rs`); `tests/it/tracker_props.rs` checks it against a
 //! brute-force model with proptest.
 
 use std::collections::BTreeMap;
