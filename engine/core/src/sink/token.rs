@@ -49,18 +49,7 @@ impl fmt::Display for RunNonce {
 
 /// The token of batch `seq` of `shard` in the run `nonce` of `pipeline`.
 pub fn batch_token(pipeline: &str, nonce: RunNonce, shard: usize, seq: u64) -> String {
-    let token = format!("{pipeline}-{nonce}-{shard}-{seq}");
-    let tail = format!("-{nonce}-{shard}-{seq}");
-    debug_assert!(
-        token.ends_with(&tail),
-        "D4: token {token} does not end with its nonce, shard and seq"
-    );
-    debug_assert_eq!(
-        token.len(),
-        pipeline.len() + tail.len(),
-        "D4: token {token} holds more than its pipeline, nonce, shard and seq"
-    );
-    token
+    format!("{pipeline}-{nonce}-{shard}-{seq}")
 }
 
 /// Appends `text` with `%` and `:` percent-escaped, so `:` separates the
