@@ -228,16 +228,7 @@ pub fn put_scalar(
             Tok::Bool(b) => put_string(out, if b { b"true" } else { b"false" }),
             Tok::Null => return Err(refuse()),
         },
-        ChType::FixedString(n) => {
-            let s = match tok {
-                Tok::Str(s) | Tok::Number(s) => s,
-                _ => return Err(refuse()),
-            };
-            if s.len() > *n {
-                return Err(format!("{} bytes do not fit {ty}", s.len()));
-            }
-            put_fixed_string(out, s, *n);
-        }
+        ChType::FixedString(n) => put_fixed_tok(ty, tok, *n, out)?,
         ChType::Date | ChType::Date32 => put_date(ty, tok, rules, out)?,
         ChType::DateTime(tz) => put_datetime_tok(tok, tz.as_deref(), rules, out)?,
         ChType::DateTime64 { precision, tz } => {
@@ -257,6 +248,30 @@ pub fn put_scalar(
         }
         ChType::Ipv4 => put_ipv4_tok(ty, tok, out)?,
         ChType::Ipv6 => put_ipv6_tok(ty, tok, out)?,
+        ChType::Enum8(_) | ChType::Enum16(_) => put_enum_tok(ty, tok, out)?,
+        _ => return Err(refuse()),
+    }
+    Ok(Put::Written)
+}
+
+/// A FixedString(`n`) from a string or number's text, refused when longer.
+#[inline(always)]
+fn put_fixed_tok(ty: &ChType, tok: Tok<'_>, n: usize, out: &mut Vec<u8>) -> Result<(), String> {
+    let s = match tok {
+        Tok::Str(s) | Tok::Number(s) => s,
+        _ => return Err(format!("cannot put {} into {ty}", tok.describe())),
+    };
+    if s.len() > n {
+        return Err(format!("{} bytes do not fit {ty}", s.len()));
+    }
+    put_fixed_string(out, s, n);
+    Ok(())
+}
+
+/// An Enum8/Enum16 value from its name or number.
+#[inline(always)]
+fn put_enum_tok(ty: &ChType, tok: Tok<'_>, out: &mut Vec<u8>) -> Result<(), String> {
+    match ty {
         ChType::Enum8(pairs) => {
             let v = enum_value(
                 tok,
@@ -269,9 +284,9 @@ pub fn put_scalar(
             let v = enum_value(tok, pairs.iter().map(|(n, v)| (n.as_str(), *v)), ty)?;
             out.extend_from_slice(&v.to_le_bytes());
         }
-        _ => return Err(refuse()),
+        _ => unreachable!("put_scalar dispatches enums here"),
     }
-    Ok(Put::Written)
+    Ok(())
 }
 
 /// A Float32/Float64 from a number or a special float string (`inf`, `nan`, ...).
