@@ -214,30 +214,8 @@ pub fn put_scalar(
             };
             put_int(text, tok, bits, signed, ty, out)?;
         }
-        ChType::Float32 | ChType::Float64 => {
-            let text = match tok {
-                Tok::Number(t) => t,
-                Tok::Str(t) => match special_float(t) {
-                    Some(f) => {
-                        put_float(ty, f, out);
-                        return Ok(Put::Written);
-                    }
-                    None => t,
-                },
-                _ => return Err(refuse()),
-            };
-            let f = parse_float(text, ty)?;
-            put_float(ty, f, out);
-        }
-        ChType::Bool => {
-            let b = match tok {
-                Tok::Bool(b) => b,
-                Tok::Number(b"0") | Tok::Str(b"0" | b"false") => false,
-                Tok::Number(b"1") | Tok::Str(b"1" | b"true") => true,
-                _ => return Err(format!("{} is not a bool (true/false/0/1)", show(tok))),
-            };
-            out.push(u8::from(b));
-        }
+        ChType::Float32 | ChType::Float64 => put_float_tok(ty, tok, out)?,
+        ChType::Bool => put_bool_tok(tok, out)?,
         // JSON: an object's text as a String (the insert carries
         // input_format_binary_read_json_as_string = 1); anything else would
         // fail the whole insert on the server, so it is this record's error.
@@ -250,51 +228,14 @@ pub fn put_scalar(
             Tok::Bool(b) => put_string(out, if b { b"true" } else { b"false" }),
             Tok::Null => return Err(refuse()),
         },
-        ChType::FixedString(n) => {
-            let s = match tok {
-                Tok::Str(s) | Tok::Number(s) => s,
-                _ => return Err(refuse()),
-            };
-            if s.len() > *n {
-                return Err(format!("{} bytes do not fit {ty}", s.len()));
-            }
-            put_fixed_string(out, s, *n);
-        }
+        ChType::FixedString(n) => put_fixed_tok(ty, tok, *n, out)?,
         ChType::Date | ChType::Date32 => put_date(ty, tok, rules, out)?,
-        ChType::DateTime(tz) => {
-            let secs = time_ticks(tok, 0, tz.as_deref(), rules)?;
-            let secs = u32::try_from(secs)
-                .map_err(|_| format!("{} is outside DateTime's range 1970..2106", show(tok)))?;
-            out.extend_from_slice(&secs.to_le_bytes());
-        }
+        ChType::DateTime(tz) => put_datetime_tok(tok, tz.as_deref(), rules, out)?,
         ChType::DateTime64 { precision, tz } => {
-            let ticks = time_ticks(tok, i32::from(*precision), tz.as_deref(), rules)?;
-            let ticks = i64::try_from(ticks)
-                .ok()
-                .filter(|&t| datetime64_in_range(i128::from(t), *precision))
-                .ok_or_else(|| {
-                    format!(
-                        "{} is outside {ty}'s range 1900-01-01 00:00:00..2299-12-31 23:59:59",
-                        show(tok)
-                    )
-                })?;
-            out.extend_from_slice(&ticks.to_le_bytes());
+            put_datetime64_tok(ty, tok, *precision, tz.as_deref(), rules, out)?;
         }
         ChType::Decimal { precision, scale } => {
-            let text = match tok {
-                Tok::Number(t) | Tok::Str(t) => t,
-                _ => return Err(refuse()),
-            };
-            let scaled = DecimalText::parse(text)
-                .and_then(|d| d.scaled(i32::from(*scale), Rounding::Exact))
-                .map_err(|e| num_reason(e, tok, ty))?;
-            put_decimal(ty, *precision, scaled, out).map_err(|_| {
-                format!(
-                    "{} has more than {} digits before the point for {ty}",
-                    show(tok),
-                    precision - scale
-                )
-            })?;
+            put_decimal_tok(ty, tok, *precision, *scale, out)?;
         }
         ChType::Uuid => {
             let Tok::Str(s) = tok else {
@@ -305,37 +246,32 @@ pub fn put_scalar(
                 parse_uuid(s).ok_or_else(|| format!("{} is not a UUID", show(tok)))?,
             );
         }
-        ChType::Ipv4 => {
-            let ip = match tok {
-                Tok::Str(s) => plain_ipv4(s).or_else(|| {
-                    std::str::from_utf8(s)
-                        .ok()
-                        .and_then(|s| s.parse::<Ipv4Addr>().ok())
-                }),
-                Tok::Number(t) => fast_i64(t)
-                    .and_then(|v| u32::try_from(v).ok())
-                    .map(Ipv4Addr::from),
-                _ => return Err(refuse()),
-            };
-            put_ipv4(
-                out,
-                ip.ok_or_else(|| format!("{} is not an IPv4 address", show(tok)))?,
-            );
-        }
-        ChType::Ipv6 => {
-            let Tok::Str(s) = tok else {
-                return Err(refuse());
-            };
-            let s = std::str::from_utf8(s).map_err(|_| refuse())?;
-            let ip = s
-                .parse::<Ipv6Addr>()
-                .ok()
-                .or_else(|| s.parse::<Ipv4Addr>().ok().map(|v4| v4.to_ipv6_mapped()));
-            put_ipv6(
-                out,
-                ip.ok_or_else(|| format!("{} is not an IPv6 address", show(tok)))?,
-            );
-        }
+        ChType::Ipv4 => put_ipv4_tok(ty, tok, out)?,
+        ChType::Ipv6 => put_ipv6_tok(ty, tok, out)?,
+        ChType::Enum8(_) | ChType::Enum16(_) => put_enum_tok(ty, tok, out)?,
+        _ => return Err(refuse()),
+    }
+    Ok(Put::Written)
+}
+
+/// A FixedString(`n`) from a string or number's text, refused when longer.
+#[inline(always)]
+fn put_fixed_tok(ty: &ChType, tok: Tok<'_>, n: usize, out: &mut Vec<u8>) -> Result<(), String> {
+    let s = match tok {
+        Tok::Str(s) | Tok::Number(s) => s,
+        _ => return Err(format!("cannot put {} into {ty}", tok.describe())),
+    };
+    if s.len() > n {
+        return Err(format!("{} bytes do not fit {ty}", s.len()));
+    }
+    put_fixed_string(out, s, n);
+    Ok(())
+}
+
+/// An Enum8/Enum16 value from its name or number.
+#[inline(always)]
+fn put_enum_tok(ty: &ChType, tok: Tok<'_>, out: &mut Vec<u8>) -> Result<(), String> {
+    match ty {
         ChType::Enum8(pairs) => {
             let v = enum_value(
                 tok,
@@ -348,9 +284,145 @@ pub fn put_scalar(
             let v = enum_value(tok, pairs.iter().map(|(n, v)| (n.as_str(), *v)), ty)?;
             out.extend_from_slice(&v.to_le_bytes());
         }
-        _ => return Err(refuse()),
+        _ => unreachable!("put_scalar dispatches enums here"),
     }
-    Ok(Put::Written)
+    Ok(())
+}
+
+/// A Float32/Float64 from a number or a special float string (`inf`, `nan`, ...).
+#[inline(always)]
+fn put_float_tok(ty: &ChType, tok: Tok<'_>, out: &mut Vec<u8>) -> Result<(), String> {
+    let text = match tok {
+        Tok::Number(t) => t,
+        Tok::Str(t) => match special_float(t) {
+            Some(f) => {
+                put_float(ty, f, out);
+                return Ok(());
+            }
+            None => t,
+        },
+        _ => return Err(format!("cannot put {} into {ty}", tok.describe())),
+    };
+    let f = parse_float(text, ty)?;
+    put_float(ty, f, out);
+    Ok(())
+}
+
+/// A Bool from `true`/`false` or `0`/`1` (number or string).
+#[inline(always)]
+fn put_bool_tok(tok: Tok<'_>, out: &mut Vec<u8>) -> Result<(), String> {
+    let b = match tok {
+        Tok::Bool(b) => b,
+        Tok::Number(b"0") | Tok::Str(b"0" | b"false") => false,
+        Tok::Number(b"1") | Tok::Str(b"1" | b"true") => true,
+        _ => return Err(format!("{} is not a bool (true/false/0/1)", show(tok))),
+    };
+    out.push(u8::from(b));
+    Ok(())
+}
+
+/// A DateTime (seconds, UInt32) from time text or a number, in its range.
+#[inline(always)]
+fn put_datetime_tok(
+    tok: Tok<'_>,
+    tz: Option<&str>,
+    rules: &TimeRules,
+    out: &mut Vec<u8>,
+) -> Result<(), String> {
+    let secs = time_ticks(tok, 0, tz, rules)?;
+    let secs = u32::try_from(secs)
+        .map_err(|_| format!("{} is outside DateTime's range 1970..2106", show(tok)))?;
+    out.extend_from_slice(&secs.to_le_bytes());
+    Ok(())
+}
+
+/// A DateTime64(`precision`) (ticks, Int64) from time text or a number, in its range.
+#[inline(always)]
+fn put_datetime64_tok(
+    ty: &ChType,
+    tok: Tok<'_>,
+    precision: u8,
+    tz: Option<&str>,
+    rules: &TimeRules,
+    out: &mut Vec<u8>,
+) -> Result<(), String> {
+    let ticks = time_ticks(tok, i32::from(precision), tz, rules)?;
+    let ticks = i64::try_from(ticks)
+        .ok()
+        .filter(|&t| datetime64_in_range(i128::from(t), precision))
+        .ok_or_else(|| {
+            format!(
+                "{} is outside {ty}'s range 1900-01-01 00:00:00..2299-12-31 23:59:59",
+                show(tok)
+            )
+        })?;
+    out.extend_from_slice(&ticks.to_le_bytes());
+    Ok(())
+}
+
+/// A Decimal(`precision`, `scale`) from decimal text, exactly (no rounding).
+#[inline(always)]
+fn put_decimal_tok(
+    ty: &ChType,
+    tok: Tok<'_>,
+    precision: u8,
+    scale: u8,
+    out: &mut Vec<u8>,
+) -> Result<(), String> {
+    let text = match tok {
+        Tok::Number(t) | Tok::Str(t) => t,
+        _ => return Err(format!("cannot put {} into {ty}", tok.describe())),
+    };
+    let scaled = DecimalText::parse(text)
+        .and_then(|d| d.scaled(i32::from(scale), Rounding::Exact))
+        .map_err(|e| num_reason(e, tok, ty))?;
+    put_decimal(ty, precision, scaled, out).map_err(|_| {
+        format!(
+            "{} has more than {} digits before the point for {ty}",
+            show(tok),
+            precision - scale
+        )
+    })
+}
+
+/// An IPv4 from dotted text or its UInt32 number.
+#[inline(always)]
+fn put_ipv4_tok(ty: &ChType, tok: Tok<'_>, out: &mut Vec<u8>) -> Result<(), String> {
+    let ip = match tok {
+        Tok::Str(s) => plain_ipv4(s).or_else(|| {
+            std::str::from_utf8(s)
+                .ok()
+                .and_then(|s| s.parse::<Ipv4Addr>().ok())
+        }),
+        Tok::Number(t) => fast_i64(t)
+            .and_then(|v| u32::try_from(v).ok())
+            .map(Ipv4Addr::from),
+        _ => return Err(format!("cannot put {} into {ty}", tok.describe())),
+    };
+    put_ipv4(
+        out,
+        ip.ok_or_else(|| format!("{} is not an IPv4 address", show(tok)))?,
+    );
+    Ok(())
+}
+
+/// An IPv6 from IPv6 text, or IPv4 text mapped into IPv6.
+#[inline(always)]
+fn put_ipv6_tok(ty: &ChType, tok: Tok<'_>, out: &mut Vec<u8>) -> Result<(), String> {
+    let refuse = || format!("cannot put {} into {ty}", tok.describe());
+    let Tok::Str(s) = tok else {
+        return Err(refuse());
+    };
+    let s = std::str::from_utf8(s).map_err(|_| refuse())?;
+    let ip = s
+        .parse::<Ipv6Addr>()
+        .ok()
+        .or_else(|| s.parse::<Ipv4Addr>().ok().map(|v4| v4.to_ipv6_mapped()));
+    put_ipv6(
+        out,
+        ip.ok_or_else(|| format!("{} is not an IPv6 address", show(tok)))?,
+    );
+    Ok(())
 }
 
 /// A Date (days since 1970-01-01 as UInt16) or Date32 (as Int32) from

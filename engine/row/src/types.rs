@@ -379,92 +379,16 @@ impl<'s> Parser<'s> {
             self.pos
         };
         let name = self.ident()?;
+        if let Some(ty) = plain_type(name) {
+            return Ok(ty);
+        }
         let ty = match name {
-            "Int8" => ChType::Int8,
-            "Int16" => ChType::Int16,
-            "Int32" => ChType::Int32,
-            "Int64" => ChType::Int64,
-            "Int128" => ChType::Int128,
-            "Int256" => ChType::Int256,
-            "UInt8" => ChType::UInt8,
-            "UInt16" => ChType::UInt16,
-            "UInt32" => ChType::UInt32,
-            "UInt64" => ChType::UInt64,
-            "UInt128" => ChType::UInt128,
-            "UInt256" => ChType::UInt256,
-            "Float32" => ChType::Float32,
-            "Float64" => ChType::Float64,
-            "Bool" => ChType::Bool,
-            "String" => ChType::String,
-            "UUID" => ChType::Uuid,
-            "JSON" => {
-                self.ws();
-                if self.peek() == Some(b'(') {
-                    ChType::Json(Some(self.balanced_args()?))
-                } else {
-                    ChType::Json(None)
-                }
-            }
-            "IPv4" => ChType::Ipv4,
-            "IPv6" => ChType::Ipv6,
-            "Date" => ChType::Date,
-            "Date32" => ChType::Date32,
-            "FixedString" => {
-                self.expect(b'(')?;
-                let n = self.uint()?;
-                if n == 0 {
-                    return Err(self.err("FixedString length must be at least 1"));
-                }
-                let n = usize::try_from(n).map_err(|_| self.err("FixedString length too large"))?;
-                self.expect(b')')?;
-                ChType::FixedString(n)
-            }
-            "DateTime" => {
-                if self.eat(b'(') {
-                    let tz = self.quoted()?;
-                    self.expect(b')')?;
-                    ChType::DateTime(Some(tz))
-                } else {
-                    ChType::DateTime(None)
-                }
-            }
-            "DateTime64" => {
-                self.expect(b'(')?;
-                let p = self.uint()?;
-                if p > u64::from(MAX_DATETIME64_PRECISION) {
-                    return Err(self.err(format!(
-                        "DateTime64 precision must be 0..={MAX_DATETIME64_PRECISION}"
-                    )));
-                }
-                let tz = if self.eat(b',') {
-                    Some(self.quoted()?)
-                } else {
-                    None
-                };
-                self.expect(b')')?;
-                ChType::DateTime64 {
-                    precision: p as u8,
-                    tz,
-                }
-            }
-            "Decimal" => {
-                self.expect(b'(')?;
-                let p = self.uint()?;
-                let s = if self.eat(b',') { self.uint()? } else { 0 };
-                self.expect(b')')?;
-                self.decimal(p, s)?
-            }
-            "Decimal32" | "Decimal64" | "Decimal128" | "Decimal256" => {
-                let p = match name {
-                    "Decimal32" => 9,
-                    "Decimal64" => 18,
-                    "Decimal128" => 38,
-                    _ => 76,
-                };
-                self.expect(b'(')?;
-                let s = self.uint()?;
-                self.expect(b')')?;
-                self.decimal(p, s)?
+            "JSON" => self.json_args()?,
+            "FixedString" => self.fixed_string_args()?,
+            "DateTime" => self.datetime_args()?,
+            "DateTime64" => self.datetime64_args()?,
+            "Decimal" | "Decimal32" | "Decimal64" | "Decimal128" | "Decimal256" => {
+                self.decimal_args(name)?
             }
             "Enum8" => {
                 let pairs = self.enum_pairs(depth, i64::from(i8::MIN), i64::from(i8::MAX))?;
@@ -477,31 +401,111 @@ impl<'s> Parser<'s> {
             "Nullable" => ChType::Nullable(self.inner(depth)?),
             "LowCardinality" => ChType::LowCardinality(self.inner(depth)?),
             "Array" => ChType::Array(self.inner(depth)?),
-            "Map" => {
-                self.expect(b'(')?;
-                let k = self.ty(depth + 1)?;
-                self.expect(b',')?;
-                let v = self.ty(depth + 1)?;
-                self.expect(b')')?;
-                ChType::Map(Box::new(k), Box::new(v))
-            }
-            "Tuple" => {
-                let elements = self.args_of(depth, |p, d| p.tuple_element(d))?;
-                if elements.is_empty() {
-                    return Err(self.err("Tuple needs at least one element"));
-                }
-                let named = elements.iter().filter(|e| e.name.is_some()).count();
-                if named != 0 && named != elements.len() {
-                    return Err(self.err("Tuple elements must be all named or all unnamed"));
-                }
-                ChType::Tuple(elements)
-            }
+            "Map" => self.map_args(depth)?,
+            "Tuple" => self.tuple_args(depth)?,
             other => {
                 self.pos = start;
                 return Err(self.err(format!("unknown or unsupported type `{other}`")));
             }
         };
         Ok(ty)
+    }
+
+    /// `JSON`'s optional `(...)` settings, kept as text.
+    fn json_args(&mut self) -> Result<ChType, TypeParseError> {
+        self.ws();
+        Ok(if self.peek() == Some(b'(') {
+            ChType::Json(Some(self.balanced_args()?))
+        } else {
+            ChType::Json(None)
+        })
+    }
+
+    /// `FixedString`'s `(N)`, N at least 1.
+    fn fixed_string_args(&mut self) -> Result<ChType, TypeParseError> {
+        self.expect(b'(')?;
+        let n = self.uint()?;
+        if n == 0 {
+            return Err(self.err("FixedString length must be at least 1"));
+        }
+        let n = usize::try_from(n).map_err(|_| self.err("FixedString length too large"))?;
+        self.expect(b')')?;
+        Ok(ChType::FixedString(n))
+    }
+
+    /// `DateTime`'s optional `('zone')`.
+    fn datetime_args(&mut self) -> Result<ChType, TypeParseError> {
+        Ok(if self.eat(b'(') {
+            let tz = self.quoted()?;
+            self.expect(b')')?;
+            ChType::DateTime(Some(tz))
+        } else {
+            ChType::DateTime(None)
+        })
+    }
+
+    /// `DateTime64`'s `(precision[, 'zone'])`.
+    fn datetime64_args(&mut self) -> Result<ChType, TypeParseError> {
+        self.expect(b'(')?;
+        let p = self.uint()?;
+        if p > u64::from(MAX_DATETIME64_PRECISION) {
+            return Err(self.err(format!(
+                "DateTime64 precision must be 0..={MAX_DATETIME64_PRECISION}"
+            )));
+        }
+        let tz = if self.eat(b',') {
+            Some(self.quoted()?)
+        } else {
+            None
+        };
+        self.expect(b')')?;
+        Ok(ChType::DateTime64 {
+            precision: p as u8,
+            tz,
+        })
+    }
+
+    /// The arguments of `Decimal(P[, S])` or `DecimalN(S)` (`name` says which).
+    fn decimal_args(&mut self, name: &str) -> Result<ChType, TypeParseError> {
+        self.expect(b'(')?;
+        let (p, s) = if name == "Decimal" {
+            let p = self.uint()?;
+            let s = if self.eat(b',') { self.uint()? } else { 0 };
+            (p, s)
+        } else {
+            let p = match name {
+                "Decimal32" => 9,
+                "Decimal64" => 18,
+                "Decimal128" => 38,
+                _ => 76,
+            };
+            (p, self.uint()?)
+        };
+        self.expect(b')')?;
+        self.decimal(p, s)
+    }
+
+    /// `Map`'s `(K, V)`.
+    fn map_args(&mut self, depth: usize) -> Result<ChType, TypeParseError> {
+        self.expect(b'(')?;
+        let k = self.ty(depth + 1)?;
+        self.expect(b',')?;
+        let v = self.ty(depth + 1)?;
+        self.expect(b')')?;
+        Ok(ChType::Map(Box::new(k), Box::new(v)))
+    }
+
+    /// `Tuple`'s elements: at least one, all named or all unnamed.
+    fn tuple_args(&mut self, depth: usize) -> Result<ChType, TypeParseError> {
+        let elements = self.args_of(depth, |p, d| p.tuple_element(d))?;
+        if elements.is_empty() {
+            return Err(self.err("Tuple needs at least one element"));
+        }
+        let named = elements.iter().filter(|e| e.name.is_some()).count();
+        if named != 0 && named != elements.len() {
+            return Err(self.err("Tuple elements must be all named or all unnamed"));
+        }
+        Ok(ChType::Tuple(elements))
     }
 
     fn decimal(&self, p: u64, s: u64) -> Result<ChType, TypeParseError> {
@@ -580,6 +584,34 @@ impl<'s> Parser<'s> {
             })
         }
     }
+}
+
+/// The type a bare name stands for when it takes no arguments (`None`: it does, or is unknown).
+fn plain_type(name: &str) -> Option<ChType> {
+    Some(match name {
+        "Int8" => ChType::Int8,
+        "Int16" => ChType::Int16,
+        "Int32" => ChType::Int32,
+        "Int64" => ChType::Int64,
+        "Int128" => ChType::Int128,
+        "Int256" => ChType::Int256,
+        "UInt8" => ChType::UInt8,
+        "UInt16" => ChType::UInt16,
+        "UInt32" => ChType::UInt32,
+        "UInt64" => ChType::UInt64,
+        "UInt128" => ChType::UInt128,
+        "UInt256" => ChType::UInt256,
+        "Float32" => ChType::Float32,
+        "Float64" => ChType::Float64,
+        "Bool" => ChType::Bool,
+        "String" => ChType::String,
+        "UUID" => ChType::Uuid,
+        "IPv4" => ChType::Ipv4,
+        "IPv6" => ChType::Ipv6,
+        "Date" => ChType::Date,
+        "Date32" => ChType::Date32,
+        _ => return None,
+    })
 }
 
 fn write_quoted(f: &mut fmt::Formatter<'_>, s: &str) -> fmt::Result {

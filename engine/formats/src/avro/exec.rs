@@ -542,81 +542,22 @@ impl Conv {
             Conv::Str { utf8 } => put_str(c, *utf8, out)?,
             Conv::F64 => out.extend_from_slice(c.take(8)?),
             Conv::F32 => out.extend_from_slice(c.take(4)?),
-            Conv::Union(branches) => {
-                let i = c.long()?;
-                let b = usize::try_from(i)
-                    .ok()
-                    .and_then(|i| branches.get(i))
-                    .ok_or(Fail::BadBranch(i))?;
-                match b {
-                    UBranch::Null => out.push(1),
-                    UBranch::Missing => return Ok(Cell::Missing),
-                    UBranch::Val(conv) => return conv.put(c, out),
-                }
-            }
+            Conv::Union(branches) => return put_union(branches, c, out),
             Conv::Nullable(inner) => {
                 out.push(0);
                 return inner.put(c, out);
             }
-            Conv::Bool => {
-                let b = c.take(1)?[0];
-                if b > 1 {
-                    return Err(Fail::OutOfRange(i64::from(b)));
-                }
-                out.push(b);
-            }
-            Conv::IntF64 { src32 } => {
-                let v = int_of(c, *src32)?;
-                if v.unsigned_abs() > 1 << 53 {
-                    return Err(Fail::Inexact(v));
-                }
-                out.extend_from_slice(&(v as f64).to_le_bytes());
-            }
-            Conv::IntF32 { src32 } => {
-                let v = int_of(c, *src32)?;
-                if v.unsigned_abs() > 1 << 24 {
-                    return Err(Fail::Inexact(v));
-                }
-                out.extend_from_slice(&(v as f32).to_le_bytes());
-            }
-            Conv::IntDecimal { src32, ty } => {
-                let v = int_of(c, *src32)?;
-                let ChType::Decimal { precision, scale } = ty else {
-                    unreachable!("planned for Decimal columns only");
-                };
-                let w = scale_up(Wide::from_i128(i128::from(v)), u32::from(*scale))
-                    .ok_or(Fail::TooManyDigits)?;
-                put_decimal(ty, *precision, w, out).map_err(|_| Fail::TooManyDigits)?;
-            }
+            Conv::Bool => put_bool(c, out)?,
+            Conv::IntF64 { src32 } => put_int_f64(c, *src32, out)?,
+            Conv::IntF32 { src32 } => put_int_f32(c, *src32, out)?,
+            Conv::IntDecimal { src32, ty } => put_int_decimal(c, *src32, ty, out)?,
             Conv::F32F64 => {
                 let b = c.take(4)?;
                 let f = f32::from_le_bytes(b.try_into().expect("4 bytes"));
                 out.extend_from_slice(&f64::from(f).to_le_bytes());
             }
-            Conv::StrFixed { utf8, n } => {
-                let (a, b) = c.len_bytes()?;
-                let bytes = &c.s[a..b];
-                if *utf8 && std::str::from_utf8(bytes).is_err() {
-                    return Err(Fail::BadUtf8);
-                }
-                if bytes.len() > *n {
-                    return Err(Fail::TooLong {
-                        len: bytes.len(),
-                        n: *n,
-                    });
-                }
-                spate_row::rowbinary::put_fixed_string(out, bytes, *n);
-            }
-            Conv::StrEnum { names, w8 } => {
-                let (a, b) = c.len_bytes()?;
-                let bytes = &c.s[a..b];
-                let v = names
-                    .iter()
-                    .find(|(n, _)| **n == *bytes)
-                    .map(|(_, v)| *v)
-                    .ok_or(Fail::NotAnEnumName)?;
-                put_enum(v, *w8, out);
-            }
+            Conv::StrFixed { utf8, n } => put_str_fixed(c, *utf8, *n, out)?,
+            Conv::StrEnum { names, w8 } => put_str_enum(c, names, *w8, out)?,
             Conv::StrUuid => {
                 let (a, b) = c.len_bytes()?;
                 let u = parse_uuid(&c.s[a..b]).ok_or(Fail::BadUuid)?;
@@ -630,47 +571,10 @@ impl Conv {
                     spate_row::rowbinary::put_fixed_string(out, bytes, *n);
                 }
             }
-            Conv::BinUuid { fixed } => {
-                let bytes = if *fixed {
-                    c.take(16)?
-                } else {
-                    let (a, b) = c.len_bytes()?;
-                    &c.s[a..b]
-                };
-                let arr: [u8; 16] = bytes.try_into().map_err(|_| Fail::BadUuid)?;
-                put_uuid(out, u128::from_be_bytes(arr));
-            }
-            Conv::EnumStr { symbols } => {
-                let i = c.int()?;
-                let sym = usize::try_from(i)
-                    .ok()
-                    .and_then(|i| symbols.get(i))
-                    .ok_or(Fail::BadEnum(i))?;
-                put_string(out, sym);
-            }
-            Conv::EnumVal { values, w8 } => {
-                let i = c.int()?;
-                let v = usize::try_from(i)
-                    .ok()
-                    .and_then(|i| values.get(i))
-                    .ok_or(Fail::BadEnum(i))?;
-                put_enum(*v, *w8, out);
-            }
-            Conv::Date { date32 } => {
-                let v = c.int()?;
-                if *date32 {
-                    if !(spate_row::rowbinary::DATE32_MIN_DAYS
-                        ..=spate_row::rowbinary::DATE32_MAX_DAYS)
-                        .contains(&v)
-                    {
-                        return Err(Fail::OutOfRange(v));
-                    }
-                    out.extend_from_slice(&(v as i32).to_le_bytes());
-                } else {
-                    let d = u16::try_from(v).map_err(|_| Fail::OutOfRange(v))?;
-                    out.extend_from_slice(&d.to_le_bytes());
-                }
-            }
+            Conv::BinUuid { fixed } => put_bin_uuid(c, *fixed, out)?,
+            Conv::EnumStr { symbols } => put_enum_str(c, symbols, out)?,
+            Conv::EnumVal { values, w8 } => put_enum_val(c, values, *w8, out)?,
+            Conv::Date { date32 } => put_date(c, *date32, out)?,
             Conv::Time { unit, to } => {
                 let v = c.long()?;
                 put_time(v, *unit, *to, out)?;
@@ -694,28 +598,194 @@ impl Conv {
                 put_blocks(c, out, *min_len, |c, out| item.put(c, out).map(drop))?
             }
             Conv::Map { key, value } => put_blocks(c, out, 1, |c, out| {
-                let (a, b) = c.len_bytes()?;
-                let k = &c.s[a..b];
-                if std::str::from_utf8(k).is_err() {
-                    return Err(Fail::BadUtf8);
-                }
-                match key {
-                    KeyConv::Str => put_string(out, k),
-                    KeyConv::Fixed(n) => {
-                        if k.len() > *n {
-                            return Err(Fail::TooLong {
-                                len: k.len(),
-                                n: *n,
-                            });
-                        }
-                        spate_row::rowbinary::put_fixed_string(out, k, *n);
-                    }
-                }
+                put_map_key(c, key, out)?;
                 value.put(c, out).map(drop)
             })?,
         }
         Ok(Cell::Value)
     }
+}
+
+/// A union's branch index, then that branch's value (a null, a missing cell or a value).
+#[inline(always)]
+fn put_union(branches: &[UBranch], c: &mut Cur<'_>, out: &mut Vec<u8>) -> Result<Cell, Fail> {
+    let i = c.long()?;
+    let b = usize::try_from(i)
+        .ok()
+        .and_then(|i| branches.get(i))
+        .ok_or(Fail::BadBranch(i))?;
+    match b {
+        UBranch::Null => out.push(1),
+        UBranch::Missing => return Ok(Cell::Missing),
+        UBranch::Val(conv) => return conv.put(c, out),
+    }
+    Ok(Cell::Value)
+}
+
+/// An Avro boolean byte (0 or 1) as a Bool.
+#[inline(always)]
+fn put_bool(c: &mut Cur<'_>, out: &mut Vec<u8>) -> Result<(), Fail> {
+    let b = c.take(1)?[0];
+    if b > 1 {
+        return Err(Fail::OutOfRange(i64::from(b)));
+    }
+    out.push(b);
+    Ok(())
+}
+
+/// An int or long as a Float64, refused beyond 2^53 (inexact).
+#[inline(always)]
+fn put_int_f64(c: &mut Cur<'_>, src32: bool, out: &mut Vec<u8>) -> Result<(), Fail> {
+    let v = int_of(c, src32)?;
+    if v.unsigned_abs() > 1 << 53 {
+        return Err(Fail::Inexact(v));
+    }
+    out.extend_from_slice(&(v as f64).to_le_bytes());
+    Ok(())
+}
+
+/// An int or long as a Float32, refused beyond 2^24 (inexact).
+#[inline(always)]
+fn put_int_f32(c: &mut Cur<'_>, src32: bool, out: &mut Vec<u8>) -> Result<(), Fail> {
+    let v = int_of(c, src32)?;
+    if v.unsigned_abs() > 1 << 24 {
+        return Err(Fail::Inexact(v));
+    }
+    out.extend_from_slice(&(v as f32).to_le_bytes());
+    Ok(())
+}
+
+/// An int or long as a Decimal column's scaled integer.
+#[inline(always)]
+fn put_int_decimal(
+    c: &mut Cur<'_>,
+    src32: bool,
+    ty: &ChType,
+    out: &mut Vec<u8>,
+) -> Result<(), Fail> {
+    let v = int_of(c, src32)?;
+    let ChType::Decimal { precision, scale } = ty else {
+        unreachable!("planned for Decimal columns only");
+    };
+    let w =
+        scale_up(Wide::from_i128(i128::from(v)), u32::from(*scale)).ok_or(Fail::TooManyDigits)?;
+    put_decimal(ty, *precision, w, out).map_err(|_| Fail::TooManyDigits)
+}
+
+/// A string or bytes as a FixedString(`n`), refused when longer.
+#[inline(always)]
+fn put_str_fixed(c: &mut Cur<'_>, utf8: bool, n: usize, out: &mut Vec<u8>) -> Result<(), Fail> {
+    let (a, b) = c.len_bytes()?;
+    let bytes = &c.s[a..b];
+    if utf8 && std::str::from_utf8(bytes).is_err() {
+        return Err(Fail::BadUtf8);
+    }
+    if bytes.len() > n {
+        return Err(Fail::TooLong {
+            len: bytes.len(),
+            n,
+        });
+    }
+    spate_row::rowbinary::put_fixed_string(out, bytes, n);
+    Ok(())
+}
+
+/// A string as the value of the enum name it equals.
+#[inline(always)]
+fn put_str_enum(
+    c: &mut Cur<'_>,
+    names: &[(Box<[u8]>, i16)],
+    w8: bool,
+    out: &mut Vec<u8>,
+) -> Result<(), Fail> {
+    let (a, b) = c.len_bytes()?;
+    let bytes = &c.s[a..b];
+    let v = names
+        .iter()
+        .find(|(n, _)| **n == *bytes)
+        .map(|(_, v)| *v)
+        .ok_or(Fail::NotAnEnumName)?;
+    put_enum(v, w8, out);
+    Ok(())
+}
+
+/// A 16-byte big-endian UUID (fixed or bytes) as a UUID.
+#[inline(always)]
+fn put_bin_uuid(c: &mut Cur<'_>, fixed: bool, out: &mut Vec<u8>) -> Result<(), Fail> {
+    let bytes = if fixed {
+        c.take(16)?
+    } else {
+        let (a, b) = c.len_bytes()?;
+        &c.s[a..b]
+    };
+    let arr: [u8; 16] = bytes.try_into().map_err(|_| Fail::BadUuid)?;
+    put_uuid(out, u128::from_be_bytes(arr));
+    Ok(())
+}
+
+/// An Avro enum index as its symbol, a String.
+#[inline(always)]
+fn put_enum_str(c: &mut Cur<'_>, symbols: &[Box<[u8]>], out: &mut Vec<u8>) -> Result<(), Fail> {
+    let i = c.int()?;
+    let sym = usize::try_from(i)
+        .ok()
+        .and_then(|i| symbols.get(i))
+        .ok_or(Fail::BadEnum(i))?;
+    put_string(out, sym);
+    Ok(())
+}
+
+/// An Avro enum index as the ClickHouse enum value planned for it.
+#[inline(always)]
+fn put_enum_val(c: &mut Cur<'_>, values: &[i16], w8: bool, out: &mut Vec<u8>) -> Result<(), Fail> {
+    let i = c.int()?;
+    let v = usize::try_from(i)
+        .ok()
+        .and_then(|i| values.get(i))
+        .ok_or(Fail::BadEnum(i))?;
+    put_enum(*v, w8, out);
+    Ok(())
+}
+
+/// An Avro date (days) as a Date or Date32, refused out of range.
+#[inline(always)]
+fn put_date(c: &mut Cur<'_>, date32: bool, out: &mut Vec<u8>) -> Result<(), Fail> {
+    let v = c.int()?;
+    if date32 {
+        if !(spate_row::rowbinary::DATE32_MIN_DAYS..=spate_row::rowbinary::DATE32_MAX_DAYS)
+            .contains(&v)
+        {
+            return Err(Fail::OutOfRange(v));
+        }
+        out.extend_from_slice(&(v as i32).to_le_bytes());
+    } else {
+        let d = u16::try_from(v).map_err(|_| Fail::OutOfRange(v))?;
+        out.extend_from_slice(&d.to_le_bytes());
+    }
+    Ok(())
+}
+
+/// An Avro map key (UTF-8 checked) as a String or FixedString key.
+#[inline(always)]
+fn put_map_key(c: &mut Cur<'_>, key: &KeyConv, out: &mut Vec<u8>) -> Result<(), Fail> {
+    let (a, b) = c.len_bytes()?;
+    let k = &c.s[a..b];
+    if std::str::from_utf8(k).is_err() {
+        return Err(Fail::BadUtf8);
+    }
+    match key {
+        KeyConv::Str => put_string(out, k),
+        KeyConv::Fixed(n) => {
+            if k.len() > *n {
+                return Err(Fail::TooLong {
+                    len: k.len(),
+                    n: *n,
+                });
+            }
+            spate_row::rowbinary::put_fixed_string(out, k, *n);
+        }
+    }
+    Ok(())
 }
 
 #[inline]

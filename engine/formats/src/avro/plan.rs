@@ -519,25 +519,74 @@ pub fn compile(
     if columns.is_empty() {
         return Err(cx.err(None, None, "a mapping needs at least one column".into()));
     }
-    let root = match cx.resolve(&schema, 0)? {
-        Schema::Record(r) => r,
-        other => {
-            return Err(cx.err(
-                None,
-                None,
-                format!(
-                    "the top-level schema is {}, not a record: columns need named fields",
-                    kind(other)
-                ),
-            ));
-        }
-    };
+    let root = root_record(&cx, &schema)?;
     // The element record under explode.
     let element: Option<&RecordSchema> = match &options.explode {
         None => None,
         Some(path) => Some(explode_element(&cx, root, path)?),
     };
     // Which field feeds which column.
+    assign_columns(&mut cx, root, element, options)?;
+    let mut parent = compile_record(&mut cx, root, &[], Ns::Parent, 0)?;
+    let mut element_ops = match element {
+        Some(e) => compile_record(&mut cx, e, &[], Ns::Element, 0)?,
+        None => Vec::new(),
+    };
+    let explode = explode_plan(&cx, root, element, options)?;
+    // Missing values, and the columns no field feeds.
+    let missing = missing_cells(&cx)?;
+    let col_fields = column_fields(&cx, options);
+    let unfed = unfed_columns(&cx, &col_fields, &missing)?;
+    let direct = check_writes(&cx, &parent, &element_ops, &unfed)?;
+    place_unfed(&mut parent, &mut element_ops, &unfed, columns, direct);
+    let marker = columns
+        .iter()
+        .any(|c| c.missing == MissingValue::ServerDefault);
+    let fields = std::mem::take(&mut cx.fields);
+    drop(resolved);
+    let explode_at = parent.iter().position(|o| matches!(o, Op::Explode));
+    let prefix_cache = direct
+        && explode_at.is_some_and(|k| !parent[..k].iter().any(|o| matches!(o, Op::Meta { .. })));
+    Ok(Plan {
+        explode_at,
+        prefix_cache,
+        schema_id: id,
+        schema,
+        parent: parent.into(),
+        element: element_ops.into(),
+        explode,
+        direct,
+        marker,
+        missing: missing.into(),
+        columns: columns.into(),
+        col_fields: col_fields.into(),
+        fields: fields.into(),
+    })
+}
+
+/// The top-level record of the writer schema, or the error for a non-record.
+fn root_record<'a>(cx: &Ctx<'a>, schema: &'a Schema) -> Result<&'a RecordSchema, PlanError> {
+    match cx.resolve(schema, 0)? {
+        Schema::Record(r) => Ok(r),
+        other => Err(cx.err(
+            None,
+            None,
+            format!(
+                "the top-level schema is {}, not a record: columns need named fields",
+                kind(other)
+            ),
+        )),
+    }
+}
+
+/// Records in `cx.assigned` which field feeds each non-metadata column.
+fn assign_columns(
+    cx: &mut Ctx<'_>,
+    root: &RecordSchema,
+    element: Option<&RecordSchema>,
+    options: &AvroOptions,
+) -> Result<(), PlanError> {
+    let columns = cx.columns;
     let join = options.flatten_join.as_deref();
     for (ci, c) in columns.iter().enumerate() {
         if let Some(source) = &c.meta {
@@ -546,89 +595,115 @@ pub fn compile(
                 .map_err(|reason| cx.err(None, Some(ci), format!("Kafka metadata: {reason}")))?;
             continue;
         }
-        let (paths, explicit) = candidate_paths(c, join);
-        let mut found: Vec<(Ns, Vec<String>)> = Vec::new();
-        for p in &paths {
-            let mut in_parent = None;
-            if let Some(ex) = &options.explode
-                && p.len() > ex.len()
-                && p[..ex.len()] == ex[..]
-            {
-                let rest = p[ex.len()..].to_vec();
-                if element.is_some_and(|e| cx.exists(e, &rest)) {
-                    found.push((Ns::Element, rest));
-                    continue;
-                }
-            }
-            if cx.exists(root, p) {
-                in_parent = Some(p.clone());
-            }
-            let in_element = element.filter(|e| cx.exists(e, p)).map(|_| p.clone());
-            match (in_parent, in_element) {
-                (Some(a), Some(_)) if !explicit => {
-                    let ex = options
-                        .explode
-                        .as_ref()
-                        .map(|e| e.join("/"))
-                        .unwrap_or_default();
-                    return Err(cx.err(
-                        Some(p),
-                        Some(ci),
-                        format!(
-                            "the name is both a field of the record and of each `{ex}` element \
-                             (`{ex}/{}`): say which with a pointer in mapping.columns \
-                             (`/{}` for the record's, `/{ex}/{}` for the element's) or a rename",
-                            p.join("/"),
-                            a.join("/"),
-                            p.join("/")
-                        ),
-                    ));
-                }
-                (Some(a), _) => found.push((Ns::Parent, a)),
-                (None, Some(e)) => found.push((Ns::Element, e)),
-                (None, None) => {}
+        let found = column_matches(cx, root, element, options, ci, join)?;
+        assign_match(cx, ci, found)?;
+    }
+    Ok(())
+}
+
+/// Every (namespace, path) of a field column `ci` names, parent or element.
+fn column_matches(
+    cx: &Ctx<'_>,
+    root: &RecordSchema,
+    element: Option<&RecordSchema>,
+    options: &AvroOptions,
+    ci: usize,
+    join: Option<&str>,
+) -> Result<Vec<(Ns, Vec<String>)>, PlanError> {
+    let (paths, explicit) = candidate_paths(&cx.columns[ci], join);
+    let mut found: Vec<(Ns, Vec<String>)> = Vec::new();
+    for p in &paths {
+        let mut in_parent = None;
+        if let Some(ex) = &options.explode
+            && p.len() > ex.len()
+            && p[..ex.len()] == ex[..]
+        {
+            let rest = p[ex.len()..].to_vec();
+            if element.is_some_and(|e| cx.exists(e, &rest)) {
+                found.push((Ns::Element, rest));
+                continue;
             }
         }
-        match found.len() {
-            0 => {}
-            1 => {
-                let (ns, p) = found.pop().expect("one");
-                if let Some((_, _, other)) =
-                    cx.assigned.iter().find(|(n, q, _)| *n == ns && *q == p)
-                {
-                    return Err(cx.err(
-                        Some(&p),
-                        Some(ci),
-                        format!(
-                            "the field already feeds column `{}`; one field feeds one column",
-                            columns[*other].name
-                        ),
-                    ));
-                }
-                cx.assigned.push((ns, p, ci));
-            }
-            _ => {
-                let list: Vec<String> = found.iter().map(|(_, p)| p.join("/")).collect();
+        if cx.exists(root, p) {
+            in_parent = Some(p.clone());
+        }
+        let in_element = element.filter(|e| cx.exists(e, p)).map(|_| p.clone());
+        match (in_parent, in_element) {
+            (Some(a), Some(_)) if !explicit => {
+                let ex = options
+                    .explode
+                    .as_ref()
+                    .map(|e| e.join("/"))
+                    .unwrap_or_default();
                 return Err(cx.err(
-                    None,
+                    Some(p),
                     Some(ci),
                     format!(
-                        "the column matches several fields ({}) under the flatten join: \
-                         give it a pointer in mapping.columns",
-                        list.join(", ")
+                        "the name is both a field of the record and of each `{ex}` element \
+                         (`{ex}/{}`): say which with a pointer in mapping.columns \
+                         (`/{}` for the record's, `/{ex}/{}` for the element's) or a rename",
+                        p.join("/"),
+                        a.join("/"),
+                        p.join("/")
                     ),
                 ));
             }
+            (Some(a), _) => found.push((Ns::Parent, a)),
+            (None, Some(e)) => found.push((Ns::Element, e)),
+            (None, None) => {}
         }
     }
-    let mut parent = compile_record(&mut cx, root, &[], Ns::Parent, 0)?;
-    let mut element_ops = match element {
-        Some(e) => compile_record(&mut cx, e, &[], Ns::Element, 0)?,
-        None => Vec::new(),
-    };
-    let explode = match (&options.explode, element) {
+    Ok(found)
+}
+
+/// Assigns column `ci` its one matched field, or errors on a clash or ambiguity.
+fn assign_match(
+    cx: &mut Ctx<'_>,
+    ci: usize,
+    mut found: Vec<(Ns, Vec<String>)>,
+) -> Result<(), PlanError> {
+    match found.len() {
+        0 => {}
+        1 => {
+            let (ns, p) = found.pop().expect("one");
+            if let Some((_, _, other)) = cx.assigned.iter().find(|(n, q, _)| *n == ns && *q == p) {
+                return Err(cx.err(
+                    Some(&p),
+                    Some(ci),
+                    format!(
+                        "the field already feeds column `{}`; one field feeds one column",
+                        cx.columns[*other].name
+                    ),
+                ));
+            }
+            cx.assigned.push((ns, p, ci));
+        }
+        _ => {
+            let list: Vec<String> = found.iter().map(|(_, p)| p.join("/")).collect();
+            return Err(cx.err(
+                None,
+                Some(ci),
+                format!(
+                    "the column matches several fields ({}) under the flatten join: \
+                     give it a pointer in mapping.columns",
+                    list.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The fan-out plan: skips before the exploded array and over one element.
+fn explode_plan(
+    cx: &Ctx<'_>,
+    root: &RecordSchema,
+    element: Option<&RecordSchema>,
+    options: &AvroOptions,
+) -> Result<Option<ExplodePlan>, PlanError> {
+    Ok(match (&options.explode, element) {
         (Some(path), Some(e)) => Some(ExplodePlan {
-            pre: pre_skips(&cx, root, path, 0)?,
+            pre: pre_skips(cx, root, path, 0)?,
             item: Skip::Record(
                 e.fields
                     .iter()
@@ -638,10 +713,13 @@ pub fn compile(
             field: path.join("/"),
         }),
         _ => None,
-    };
-    // Missing values, and the columns no field feeds.
-    let mut missing = Vec::with_capacity(columns.len());
-    for c in columns {
+    })
+}
+
+/// What each column gets when no field feeds it (DEFAULT literals encoded).
+fn missing_cells(cx: &Ctx<'_>) -> Result<Vec<MissingCell>, PlanError> {
+    let mut missing = Vec::with_capacity(cx.columns.len());
+    for c in cx.columns {
         missing.push(match &c.missing {
             MissingValue::Null => MissingCell::Null,
             MissingValue::Literal(lit) => {
@@ -653,13 +731,28 @@ pub fn compile(
             MissingValue::Reject => MissingCell::Reject,
         });
     }
-    let mut col_fields: Vec<Option<String>> = vec![None; columns.len()];
+    Ok(missing)
+}
+
+/// The field path (`/`-joined) feeding each column, for errors.
+fn column_fields(cx: &Ctx<'_>, options: &AvroOptions) -> Vec<Option<String>> {
+    let mut col_fields: Vec<Option<String>> = vec![None; cx.columns.len()];
     for (ns, p, c) in &cx.assigned {
         col_fields[*c] = Some(match (ns, &options.explode) {
             (Ns::Element, Some(ex)) => format!("{}/{}", ex.join("/"), p.join("/")),
             _ => p.join("/"),
         });
     }
+    col_fields
+}
+
+/// The columns no field feeds (metadata ones included), or the error for a Reject one.
+fn unfed_columns(
+    cx: &Ctx<'_>,
+    col_fields: &[Option<String>],
+    missing: &[MissingCell],
+) -> Result<Vec<u32>, PlanError> {
+    let columns = cx.columns;
     let mut unfed = Vec::new();
     for (c, f) in col_fields.iter().enumerate() {
         if columns[c].meta.is_some() {
@@ -684,9 +777,19 @@ pub fn compile(
             unfed.push(c as u32);
         }
     }
+    Ok(unfed)
+}
+
+/// Checks every column is written once per row; returns whether the ops write in INSERT order.
+fn check_writes(
+    cx: &Ctx<'_>,
+    parent: &[Op],
+    element_ops: &[Op],
+    unfed: &[u32],
+) -> Result<bool, PlanError> {
     // Direct when the columns come out in INSERT order.
     let mut seq = Vec::new();
-    for op in &parent {
+    for op in parent {
         if matches!(op, Op::Explode) {
             element_ops.iter().for_each(|o| cols_of(o, &mut seq));
         } else {
@@ -696,11 +799,11 @@ pub fn compile(
     // Every column is written exactly once per row (a plan that broke this
     // would misalign the row): checked here, so it is a plan error, never
     // a bad row.
-    let mut writes = vec![0u32; columns.len()];
+    let mut writes = vec![0u32; cx.columns.len()];
     for &c in &seq {
         writes[c as usize] += 1;
     }
-    for &c in &unfed {
+    for &c in unfed {
         writes[c as usize] += 1;
     }
     if let Some(c) = writes.iter().position(|&n| n != 1) {
@@ -713,7 +816,17 @@ pub fn compile(
             ),
         ));
     }
-    let direct = seq.windows(2).all(|w| w[0] < w[1]);
+    Ok(seq.windows(2).all(|w| w[0] < w[1]))
+}
+
+/// Adds the unfed columns' ops: in INSERT order when `direct`, else at the end.
+fn place_unfed(
+    parent: &mut Vec<Op>,
+    element_ops: &mut Vec<Op>,
+    unfed: &[u32],
+    columns: &[ColumnSpec],
+    direct: bool,
+) {
     let metas: Vec<bool> = columns.iter().map(|c| c.meta.is_some()).collect();
     let unfed_op = |col: u32| {
         if metas[col as usize] {
@@ -729,44 +842,21 @@ pub fn compile(
             if matches!(op, Op::Explode) {
                 let mut out_el = Vec::with_capacity(element_ops.len() + unfed.len());
                 for eop in element_ops.drain(..) {
-                    insert_missing(&eop, &unfed, &mut next, &mut out_el, &unfed_op);
+                    insert_missing(&eop, unfed, &mut next, &mut out_el, &unfed_op);
                     out_el.push(eop);
                 }
-                element_ops = out_el;
+                *element_ops = out_el;
                 out_parent.push(op);
                 continue;
             }
-            insert_missing(&op, &unfed, &mut next, &mut out_parent, &unfed_op);
+            insert_missing(&op, unfed, &mut next, &mut out_parent, &unfed_op);
             out_parent.push(op);
         }
         out_parent.extend(unfed[next..].iter().map(|&col| unfed_op(col)));
-        parent = out_parent;
+        *parent = out_parent;
     } else {
         parent.extend(unfed.iter().map(|&col| unfed_op(col)));
     }
-    let marker = columns
-        .iter()
-        .any(|c| c.missing == MissingValue::ServerDefault);
-    let fields = std::mem::take(&mut cx.fields);
-    drop(resolved);
-    let explode_at = parent.iter().position(|o| matches!(o, Op::Explode));
-    let prefix_cache = direct
-        && explode_at.is_some_and(|k| !parent[..k].iter().any(|o| matches!(o, Op::Meta { .. })));
-    Ok(Plan {
-        explode_at,
-        prefix_cache,
-        schema_id: id,
-        schema,
-        parent: parent.into(),
-        element: element_ops.into(),
-        explode,
-        direct,
-        marker,
-        missing: missing.into(),
-        columns: columns.into(),
-        col_fields: col_fields.into(),
-        fields: fields.into(),
-    })
 }
 
 /// The first column an op writes.
@@ -913,20 +1003,7 @@ fn compile_record(
         let mut p = prefix.to_vec();
         p.push(f.name.clone());
         if ns == Ns::Parent && cx.explode.as_deref() == Some(&p[..]) {
-            if let Some((_, q, c)) = cx
-                .assigned
-                .iter()
-                .find(|(n, q, _)| *n == Ns::Parent && q.len() >= p.len() && q[..p.len()] == p[..])
-            {
-                let q = q.clone();
-                return Err(cx.err(
-                    Some(&q),
-                    Some(*c),
-                    "the column reads the exploded array itself (or a path into it that \
-                     is not an element's field); each row carries one element's fields"
-                        .into(),
-                ));
-            }
+            check_explode_unread(cx, &p)?;
             ops.push(Op::Explode);
             continue;
         }
@@ -963,53 +1040,7 @@ fn compile_record(
                 conv,
             });
         } else if under || explode_under {
-            let s = cx.resolve(&f.schema, depth)?;
-            match s {
-                Schema::Record(r) => ops.extend(compile_record(cx, r, &p, ns, depth + 1)?),
-                Schema::Union(u) if !explode_under => {
-                    let Some((r, _)) = cx.record_of(s, depth) else {
-                        return Err(cx.err(
-                            Some(&p),
-                            None,
-                            "a union of a record with other non-null types: its fields cannot \
-                             feed columns"
-                                .into(),
-                        ));
-                    };
-                    let inner = compile_record(cx, r, &p, ns, depth + 1)?;
-                    let mut cols = Vec::new();
-                    inner.iter().for_each(|o| cols_of(o, &mut cols));
-                    let branches: Vec<Box<[Op]>> = u
-                        .variants()
-                        .iter()
-                        .map(|v| match cx.resolve(v, depth) {
-                            Ok(Schema::Null) => cols
-                                .iter()
-                                .map(|&col| Op::Missing { col })
-                                .collect::<Vec<_>>()
-                                .into(),
-                            _ => inner.clone().into(),
-                        })
-                        .collect();
-                    let field = cx.field_idx(&p);
-                    ops.push(Op::Branch {
-                        branches: branches.into(),
-                        field,
-                    });
-                }
-                other => {
-                    let col = cx
-                        .assigned
-                        .iter()
-                        .find(|(n, q, _)| *n == ns && q.len() > p.len() && q[..p.len()] == p[..])
-                        .map(|(_, _, c)| *c);
-                    return Err(cx.err(
-                        Some(&p),
-                        col,
-                        format!("the path goes into {}, which has no fields", kind(other)),
-                    ));
-                }
-            }
+            compile_nested(cx, &f.schema, &p, ns, depth, explode_under, &mut ops)?;
         } else {
             let skip = cx.skip_of(&f.schema, depth + 1)?;
             let field = cx.field_idx(&p);
@@ -1017,6 +1048,84 @@ fn compile_record(
         }
     }
     Ok(ops)
+}
+
+/// Errors when a parent column reads the exploded array at `p` (or into it).
+fn check_explode_unread(cx: &Ctx<'_>, p: &[String]) -> Result<(), PlanError> {
+    if let Some((_, q, c)) = cx
+        .assigned
+        .iter()
+        .find(|(n, q, _)| *n == Ns::Parent && q.len() >= p.len() && q[..p.len()] == p[..])
+    {
+        return Err(cx.err(
+            Some(q),
+            Some(*c),
+            "the column reads the exploded array itself (or a path into it that \
+             is not an element's field); each row carries one element's fields"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Compiles the ops of field `p` whose own fields feed columns (a record or nullable record).
+fn compile_nested(
+    cx: &mut Ctx<'_>,
+    schema: &Schema,
+    p: &[String],
+    ns: Ns,
+    depth: usize,
+    explode_under: bool,
+    ops: &mut Vec<Op>,
+) -> Result<(), PlanError> {
+    let s = cx.resolve(schema, depth)?;
+    match s {
+        Schema::Record(r) => ops.extend(compile_record(cx, r, p, ns, depth + 1)?),
+        Schema::Union(u) if !explode_under => {
+            let Some((r, _)) = cx.record_of(s, depth) else {
+                return Err(cx.err(
+                    Some(p),
+                    None,
+                    "a union of a record with other non-null types: its fields cannot \
+                     feed columns"
+                        .into(),
+                ));
+            };
+            let inner = compile_record(cx, r, p, ns, depth + 1)?;
+            let mut cols = Vec::new();
+            inner.iter().for_each(|o| cols_of(o, &mut cols));
+            let branches: Vec<Box<[Op]>> = u
+                .variants()
+                .iter()
+                .map(|v| match cx.resolve(v, depth) {
+                    Ok(Schema::Null) => cols
+                        .iter()
+                        .map(|&col| Op::Missing { col })
+                        .collect::<Vec<_>>()
+                        .into(),
+                    _ => inner.clone().into(),
+                })
+                .collect();
+            let field = cx.field_idx(p);
+            ops.push(Op::Branch {
+                branches: branches.into(),
+                field,
+            });
+        }
+        other => {
+            let col = cx
+                .assigned
+                .iter()
+                .find(|(n, q, _)| *n == ns && q.len() > p.len() && q[..p.len()] == p[..])
+                .map(|(_, _, c)| *c);
+            return Err(cx.err(
+                Some(p),
+                col,
+                format!("the path goes into {}, which has no fields", kind(other)),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The conversion of a field into column `col` (its Nullable wrapper and
@@ -1117,57 +1226,97 @@ fn value(cx: &Ctx<'_>, s: &Schema, ty: &ChType, depth: usize) -> Result<Conv, St
             | Schema::LocalTimestampMicros
             | Schema::LocalTimestampNanos,
             _,
-        ) => {
-            let src32 = matches!(s, Schema::Int | Schema::Date | Schema::TimeMillis);
-            let unit = match s {
-                Schema::TimestampMillis => Some(3),
-                Schema::TimestampMicros => Some(6),
-                Schema::TimestampNanos => Some(9),
-                _ => None,
-            };
-            match ty {
-                t if int_dst(t).is_some() => Conv::Int {
-                    src32,
-                    dst: int_dst(t).expect("checked"),
-                },
-                T::Float64 if !matches!(s, Schema::Date) && unit.is_none() => {
-                    Conv::IntF64 { src32 }
-                }
-                T::Float32 if !matches!(s, Schema::Date) && unit.is_none() => {
-                    Conv::IntF32 { src32 }
-                }
-                T::Decimal { .. } if matches!(s, Schema::Int | Schema::Long) => Conv::IntDecimal {
-                    src32,
-                    ty: ty.clone(),
-                },
-                T::Date | T::Date32 if matches!(s, Schema::Date) => Conv::Date {
-                    date32: matches!(ty, T::Date32),
-                },
-                T::DateTime(_) if unit.is_some() => Conv::Time {
-                    unit: unit.expect("some"),
-                    to: TimeTo::DateTime,
-                },
-                T::DateTime64 { precision, .. } if unit.is_some() => Conv::Time {
-                    unit: unit.expect("some"),
-                    to: TimeTo::DateTime64(*precision),
-                },
-                T::DateTime(_) | T::DateTime64 { .. } | T::Date | T::Date32 => {
-                    return Err(format!(
-                        "a time column takes only the matching logical type (date into \
-                         Date/Date32, timestamp-millis/micros/nanos into DateTime/DateTime64); \
-                         a plain or local {} could be read in more than one way",
-                        kind(s)
-                    ));
-                }
-                _ => return none(),
-            }
-        }
+        ) => return int_value(s, ty),
         (Schema::Float, T::Float32) => Conv::F32,
         (Schema::Float, T::Float64) => Conv::F32F64,
         (Schema::Double, T::Float64) => Conv::F64,
         (Schema::Double, T::Float32) => {
             return Err("Float32 would round a double".into());
         }
+        (
+            Schema::String | Schema::Bytes | Schema::Uuid(_) | Schema::Fixed(_) | Schema::Enum(_),
+            _,
+        ) => return text_value(s, ty),
+        (Schema::Decimal(d), T::Decimal { precision, scale }) => {
+            decimal(d, *precision, *scale, ty)?
+        }
+        (Schema::Array(a), T::Array(elem)) => {
+            let item = conv(cx, &a.items, elem, false, depth + 1)?;
+            let min_len = cx
+                .skip_of(&a.items, depth + 1)
+                .map_err(|e| e.reason)?
+                .min_len();
+            Conv::Array {
+                item: Box::new(item),
+                min_len,
+            }
+        }
+        (Schema::Map(m), T::Map(k, v)) => map_value(cx, &m.types, k, v, depth)?,
+        (Schema::Map(_), _) => {
+            return Err(
+                "an Avro map needs a Map(String, V) column (ClickHouse 18.16 has no Map type: \
+                 there such a field can only be skipped)"
+                    .into(),
+            );
+        }
+        (Schema::Record(_), _) => {
+            return Err("a record goes into columns field by field: map its fields \
+                        (pointer paths /record/field or mapping.flatten)"
+                .into());
+        }
+        _ => return none(),
+    };
+    Ok(r)
+}
+
+/// An Avro int, long or time logical type into `ty`.
+fn int_value(s: &Schema, ty: &ChType) -> Result<Conv, String> {
+    use ChType as T;
+    let src32 = matches!(s, Schema::Int | Schema::Date | Schema::TimeMillis);
+    let unit = match s {
+        Schema::TimestampMillis => Some(3),
+        Schema::TimestampMicros => Some(6),
+        Schema::TimestampNanos => Some(9),
+        _ => None,
+    };
+    Ok(match ty {
+        t if int_dst(t).is_some() => Conv::Int {
+            src32,
+            dst: int_dst(t).expect("checked"),
+        },
+        T::Float64 if !matches!(s, Schema::Date) && unit.is_none() => Conv::IntF64 { src32 },
+        T::Float32 if !matches!(s, Schema::Date) && unit.is_none() => Conv::IntF32 { src32 },
+        T::Decimal { .. } if matches!(s, Schema::Int | Schema::Long) => Conv::IntDecimal {
+            src32,
+            ty: ty.clone(),
+        },
+        T::Date | T::Date32 if matches!(s, Schema::Date) => Conv::Date {
+            date32: matches!(ty, T::Date32),
+        },
+        T::DateTime(_) if unit.is_some() => Conv::Time {
+            unit: unit.expect("some"),
+            to: TimeTo::DateTime,
+        },
+        T::DateTime64 { precision, .. } if unit.is_some() => Conv::Time {
+            unit: unit.expect("some"),
+            to: TimeTo::DateTime64(*precision),
+        },
+        T::DateTime(_) | T::DateTime64 { .. } | T::Date | T::Date32 => {
+            return Err(format!(
+                "a time column takes only the matching logical type (date into \
+                 Date/Date32, timestamp-millis/micros/nanos into DateTime/DateTime64); \
+                 a plain or local {} could be read in more than one way",
+                kind(s)
+            ));
+        }
+        _ => return Err(String::new()),
+    })
+}
+
+/// An Avro string, bytes, uuid, fixed or enum into `ty`.
+fn text_value(s: &Schema, ty: &ChType) -> Result<Conv, String> {
+    use ChType as T;
+    Ok(match (s, ty) {
         (Schema::String | Schema::Bytes, T::String) => Conv::Str {
             utf8: matches!(s, Schema::String),
         },
@@ -1219,50 +1368,31 @@ fn value(cx: &Ctx<'_>, s: &Schema, ty: &ChType, depth: usize) -> Result<Conv, St
             values: enum_values(&e.symbols, names.iter().map(|(n, v)| (n, *v)))?,
             w8: false,
         },
-        (Schema::Decimal(d), T::Decimal { precision, scale }) => {
-            decimal(d, *precision, *scale, ty)?
+        _ => return Err(String::new()),
+    })
+}
+
+/// An Avro map (values of schema `vs`) into `Map(k, v)`.
+fn map_value(
+    cx: &Ctx<'_>,
+    vs: &Schema,
+    k: &ChType,
+    v: &ChType,
+    depth: usize,
+) -> Result<Conv, String> {
+    let key = match k.without_low_cardinality() {
+        ChType::String => KeyConv::Str,
+        ChType::FixedString(n) => KeyConv::Fixed(*n),
+        other => {
+            return Err(format!(
+                "an Avro map's keys are strings; the column's keys are {other}"
+            ));
         }
-        (Schema::Array(a), T::Array(elem)) => {
-            let item = conv(cx, &a.items, elem, false, depth + 1)?;
-            let min_len = cx
-                .skip_of(&a.items, depth + 1)
-                .map_err(|e| e.reason)?
-                .min_len();
-            Conv::Array {
-                item: Box::new(item),
-                min_len,
-            }
-        }
-        (Schema::Map(m), T::Map(k, v)) => {
-            let key = match k.without_low_cardinality() {
-                T::String => KeyConv::Str,
-                T::FixedString(n) => KeyConv::Fixed(*n),
-                other => {
-                    return Err(format!(
-                        "an Avro map's keys are strings; the column's keys are {other}"
-                    ));
-                }
-            };
-            Conv::Map {
-                key,
-                value: Box::new(conv(cx, &m.types, v, false, depth + 1)?),
-            }
-        }
-        (Schema::Map(_), _) => {
-            return Err(
-                "an Avro map needs a Map(String, V) column (ClickHouse 18.16 has no Map type: \
-                 there such a field can only be skipped)"
-                    .into(),
-            );
-        }
-        (Schema::Record(_), _) => {
-            return Err("a record goes into columns field by field: map its fields \
-                        (pointer paths /record/field or mapping.flatten)"
-                .into());
-        }
-        _ => return none(),
     };
-    Ok(r)
+    Ok(Conv::Map {
+        key,
+        value: Box::new(conv(cx, vs, v, false, depth + 1)?),
+    })
 }
 
 fn enum_values<'n>(

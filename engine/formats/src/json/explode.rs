@@ -569,36 +569,9 @@ impl ExplodeEncoder {
         buf: &mut Vec<u8>,
     ) -> Result<(), RecordError> {
         if self.record_seq != Some(el.seq) {
-            self.record_seq = None;
-            if let Some(r) = &mut self.record {
-                let text = if self.elide {
-                    let (a, e) = (el.array.0 as usize, el.array.1 as usize);
-                    self.record_text.clear();
-                    self.record_text.extend_from_slice(&el.record[..a]);
-                    self.record_text.extend_from_slice(b"[]");
-                    self.record_text.extend_from_slice(&el.record[e..]);
-                    &self.record_text
-                } else {
-                    el.record
-                };
-                let cells = r.scan_cells(text, &mut self.record_row)?;
-                for (slot, c) in self.record_cells.iter_mut().zip(cells) {
-                    *slot = c;
-                }
-            }
-            self.record_seq = Some(el.seq);
+            self.scan_record(el)?;
         }
-        if let Some(e) = &mut self.element {
-            let cells = e
-                .scan_cells(el.element, &mut self.element_row)
-                .map_err(|mut err| {
-                    err.reason = format!("{}/{}: {}", self.pointer, el.index, err.reason);
-                    err
-                })?;
-            for (slot, c) in self.element_cells.iter_mut().zip(cells) {
-                *slot = c;
-            }
-        }
+        self.scan_element(el)?;
         for (i, side) in self.sides.iter().enumerate() {
             let (cell, from_record, sub) = match *side {
                 Side::Meta(r) => {
@@ -651,40 +624,95 @@ impl ExplodeEncoder {
                 buf.extend_from_slice(&row[s as usize..end as usize]);
                 continue;
             }
-            let c = &self.columns[i];
-            match &c.missing {
-                MissingValue::ServerDefault => buf.push(1),
-                MissingValue::Null => {
-                    if self.with_defaults {
-                        buf.push(0);
-                    }
-                    buf.push(1);
+            self.put_missing(i, from_record, sub, el, buf)?;
+        }
+        Ok(())
+    }
+
+    /// Scans the element's record (its array elided when so planned) into the record cells, once per record.
+    #[inline]
+    fn scan_record(&mut self, el: &JsonElement<'_>) -> Result<(), RecordError> {
+        self.record_seq = None;
+        if let Some(r) = &mut self.record {
+            let text = if self.elide {
+                let (a, e) = (el.array.0 as usize, el.array.1 as usize);
+                self.record_text.clear();
+                self.record_text.extend_from_slice(&el.record[..a]);
+                self.record_text.extend_from_slice(b"[]");
+                self.record_text.extend_from_slice(&el.record[e..]);
+                &self.record_text
+            } else {
+                el.record
+            };
+            let cells = r.scan_cells(text, &mut self.record_row)?;
+            for (slot, c) in self.record_cells.iter_mut().zip(cells) {
+                *slot = c;
+            }
+        }
+        self.record_seq = Some(el.seq);
+        Ok(())
+    }
+
+    /// Scans the element into the element cells (errors name the element's pointer).
+    #[inline(always)]
+    fn scan_element(&mut self, el: &JsonElement<'_>) -> Result<(), RecordError> {
+        if let Some(e) = &mut self.element {
+            let cells = e
+                .scan_cells(el.element, &mut self.element_row)
+                .map_err(|mut err| {
+                    err.reason = format!("{}/{}: {}", self.pointer, el.index, err.reason);
+                    err
+                })?;
+            for (slot, c) in self.element_cells.iter_mut().zip(cells) {
+                *slot = c;
+            }
+        }
+        Ok(())
+    }
+
+    /// Column `i`'s cell when neither side has it: its missing value, or the record error.
+    #[inline(always)]
+    fn put_missing(
+        &self,
+        i: usize,
+        from_record: bool,
+        sub: usize,
+        el: &JsonElement<'_>,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), RecordError> {
+        let c = &self.columns[i];
+        match &c.missing {
+            MissingValue::ServerDefault => buf.push(1),
+            MissingValue::Null => {
+                if self.with_defaults {
+                    buf.push(0);
                 }
-                MissingValue::Literal(_) => {
-                    let enc = if from_record {
-                        &self.record
-                    } else {
-                        &self.element
-                    };
-                    let bytes = enc
-                        .as_ref()
-                        .and_then(|e| e.default_bytes(sub))
-                        .expect("a Literal column has its encoded DEFAULT");
-                    if self.with_defaults {
-                        buf.push(0);
-                    }
-                    buf.extend_from_slice(bytes);
+                buf.push(1);
+            }
+            MissingValue::Literal(_) => {
+                let enc = if from_record {
+                    &self.record
+                } else {
+                    &self.element
+                };
+                let bytes = enc
+                    .as_ref()
+                    .and_then(|e| e.default_bytes(sub))
+                    .expect("a Literal column has its encoded DEFAULT");
+                if self.with_defaults {
+                    buf.push(0);
                 }
-                MissingValue::Reject => {
-                    return Err(RecordError::encode(
-                        &c.name,
-                        format!(
-                            "missing or null in both the element ({}/{}) and the record, and \
-                             the column is not Nullable and has no DEFAULT spate can apply",
-                            self.pointer, el.index
-                        ),
-                    ));
-                }
+                buf.extend_from_slice(bytes);
+            }
+            MissingValue::Reject => {
+                return Err(RecordError::encode(
+                    &c.name,
+                    format!(
+                        "missing or null in both the element ({}/{}) and the record, and \
+                         the column is not Nullable and has no DEFAULT spate can apply",
+                        self.pointer, el.index
+                    ),
+                ));
             }
         }
         Ok(())

@@ -518,21 +518,7 @@ pub(crate) fn decode_row(
                     if wd {
                         out.push(0);
                     }
-                    let items = &s.items[i];
-                    let n: u64 = items.iter().map(|it| it.n.max(1)).sum();
-                    put_leb128(out, n);
-                    let w = conv.src.wire();
-                    for it in items {
-                        if it.n == 0 {
-                            put_cell(conv, it.a, it.b, b, out).map_err(val)?;
-                            continue;
-                        }
-                        let (mut pos, end) = (it.a as usize, it.b as usize);
-                        while pos < end {
-                            let (v, _) = read(b, &mut pos, end, w)?;
-                            put_cell(conv, v, 0, b, out).map_err(val)?;
-                        }
-                    }
+                    put_list(conv, &s.items[i], b, i, out)?;
                 }
                 parent
             }
@@ -542,45 +528,101 @@ pub(crate) fn decode_row(
                         out.push(0);
                     }
                     let Scratch { items, entries, .. } = s;
-                    entries.clear();
-                    for it in &items[i] {
-                        let e = map_entry(key, value, b, it.a as usize, it.b as usize)?;
-                        match entries
-                            .iter()
-                            .position(|x| same_key(key, b, (x[0], x[1]), (e[0], e[1])))
-                        {
-                            Some(j) => entries[j] = e,
-                            None => entries.push(e),
-                        }
-                    }
-                    put_leb128(out, entries.len() as u64);
-                    for e in entries.iter() {
-                        put_cell(key, e[0], e[1], b, out).map_err(val)?;
-                        put_cell(value, e[2], e[3], b, out).map_err(val)?;
-                    }
+                    put_map(key, value, &items[i], entries, b, i, out)?;
                 }
                 parent
             }
             ColKind::Absent => false,
         };
         if !present {
-            match (&c.missing, &c.default) {
-                (MissingValue::Null, _) => {
-                    if wd {
-                        out.push(0);
-                    }
-                    out.push(1);
-                }
-                (MissingValue::Literal(_), Some(bytes)) => {
-                    if wd {
-                        out.push(0);
-                    }
-                    out.extend_from_slice(bytes);
-                }
-                (MissingValue::ServerDefault, _) => out.push(1),
-                _ => return Err(Fail::Missing(i as u32)),
-            }
+            put_missing(&c.missing, c.default.as_deref(), wd, i, out)?;
         }
+    }
+    Ok(())
+}
+
+/// A repeated field's items (`items`, packed runs unpacked) as an Array cell.
+#[inline(always)]
+fn put_list(
+    conv: &Conv,
+    items: &[Item],
+    b: &[u8],
+    i: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), Fail> {
+    let val = |e: String| Fail::Value(i as u32, e);
+    let n: u64 = items.iter().map(|it| it.n.max(1)).sum();
+    put_leb128(out, n);
+    let w = conv.src.wire();
+    for it in items {
+        if it.n == 0 {
+            put_cell(conv, it.a, it.b, b, out).map_err(val)?;
+            continue;
+        }
+        let (mut pos, end) = (it.a as usize, it.b as usize);
+        while pos < end {
+            let (v, _) = read(b, &mut pos, end, w)?;
+            put_cell(conv, v, 0, b, out).map_err(val)?;
+        }
+    }
+    Ok(())
+}
+
+/// A map field's entries (`items`; a later duplicate key wins) as a Map cell.
+#[inline(always)]
+fn put_map(
+    key: &Conv,
+    value: &Conv,
+    items: &[Item],
+    entries: &mut Vec<[u64; 4]>,
+    b: &[u8],
+    i: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), Fail> {
+    let val = |e: String| Fail::Value(i as u32, e);
+    entries.clear();
+    for it in items {
+        let e = map_entry(key, value, b, it.a as usize, it.b as usize)?;
+        match entries
+            .iter()
+            .position(|x| same_key(key, b, (x[0], x[1]), (e[0], e[1])))
+        {
+            Some(j) => entries[j] = e,
+            None => entries.push(e),
+        }
+    }
+    put_leb128(out, entries.len() as u64);
+    for e in entries.iter() {
+        put_cell(key, e[0], e[1], b, out).map_err(val)?;
+        put_cell(value, e[2], e[3], b, out).map_err(val)?;
+    }
+    Ok(())
+}
+
+/// The cell of column `i` when its field is absent: NULL, the DEFAULT literal or the server's.
+#[inline(always)]
+fn put_missing(
+    missing: &MissingValue,
+    default: Option<&[u8]>,
+    wd: bool,
+    i: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), Fail> {
+    match (missing, default) {
+        (MissingValue::Null, _) => {
+            if wd {
+                out.push(0);
+            }
+            out.push(1);
+        }
+        (MissingValue::Literal(_), Some(bytes)) => {
+            if wd {
+                out.push(0);
+            }
+            out.extend_from_slice(bytes);
+        }
+        (MissingValue::ServerDefault, _) => out.push(1),
+        _ => return Err(Fail::Missing(i as u32)),
     }
     Ok(())
 }

@@ -258,186 +258,274 @@ pub fn compile(
         schema: schema.to_owned(),
         message: message.full_name().to_owned(),
     };
-    // (node, field number) -> column or node, to build each node's table.
-    let mut node_msgs: Vec<MessageDescriptor> = vec![message.clone()];
-    let mut child_nodes: BTreeMap<(u32, u32), u32> = BTreeMap::new();
-    let mut leaves: BTreeMap<(u32, u32), (u32, FieldDescriptor)> = BTreeMap::new();
-    for (ci, c) in columns.iter().enumerate() {
-        let err = |field: &str, reason: String| PlanError::Column {
-            schema: schema.to_owned(),
-            message: message.full_name().to_owned(),
-            field: field.to_owned(),
-            column: c.name.clone(),
-            reason,
-        };
-        // Kafka metadata columns (`_offset`, ...: `spate_row::meta`) are
-        // written by the JSON mappers only so far; refusing them here keeps
-        // a Nullable one from landing as NULL.
-        if let Some(source) = &c.meta {
-            return Err(err(
-                &source.to_string(),
-                format!(
-                    "the column takes Kafka metadata ({source}), which the Protobuf encoder \
-                     does not write yet; rename it, or read a field with `mapping.rename`"
-                ),
-            ));
-        }
-        let candidates = c.source_paths(options.flatten_join.as_deref());
-        let mut found: Vec<(Vec<FieldDescriptor>, String)> = Vec::new();
-        for p in &candidates {
-            if let Some(fields) = resolve(message, p) {
-                found.push((fields, p.join(".")));
-            }
-        }
-        if found.len() > 1 {
-            return Err(err(
-                &found[0].1,
-                format!(
-                    "ambiguous: the flattened name matches the paths {}",
-                    found
-                        .iter()
-                        .map(|f| f.1.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            ));
-        }
-        let default = match &c.missing {
-            MissingValue::Literal(lit) => {
-                Some(spate_row::spec::encode_literal(c, lit, &options.time)?)
-            }
-            _ => None,
-        };
-        let Some((fields, field_name)) = found.pop() else {
-            if c.missing == MissingValue::Reject {
-                return Err(err(
-                    &candidates[0].join("."),
-                    "the message has no such field, and the column is not Nullable and has no DEFAULT spate can apply"
-                        .into(),
-                ));
-            }
-            plan.cols.push(ColPlan {
-                name: c.name.clone(),
-                kind: ColKind::Absent,
-                node: 0,
-                missing: c.missing.clone(),
-                default,
-                field: candidates[0].join("."),
-            });
-            continue;
-        };
-        // Walk the message fields down to the leaf, making nodes.
-        let mut node = 0u32;
-        let (leaf, parents) = fields.split_last().expect("paths are non-empty");
-        for f in parents {
-            if f.is_list() || f.is_map() {
-                return Err(err(
-                    &field_name,
-                    format!(
-                        "`{}` is repeated: a column cannot read into a repeated message",
-                        f.name()
-                    ),
-                ));
-            }
-            // A proto3 `optional` message sits in a synthetic oneof of
-            // its own: nothing to clear, so a path through it is fine.
-            if f.containing_oneof().is_some() && !f.field_descriptor_proto().proto3_optional() {
-                return Err(err(
-                    &field_name,
-                    format!(
-                        "`{}` is a oneof member: paths through oneof messages are not supported",
-                        f.name()
-                    ),
-                ));
-            }
-            let key = (node, f.number());
-            if leaves.contains_key(&key) {
-                return Err(err(
-                    &field_name,
-                    format!("`{}` is also read whole by another column", f.name()),
-                ));
-            }
-            node = match child_nodes.get(&key) {
-                Some(&n) => n,
-                None => {
-                    let n = plan.nodes.len() as u32;
-                    plan.nodes.push(Node::default());
-                    let Kind::Message(m) = f.kind() else {
-                        unreachable!("resolve walks messages")
-                    };
-                    node_msgs.push(m);
-                    child_nodes.insert(key, n);
-                    n
-                }
-            };
-        }
-        let key = (node, leaf.number());
-        if child_nodes.contains_key(&key) {
-            return Err(err(
-                &field_name,
-                format!("`{}` is a message other columns read into", leaf.name()),
-            ));
-        }
-        if let Some((other, _)) = leaves.get(&key) {
-            return Err(MappingError::DuplicatePath {
-                first: columns[*other as usize].name.clone(),
-                second: c.name.clone(),
-                path: field_name.split('.').map(str::to_owned).collect(),
-            }
-            .into());
-        }
-        let kind = leaf_kind(leaf, &c.ty).map_err(|r| err(&field_name, r))?;
-        leaves.insert(key, (ci as u32, leaf.clone()));
-        plan.cols.push(ColPlan {
-            name: c.name.clone(),
-            kind,
-            node,
-            missing: c.missing.clone(),
-            default,
-            field: field_name,
-        });
+    let mut tables = Tables {
+        node_msgs: vec![message.clone()],
+        child_nodes: BTreeMap::new(),
+        leaves: BTreeMap::new(),
+    };
+    for ci in 0..columns.len() {
+        plan_column(
+            &mut plan,
+            &mut tables,
+            message,
+            columns,
+            ci,
+            options,
+            schema,
+        )?;
     }
+    fill_nodes(&mut plan, &tables);
+    Ok(plan)
+}
+
+/// (node, field number) -> column or node, to build each node's table.
+struct Tables {
+    /// Each node's message.
+    node_msgs: Vec<MessageDescriptor>,
+    /// (node, field number) -> the child node it descends into.
+    child_nodes: BTreeMap<(u32, u32), u32>,
+    /// (node, field number) -> the column it feeds and its field.
+    leaves: BTreeMap<(u32, u32), (u32, FieldDescriptor)>,
+}
+
+/// The error for column `c` at `field`.
+fn column_err(
+    schema: &str,
+    message: &MessageDescriptor,
+    c: &ColumnSpec,
+    field: &str,
+    reason: String,
+) -> PlanError {
+    PlanError::Column {
+        schema: schema.to_owned(),
+        message: message.full_name().to_owned(),
+        field: field.to_owned(),
+        column: c.name.clone(),
+        reason,
+    }
+}
+
+/// Plans column `ci`: finds its field, walks nodes to it and pushes its [`ColPlan`].
+fn plan_column(
+    plan: &mut Plan,
+    tables: &mut Tables,
+    message: &MessageDescriptor,
+    columns: &[ColumnSpec],
+    ci: usize,
+    options: &MappingOptions,
+    schema: &str,
+) -> Result<(), PlanError> {
+    let c = &columns[ci];
+    let err = |field: &str, reason: String| column_err(schema, message, c, field, reason);
+    // Kafka metadata columns (`_offset`, ...: `spate_row::meta`) are
+    // written by the JSON mappers only so far; refusing them here keeps
+    // a Nullable one from landing as NULL.
+    if let Some(source) = &c.meta {
+        return Err(err(
+            &source.to_string(),
+            format!(
+                "the column takes Kafka metadata ({source}), which the Protobuf encoder \
+                 does not write yet; rename it, or read a field with `mapping.rename`"
+            ),
+        ));
+    }
+    let candidates = c.source_paths(options.flatten_join.as_deref());
+    let found = column_field(message, &candidates, &err)?;
+    let default = match &c.missing {
+        MissingValue::Literal(lit) => Some(spate_row::spec::encode_literal(c, lit, &options.time)?),
+        _ => None,
+    };
+    let Some((fields, field_name)) = found else {
+        return push_absent(plan, c, &candidates, default, &err);
+    };
+    let (leaf, parents) = fields.split_last().expect("paths are non-empty");
+    let node = walk_nodes(plan, tables, parents, &field_name, &err)?;
+    let key = (node, leaf.number());
+    if tables.child_nodes.contains_key(&key) {
+        return Err(err(
+            &field_name,
+            format!("`{}` is a message other columns read into", leaf.name()),
+        ));
+    }
+    if let Some((other, _)) = tables.leaves.get(&key) {
+        return Err(MappingError::DuplicatePath {
+            first: columns[*other as usize].name.clone(),
+            second: c.name.clone(),
+            path: field_name.split('.').map(str::to_owned).collect(),
+        }
+        .into());
+    }
+    let kind = leaf_kind(leaf, &c.ty).map_err(|r| err(&field_name, r))?;
+    tables.leaves.insert(key, (ci as u32, leaf.clone()));
+    plan.cols.push(ColPlan {
+        name: c.name.clone(),
+        kind,
+        node,
+        missing: c.missing.clone(),
+        default,
+        field: field_name,
+    });
+    Ok(())
+}
+
+/// Plans column `c` that no field feeds, or errors when it may not be missing.
+fn push_absent(
+    plan: &mut Plan,
+    c: &ColumnSpec,
+    candidates: &[Vec<String>],
+    default: Option<Vec<u8>>,
+    err: &impl Fn(&str, String) -> PlanError,
+) -> Result<(), PlanError> {
+    if c.missing == MissingValue::Reject {
+        return Err(err(
+            &candidates[0].join("."),
+            "the message has no such field, and the column is not Nullable and has no DEFAULT spate can apply"
+                .into(),
+        ));
+    }
+    plan.cols.push(ColPlan {
+        name: c.name.clone(),
+        kind: ColKind::Absent,
+        node: 0,
+        missing: c.missing.clone(),
+        default,
+        field: candidates[0].join("."),
+    });
+    Ok(())
+}
+
+/// The one field path among `candidates` the message has (`None`: none), or an ambiguity error.
+fn column_field(
+    message: &MessageDescriptor,
+    candidates: &[Vec<String>],
+    err: &impl Fn(&str, String) -> PlanError,
+) -> Result<Option<(Vec<FieldDescriptor>, String)>, PlanError> {
+    let mut found: Vec<(Vec<FieldDescriptor>, String)> = Vec::new();
+    for p in candidates {
+        if let Some(fields) = resolve(message, p) {
+            found.push((fields, p.join(".")));
+        }
+    }
+    if found.len() > 1 {
+        return Err(err(
+            &found[0].1,
+            format!(
+                "ambiguous: the flattened name matches the paths {}",
+                found
+                    .iter()
+                    .map(|f| f.1.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    }
+    Ok(found.pop())
+}
+
+/// Walks the message fields `parents` down from the root, making nodes; returns the leaf's node.
+fn walk_nodes(
+    plan: &mut Plan,
+    tables: &mut Tables,
+    parents: &[FieldDescriptor],
+    field_name: &str,
+    err: &impl Fn(&str, String) -> PlanError,
+) -> Result<u32, PlanError> {
+    let mut node = 0u32;
+    for f in parents {
+        if f.is_list() || f.is_map() {
+            return Err(err(
+                field_name,
+                format!(
+                    "`{}` is repeated: a column cannot read into a repeated message",
+                    f.name()
+                ),
+            ));
+        }
+        // A proto3 `optional` message sits in a synthetic oneof of
+        // its own: nothing to clear, so a path through it is fine.
+        if f.containing_oneof().is_some() && !f.field_descriptor_proto().proto3_optional() {
+            return Err(err(
+                field_name,
+                format!(
+                    "`{}` is a oneof member: paths through oneof messages are not supported",
+                    f.name()
+                ),
+            ));
+        }
+        let key = (node, f.number());
+        if tables.leaves.contains_key(&key) {
+            return Err(err(
+                field_name,
+                format!("`{}` is also read whole by another column", f.name()),
+            ));
+        }
+        node = match tables.child_nodes.get(&key) {
+            Some(&n) => n,
+            None => {
+                let n = plan.nodes.len() as u32;
+                plan.nodes.push(Node::default());
+                let Kind::Message(m) = f.kind() else {
+                    unreachable!("resolve walks messages")
+                };
+                tables.node_msgs.push(m);
+                tables.child_nodes.insert(key, n);
+                n
+            }
+        };
+    }
+    Ok(node)
+}
+
+/// Fills every node's field table from `tables`.
+fn fill_nodes(plan: &mut Plan, tables: &Tables) {
     // The field tables: every field of every node's message, so oneof
     // members that feed no column still clear the ones that do.
-    for (ni, msg) in node_msgs.iter().enumerate() {
+    for (ni, msg) in tables.node_msgs.iter().enumerate() {
         let ni = ni as u32;
         for f in msg.fields() {
-            let clears = oneof_clears(&mut plan.clear_lists, ni, &f, &leaves);
-            let action = if let Some(&child) = child_nodes.get(&(ni, f.number())) {
-                Action::Node { node: child }
-            } else if let Some((col, _)) = leaves.get(&(ni, f.number())) {
-                let col = *col;
-                match &plan.cols[col as usize].kind {
-                    ColKind::Scalar { conv, .. } => Action::Scalar {
-                        col,
-                        wire: conv.src.wire(),
-                        utf8: conv.src == Src::String,
-                        clears,
-                    },
-                    ColKind::Wrapper { conv } => Action::Wrapper {
-                        col,
-                        wire: conv.src.wire(),
-                        utf8: conv.src == Src::String,
-                        clears,
-                    },
-                    ColKind::Time { .. } => Action::Time { col, clears },
-                    ColKind::List { conv } => Action::List {
-                        col,
-                        wire: conv.src.wire(),
-                        utf8: conv.src == Src::String,
-                    },
-                    ColKind::Map { .. } => Action::Map { col },
-                    ColKind::Absent => unreachable!("absent columns have no leaf"),
-                }
-            } else if clears.0 != clears.1 {
-                Action::Skip { clears }
-            } else {
-                continue;
-            };
-            plan.nodes[ni as usize].set(f.number(), action);
+            if let Some(action) = field_action(plan, tables, ni, &f) {
+                plan.nodes[ni as usize].set(f.number(), action);
+            }
         }
     }
-    Ok(plan)
+}
+
+/// The action for field `f` of node `ni` (`None`: the field is skipped and clears nothing).
+fn field_action(plan: &mut Plan, tables: &Tables, ni: u32, f: &FieldDescriptor) -> Option<Action> {
+    let clears = oneof_clears(&mut plan.clear_lists, ni, f, &tables.leaves);
+    Some(
+        if let Some(&child) = tables.child_nodes.get(&(ni, f.number())) {
+            Action::Node { node: child }
+        } else if let Some((col, _)) = tables.leaves.get(&(ni, f.number())) {
+            let col = *col;
+            match &plan.cols[col as usize].kind {
+                ColKind::Scalar { conv, .. } => Action::Scalar {
+                    col,
+                    wire: conv.src.wire(),
+                    utf8: conv.src == Src::String,
+                    clears,
+                },
+                ColKind::Wrapper { conv } => Action::Wrapper {
+                    col,
+                    wire: conv.src.wire(),
+                    utf8: conv.src == Src::String,
+                    clears,
+                },
+                ColKind::Time { .. } => Action::Time { col, clears },
+                ColKind::List { conv } => Action::List {
+                    col,
+                    wire: conv.src.wire(),
+                    utf8: conv.src == Src::String,
+                },
+                ColKind::Map { .. } => Action::Map { col },
+                ColKind::Absent => unreachable!("absent columns have no leaf"),
+            }
+        } else if clears.0 != clears.1 {
+            Action::Skip { clears }
+        } else {
+            return None;
+        },
+    )
 }
 
 /// The columns a oneof member's arrival clears: those fed by the other

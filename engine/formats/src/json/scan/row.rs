@@ -187,101 +187,113 @@ impl Scanner<'_> {
                 put_low_bytes(t.buf, v, bytes);
                 Ok(true)
             }
-            Fast::Str { nullable } => {
-                if self.peek() != Some(b'"') {
-                    return Ok(false);
-                }
-                if nullable {
-                    t.buf.push(0);
-                }
-                if let Some((v, k)) = self.short_string() {
-                    // As put_string: the one-byte length, then the
-                    // string, written as the word moved up a byte (its top
-                    // byte, past the string, drops out) and cut back to
-                    // the string's end. (Measured: through put_low_bytes
-                    // the 8-byte append is inlined, a plain
-                    // extend_from_slice here was a call.)
-                    let end = t.buf.len() + 1 + k;
-                    put_low_bytes(t.buf, ((v << 8) | k as u64) as i64, 8);
-                    t.buf.truncate(end);
-                    return Ok(true);
-                }
-                match self.string(t.text)? {
-                    Str::Input(s, e) => put_input_string(t.buf, self.s, s, e),
-                    Str::Scratch => put_string(t.buf, t.text),
-                }
-                Ok(true)
-            }
-            Fast::Time {
-                precision,
-                wide,
-                naive_offset,
-                fixed_len,
-                nullable,
-            } => {
-                if self.peek() != Some(b'"') {
-                    return Ok(false);
-                }
-                let at = self.i;
-                // The first format's fixed layout, read straight from the
-                // input when its closing quote is where the layout ends: a
-                // match is a plain string (no escapes), not numeric, and
-                // not RFC 3339 (TimeFormat::fixed_json_len), so it is what
-                // the scan below would decide.
-                let body = at + 1;
-                let end = body + usize::from(fixed_len);
-                let quick = match (self.s.get(end), t.rules.formats.first()) {
-                    (Some(b'"'), Some(f)) if fixed_len > 0 => f.parse_fixed(&self.s[body..end]),
-                    _ => None,
-                };
-                let parsed = if quick.is_some() {
-                    self.i = end + 1;
-                    quick
-                } else {
-                    let Str::Input(s, e) = self.string(t.text)? else {
-                        self.i = at;
-                        return Ok(false);
-                    };
-                    let text = &self.s[s..e];
-                    // Numeric-looking text is an epoch (time_ticks' first
-                    // rule).
-                    if looks_numeric(text) {
-                        None
-                    } else {
-                        parse_iso_fixed(text)
-                            .or_else(|| t.rules.formats.first().and_then(|f| f.parse_fixed(text)))
-                    }
-                };
-                let ticks = parsed.and_then(|p| {
-                    let offset = p.offset_secs.or(naive_offset)?;
-                    ticks(&p, offset, precision)
-                });
-                let Some(ticks) = ticks else {
-                    self.i = at;
-                    return Ok(false);
-                };
-                if wide {
-                    if !spate_row::coerce::datetime64_in_range(i128::from(ticks), precision) {
-                        self.i = at;
-                        return Ok(false);
-                    }
-                    if nullable {
-                        t.buf.push(0);
-                    }
-                    t.buf.extend_from_slice(&ticks.to_le_bytes());
-                } else {
-                    let Ok(secs) = u32::try_from(ticks) else {
-                        self.i = at;
-                        return Ok(false);
-                    };
-                    if nullable {
-                        t.buf.push(0);
-                    }
-                    t.buf.extend_from_slice(&secs.to_le_bytes());
-                }
-                Ok(true)
-            }
+            Fast::Str { nullable } => self.fast_str(nullable, t),
+            Fast::Time { .. } => self.fast_time(fast, t),
         }
+    }
+
+    /// The String fast path: a quoted string, short ones in one word; same contract as [`Self::fast_value`].
+    #[inline(always)]
+    fn fast_str(&mut self, nullable: bool, t: &mut RowTarget<'_, '_>) -> Result<bool, Stop> {
+        if self.peek() != Some(b'"') {
+            return Ok(false);
+        }
+        if nullable {
+            t.buf.push(0);
+        }
+        if let Some((v, k)) = self.short_string() {
+            // As put_string: the one-byte length, then the
+            // string, written as the word moved up a byte (its top
+            // byte, past the string, drops out) and cut back to
+            // the string's end. (Measured: through put_low_bytes
+            // the 8-byte append is inlined, a plain
+            // extend_from_slice here was a call.)
+            let end = t.buf.len() + 1 + k;
+            put_low_bytes(t.buf, ((v << 8) | k as u64) as i64, 8);
+            t.buf.truncate(end);
+            return Ok(true);
+        }
+        match self.string(t.text)? {
+            Str::Input(s, e) => put_input_string(t.buf, self.s, s, e),
+            Str::Scratch => put_string(t.buf, t.text),
+        }
+        Ok(true)
+    }
+
+    /// The DateTime/DateTime64 fast path: ISO or the first format's fixed layout; same contract as [`Self::fast_value`].
+    #[inline(always)]
+    fn fast_time(&mut self, fast: &Fast, t: &mut RowTarget<'_, '_>) -> Result<bool, Stop> {
+        let Fast::Time {
+            precision,
+            wide,
+            naive_offset,
+            fixed_len,
+            nullable,
+        } = *fast
+        else {
+            unreachable!("fast_value dispatches Fast::Time here")
+        };
+        if self.peek() != Some(b'"') {
+            return Ok(false);
+        }
+        let at = self.i;
+        // The first format's fixed layout, read straight from the
+        // input when its closing quote is where the layout ends: a
+        // match is a plain string (no escapes), not numeric, and
+        // not RFC 3339 (TimeFormat::fixed_json_len), so it is what
+        // the scan below would decide.
+        let body = at + 1;
+        let end = body + usize::from(fixed_len);
+        let quick = match (self.s.get(end), t.rules.formats.first()) {
+            (Some(b'"'), Some(f)) if fixed_len > 0 => f.parse_fixed(&self.s[body..end]),
+            _ => None,
+        };
+        let parsed = if quick.is_some() {
+            self.i = end + 1;
+            quick
+        } else {
+            let Str::Input(s, e) = self.string(t.text)? else {
+                self.i = at;
+                return Ok(false);
+            };
+            let text = &self.s[s..e];
+            // Numeric-looking text is an epoch (time_ticks' first
+            // rule).
+            if looks_numeric(text) {
+                None
+            } else {
+                parse_iso_fixed(text)
+                    .or_else(|| t.rules.formats.first().and_then(|f| f.parse_fixed(text)))
+            }
+        };
+        let ticks = parsed.and_then(|p| {
+            let offset = p.offset_secs.or(naive_offset)?;
+            ticks(&p, offset, precision)
+        });
+        let Some(ticks) = ticks else {
+            self.i = at;
+            return Ok(false);
+        };
+        if wide {
+            if !spate_row::coerce::datetime64_in_range(i128::from(ticks), precision) {
+                self.i = at;
+                return Ok(false);
+            }
+            if nullable {
+                t.buf.push(0);
+            }
+            t.buf.extend_from_slice(&ticks.to_le_bytes());
+        } else {
+            let Ok(secs) = u32::try_from(ticks) else {
+                self.i = at;
+                return Ok(false);
+            };
+            if nullable {
+                t.buf.push(0);
+            }
+            t.buf.extend_from_slice(&secs.to_le_bytes());
+        }
+        Ok(true)
     }
 
     /// The fast paths of the other scalar types (Float, Decimal, Bool,
