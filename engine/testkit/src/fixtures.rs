@@ -81,3 +81,49 @@ pub fn event15_row(i: usize) -> String {
         i % 100
     )
 }
+
+/// The Kafka message the metadata-column tests read (spate-row's
+/// `meta/tests.rs`, spate-formats' `json/tests/meta.rs`): its timestamp
+/// [`META_TS`], a key, offset 42, and the headers it is given.
+pub mod meta {
+    use spate_core::record::{Header, Headers, Payload, TimestampKind, TopicPartition};
+
+    /// The message's CreateTime: 2023-11-14T22:13:20.123Z, in milliseconds
+    /// since the epoch.
+    pub const META_TS: i64 = 1_700_000_000_123;
+
+    /// Four headers: `trace` twice (`t-1`, then `t-2`), `empty` with an empty
+    /// value, and `gone` with no value (a null header).
+    pub const HEADERS: [Header<'static>; 4] = [
+        Header {
+            name: b"trace",
+            value: Some(b"t-1"),
+        },
+        Header {
+            name: b"empty",
+            value: Some(b""),
+        },
+        Header {
+            name: b"trace",
+            value: Some(b"t-2"),
+        },
+        Header {
+            name: b"gone",
+            value: None,
+        },
+    ];
+
+    /// A message of `tp` at offset 42 with key `user-7`, value `{}`, CreateTime
+    /// [`META_TS`] and `headers`.
+    pub fn message<'a>(tp: &'a TopicPartition, headers: &'a [Header<'a>]) -> Payload<'a> {
+        Payload {
+            value: Some(b"{}"),
+            key: Some(b"user-7"),
+            partition: tp,
+            offset: 42,
+            timestamp_ms: Some(META_TS),
+            timestamp_kind: TimestampKind::CreateTime,
+            headers: Headers::from_slice(headers),
+        }
+    }
+}

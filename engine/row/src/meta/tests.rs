@@ -2,45 +2,13 @@
 //! refusals: types at plan time, values that would lose digits or leave
 //! the column's range at record time.
 
-use spate_core::record::{Header, Headers, Payload, TimestampKind, TopicPartition};
+use spate_core::record::{Header, Payload, TimestampKind, TopicPartition};
 
 use super::*;
 use crate::rowbinary::Value;
 use crate::rowbinary::decode::decode;
 
-/// 2023-11-14T22:13:20.123Z.
-const TS: i64 = 1_700_000_000_123;
-
-const HEADERS: [Header<'static>; 4] = [
-    Header {
-        name: b"trace",
-        value: Some(b"t-1"),
-    },
-    Header {
-        name: b"empty",
-        value: Some(b""),
-    },
-    Header {
-        name: b"trace",
-        value: Some(b"t-2"),
-    },
-    Header {
-        name: b"gone",
-        value: None,
-    },
-];
-
-fn message<'a>(tp: &'a TopicPartition, headers: &'a [Header<'a>]) -> Payload<'a> {
-    Payload {
-        value: Some(b"{}"),
-        key: Some(b"user-7"),
-        partition: tp,
-        offset: 42,
-        timestamp_ms: Some(TS),
-        timestamp_kind: TimestampKind::CreateTime,
-        headers: Headers::from_slice(headers),
-    }
-}
+use spate_testkit::fixtures::meta::{HEADERS, META_TS as TS, message};
 
 fn ty(t: &str) -> ChType {
     ChType::parse(t).unwrap()

@@ -3,7 +3,7 @@
 //! and types refused at plan time.
 
 use spate_core::pipeline::chain::RecordError;
-use spate_core::record::{Header, Headers, Payload, TimestampKind, TopicPartition};
+use spate_core::record::{Payload, TopicPartition};
 use spate_row::meta::MetaSource;
 use spate_row::rowbinary::Value;
 use spate_row::rowbinary::decode::decode;
@@ -12,39 +12,7 @@ use spate_row::types::ChType;
 
 use crate::json::JsonRowEncoder;
 
-/// 2023-11-14T22:13:20.123Z (as spate-row's metadata tests).
-const TS: i64 = 1_700_000_000_123;
-
-const HEADERS: [Header<'static>; 4] = [
-    Header {
-        name: b"trace",
-        value: Some(b"t-1"),
-    },
-    Header {
-        name: b"empty",
-        value: Some(b""),
-    },
-    Header {
-        name: b"trace",
-        value: Some(b"t-2"),
-    },
-    Header {
-        name: b"gone",
-        value: None,
-    },
-];
-
-fn message<'a>(tp: &'a TopicPartition, headers: &'a [Header<'a>]) -> Payload<'a> {
-    Payload {
-        value: Some(b"{}"),
-        key: Some(b"user-7"),
-        partition: tp,
-        offset: 42,
-        timestamp_ms: Some(TS),
-        timestamp_kind: TimestampKind::CreateTime,
-        headers: Headers::from_slice(headers),
-    }
-}
+use spate_testkit::fixtures::meta::{HEADERS, META_TS as TS, message};
 
 fn ty(t: &str) -> ChType {
     ChType::parse(t).unwrap()
