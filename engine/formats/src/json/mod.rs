@@ -317,6 +317,9 @@ pub struct JsonRowEncoder {
     text: Vec<u8>,
     key: Vec<u8>,
     reorder: Vec<u8>,
+    /// The entries of the Map cells being read (a repeated key's last
+    /// value wins).
+    marks: Vec<spate_row::rowbinary::MapEntryMark>,
 }
 
 const UNSET: (u32, u32) = (u32::MAX, u32::MAX);
@@ -438,6 +441,7 @@ impl JsonRowEncoder {
             text: Vec::new(),
             key: Vec::new(),
             reorder: Vec::new(),
+            marks: Vec::new(),
         })
     }
 
@@ -510,6 +514,7 @@ impl JsonRowEncoder {
             spans: &mut self.spans,
             text: &mut self.text,
             key: &mut self.key,
+            marks: &mut self.marks,
             in_order: 0,
             in_order_end: 0,
         };
@@ -560,6 +565,7 @@ impl JsonRowEncoder {
             spans: &mut self.spans,
             text: &mut self.text,
             key: &mut self.key,
+            marks: &mut self.marks,
             in_order: 0,
             in_order_end: 0,
         };
@@ -697,6 +703,7 @@ impl JsonRowEncoder {
                 buf,
                 spans: &mut self.spans,
                 text: &mut self.text,
+                marks: &mut self.marks,
             },
         )?;
         self.finish_row(base, None, buf)

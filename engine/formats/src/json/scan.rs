@@ -77,6 +77,9 @@ pub(super) struct RowTarget<'p, 'b> {
     pub text: &'b mut Vec<u8>,
     /// Unescaped keys.
     pub key: &'b mut Vec<u8>,
+    /// The entries of the Maps being read, innermost last
+    /// ([`spate_row::rowbinary::keep_last_map_entries`]).
+    pub marks: &'b mut Vec<spate_row::rowbinary::MapEntryMark>,
     /// How many columns, from the first, arrived in column order with each
     /// value right after the previous one (the row then needs no reorder
     /// and no missing-value pass).

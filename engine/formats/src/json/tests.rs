@@ -1111,6 +1111,39 @@ fn fixed_layout_dates_read_as_the_general_path() {
     assert_eq!(e.column.as_deref(), Some("date"), "{e}");
 }
 
+/// A key repeated in an object read into a Map: one entry, the last value,
+/// at the key's first place (docs/CONFIG.md), nested Maps too, and the
+/// serde reference reader agrees byte for byte.
+#[test]
+fn a_key_repeated_in_a_map_object_keeps_its_last_value() {
+    assert_eq!(
+        ok("Map(String, UInt8)", r#"{"a": 1, "b": 2, "a": 3}"#),
+        Value::Map(vec![(s("a"), int(3)), (s("b"), int(2))])
+    );
+    assert_eq!(
+        ok("Map(String, Nullable(UInt8))", r#"{"a": 1, "a": null}"#),
+        Value::Map(vec![(s("a"), Value::Null)])
+    );
+    let nested = r#"{"o": {"x": 1, "x": 2}, "p": {}, "o": {"y": 3, "y": 4}}"#;
+    assert_eq!(
+        ok("Map(String, Map(String, UInt8))", nested),
+        Value::Map(vec![
+            (s("o"), Value::Map(vec![(s("y"), int(4))])),
+            (s("p"), Value::Map(vec![])),
+        ])
+    );
+    let mut enc = encoder(
+        &[("m", "Map(String, Map(String, UInt8))"), ("n", "UInt8")],
+        MappingOptions::default(),
+    );
+    for json in [
+        format!(r#"{{"m": {nested}, "n": 7}}"#),
+        r#"{"n": 7, "m": {"a": {}, "a": {"b": 1}, "c": {"d": 300}}}"#.to_string(),
+    ] {
+        agrees_with_serde(&mut enc, &json, b"prefix");
+    }
+}
+
 /// The scanner and the serde reference reader write the same bytes after
 /// `prefix`, or refuse `json` with the same kind, column and reason.
 fn agrees_with_serde(enc: &mut JsonRowEncoder, json: &str, prefix: &[u8]) {

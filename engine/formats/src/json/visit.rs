@@ -41,6 +41,8 @@ pub(super) struct RowOut<'b> {
     pub buf: &'b mut Vec<u8>,
     pub spans: &'b mut [(u32, u32)],
     pub text: &'b mut Vec<u8>,
+    /// The entries of the Maps being read, innermost last.
+    pub marks: &'b mut Vec<spate_row::rowbinary::MapEntryMark>,
 }
 
 struct Ctx<'c, 'p, 'b> {
@@ -679,23 +681,40 @@ impl<'de> Visitor<'de> for Composite<'_, '_, '_, '_, '_> {
             ctx.out.buf.push(0);
         }
         let start = ctx.out.buf.len();
-        let mut n = 0u64;
-        while map
-            .next_key_seed(KeyValueSeed {
+        let first = ctx.out.marks.len();
+        loop {
+            let at = ctx.out.buf.len();
+            let key = map.next_key_seed(KeyValueSeed {
                 ty: k,
                 col,
                 ctx: &mut *ctx,
-            })?
-            .is_some()
-        {
-            map.next_value_seed(ElemSeed {
+            });
+            match key {
+                Ok(Some(())) => {}
+                Ok(None) => break,
+                Err(e) => {
+                    ctx.out.marks.truncate(first);
+                    return Err(e);
+                }
+            }
+            let value_at = ctx.out.buf.len();
+            ctx.out.marks.push((at, value_at));
+            if let Err(e) = map.next_value_seed(ElemSeed {
                 ty: v,
                 col,
                 ctx: &mut *ctx,
-            })?;
-            n += 1;
+            }) {
+                ctx.out.marks.truncate(first);
+                return Err(e);
+            }
         }
-        insert_leb128(ctx.out.buf, start, n);
+        // A repeated key: its last value, at its first place (as the
+        // scanner).
+        let out = &mut *ctx.out;
+        let kept =
+            spate_row::rowbinary::keep_last_map_entries(out.buf, &out.marks[first..], out.text);
+        out.marks.truncate(first);
+        insert_leb128(out.buf, start, kept);
         Ok(true)
     }
 

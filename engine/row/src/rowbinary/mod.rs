@@ -60,6 +60,53 @@ pub fn put_leb128(out: &mut Vec<u8>, mut v: u64) {
     }
 }
 
+/// Where one Map entry's bytes begin in a row buffer: `(key, value)`, the
+/// positions of its key's first byte and its value's first byte. The entry
+/// ends where the next one's key begins (the last: at the buffer's end).
+pub type MapEntryMark = (usize, usize);
+
+/// Keeps one entry per key among the Map entries just written at the end of
+/// `buf` (`marks`, in the order written, the first at the Map's first entry
+/// byte, not at its count): a key written again takes its last value, at
+/// the place of its first entry. This is "the last one wins" of JSON's
+/// repeated keys and Protobuf's map fields; ClickHouse itself would keep
+/// every entry and `m[k]` would answer the first. Keys compare by their
+/// RowBinary bytes, so two spellings of one value (`"1"`, `"01"` into an
+/// integer key) are one key.
+///
+/// Returns the number of entries left, for the Map's LEB128 count. With no
+/// repeated key (the usual case) `buf` is untouched; else its tail is
+/// rewritten through `scratch` (cleared first; any contents are lost).
+/// Quadratic in the entry count, as the Protobuf path is.
+pub fn keep_last_map_entries(
+    buf: &mut Vec<u8>,
+    marks: &[MapEntryMark],
+    scratch: &mut Vec<u8>,
+) -> u64 {
+    let n = marks.len();
+    let end = |k: usize| marks.get(k + 1).map_or(buf.len(), |m| m.0);
+    let key = |k: usize| &buf[marks[k].0..marks[k].1];
+    let repeated = (1..n).any(|j| (0..j).any(|k| key(k) == key(j)));
+    if !repeated {
+        return n as u64;
+    }
+    scratch.clear();
+    let mut kept = 0u64;
+    for k in 0..n {
+        if (0..k).any(|j| key(j) == key(k)) {
+            continue; // written at its first entry
+        }
+        let last = (k..n).rev().find(|&l| key(l) == key(k)).unwrap_or(k);
+        scratch.extend_from_slice(key(k));
+        scratch.extend_from_slice(&buf[marks[last].1..end(last)]);
+        kept += 1;
+    }
+    debug_assert!(kept < n as u64, "a repeated key leaves fewer entries");
+    buf.truncate(marks[0].0);
+    buf.extend_from_slice(scratch);
+    kept
+}
+
 /// Appends a String: LEB128 length, then the bytes.
 #[inline]
 pub fn put_string(out: &mut Vec<u8>, bytes: &[u8]) {

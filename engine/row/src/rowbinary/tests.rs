@@ -440,3 +440,47 @@ fn input_strings_write_as_put_string_at_every_place_and_length() {
         }
     }
 }
+
+/// Writes `entries` (key, value strings) as a Map(String, String) tail after
+/// a one-byte prefix, with their marks, and keeps the last of each key.
+fn map_kept(entries: &[(&str, &str)]) -> (Vec<u8>, u64) {
+    let mut buf = vec![0xAA];
+    let mut marks = Vec::new();
+    for (k, v) in entries {
+        let at = buf.len();
+        put_string(&mut buf, k.as_bytes());
+        marks.push((at, buf.len()));
+        put_string(&mut buf, v.as_bytes());
+    }
+    let mut scratch = b"stale".to_vec();
+    let kept = keep_last_map_entries(&mut buf, &marks, &mut scratch);
+    (buf, kept)
+}
+
+#[test]
+fn a_repeated_map_key_keeps_its_last_value_at_its_first_place() {
+    let (buf, kept) = map_kept(&[("a", "1"), ("b", "2"), ("a", "3"), ("c", "4"), ("a", "")]);
+    assert_eq!(kept, 3);
+    let mut want = vec![0xAA];
+    for (k, v) in [("a", ""), ("b", "2"), ("c", "4")] {
+        put_string(&mut want, k.as_bytes());
+        put_string(&mut want, v.as_bytes());
+    }
+    assert_eq!(buf, want);
+}
+
+#[test]
+fn map_entries_without_a_repeated_key_are_left_as_written() {
+    for entries in [
+        &[][..],
+        &[("a", "1")][..],
+        &[("a", "1"), ("ab", "2"), ("b", "a")][..],
+    ] {
+        let mut want = vec![0xAA];
+        for (k, v) in entries {
+            put_string(&mut want, k.as_bytes());
+            put_string(&mut want, v.as_bytes());
+        }
+        assert_eq!(map_kept(entries), (want, entries.len() as u64));
+    }
+}

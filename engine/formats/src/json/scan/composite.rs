@@ -102,9 +102,7 @@ impl Scanner<'_> {
                 Ok(())
             })?,
             (Some(b'['), ChType::Tuple(elements)) => self.tuple(ty, elements, col, t)?,
-            (Some(b'{'), ChType::Map(k, v)) => {
-                self.counted(b'}', t, |sc, t| sc.map_entry(k, v, col, t))?;
-            }
+            (Some(b'{'), ChType::Map(k, v)) => self.map(k, v, col, t)?,
             (Some(b'{'), ChType::Tuple(elements)) => self.named_tuple(ty, elements, col, t)?,
             (found, _) => {
                 // Check the grammar first: bad JSON is a decode error.
@@ -134,8 +132,29 @@ impl Scanner<'_> {
         Ok(())
     }
 
+    /// A Map from a JSON object: its count (LEB128), then its entries in
+    /// input order, a repeated key keeping its last value at its first place
+    /// (docs/CONFIG.md, "a key repeated in one object").
+    fn map(
+        &mut self,
+        k: &ChType,
+        v: &ChType,
+        col: usize,
+        t: &mut RowTarget<'_, '_>,
+    ) -> Result<(), Stop> {
+        let start = t.buf.len();
+        let first = t.marks.len();
+        let read = self.bracketed(b'}', |sc| sc.map_entry(k, v, col, t));
+        let kept = read
+            .map(|_| spate_row::rowbinary::keep_last_map_entries(t.buf, &t.marks[first..], t.text));
+        t.marks.truncate(first);
+        insert_leb128(t.buf, start, kept?);
+        Ok(())
+    }
+
     /// One member of a Map's object: the key (a scalar of type `k` read
-    /// from the member's key), `:`, the value.
+    /// from the member's key), `:`, the value; its place goes to
+    /// `t.marks`.
     fn map_entry(
         &mut self,
         k: &ChType,
@@ -144,6 +163,7 @@ impl Scanner<'_> {
         t: &mut RowTarget<'_, '_>,
     ) -> Result<(), Stop> {
         let key = self.key(t.key)?;
+        let at = t.buf.len();
         match put_scalar(k, Tok::Str(key), &t.col_rules[col], t.buf) {
             Ok(Put::Written) => {}
             Ok(Put::NullForNonNullable) => {
@@ -153,6 +173,7 @@ impl Scanner<'_> {
                 return Err(Stop::Refused(col, format!("map key: {reason}")));
             }
         }
+        t.marks.push((at, t.buf.len()));
         self.colon()?;
         self.element(v, col, t)
     }
