@@ -33,6 +33,9 @@
 # replication factor min(3,N), min.insync.replicas 2 (1 when N=1); the
 # offsets and transaction-state topics likewise (5 partitions each, so the
 # first group or transaction is quick); group.initial.rebalance.delay.ms 0;
+# the KIP-848 (group.protocol=consumer) session timeout 6 s and heartbeat
+# 500 ms, as the classic-protocol tests set on the client (the broker's 45 s
+# default made a killed member's partitions wait 45 s);
 # log.cleaner.backoff.ms 500 (a compacted test topic is cleaned within a
 # second of its segments rolling, not after the default 15 s);
 # no automatic topic creation (tests create theirs, with RF and partitions);
@@ -137,6 +140,10 @@ transaction.state.log.num.partitions=5
 share.coordinator.state.topic.replication.factor=$rf
 share.coordinator.state.topic.min.isr=$isr
 group.initial.rebalance.delay.ms=0
+group.consumer.min.session.timeout.ms=6000
+group.consumer.session.timeout.ms=6000
+group.consumer.min.heartbeat.interval.ms=500
+group.consumer.heartbeat.interval.ms=500
 log.cleaner.backoff.ms=500
 num.network.threads=2
 num.io.threads=4

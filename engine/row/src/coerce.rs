@@ -638,7 +638,7 @@ fn time_ticks(
                 (None, None, Some(z)) => {
                     return Err(format!(
                         "\"{}\" has no UTC offset and the column's zone is {z}; \
-                         give the offset in the text or set the naive-time offset",
+                         give the offset in the text (`Z`, `+02:00`)",
                         String::from_utf8_lossy(s)
                     ));
                 }

@@ -600,8 +600,8 @@ fn scale_out_and_in_cooperative_sticky_assignor() {
 
 /// KIP-848: the broker-side assignment (`group.protocol=consumer`), which
 /// librdkafka 2.12 supports against a 4.x broker; the session timeout is
-/// the broker's (`group.consumer.session.timeout.ms`, 45 s by default), so
-/// the killed member's partitions wait for it.
+/// the broker's (`group.consumer.session.timeout.ms`, 45 s by default; 6 s
+/// on ci/kafka.sh's cluster), so the killed member's partitions wait for it.
 #[test]
 fn scale_out_and_in_kip848_consumer_protocol() {
     scale_out_and_in(
