@@ -195,7 +195,7 @@ impl Recorder {
             Some(_) if crate::planted::active(crate::planted::Bug::ReplayIgnoresRanges) => {
                 VecDeque::new()
             }
-            Some(c) => ranges::decode(&c.metadata)?.into(),
+            Some(c) => ranges::decode_solos(&c.metadata, partition)?.into(),
             None => VecDeque::new(),
         };
         let offset = committed.map(|c| c.offset);
@@ -1278,6 +1278,25 @@ mod tests {
         let tp = TopicPartition::new("t", 0);
         let e = recorder.assign(&tp, 1, Some(&committed)).unwrap_err();
         assert!(matches!(e, RangesError::Foreign { .. }), "{e}");
+        // A group record (ADR 0007) is never replayed as this partition's
+        // range alone; nor is a record past the broker's limit read.
+        for (metadata, tp_epoch) in [
+            ("spate2:t;0.9@0.1.0.9;".to_owned(), 3),
+            (format!("spate1:{}", "0.0,".repeat(2_000)), 4),
+        ] {
+            let c = Committed {
+                offset: 0,
+                metadata,
+            };
+            let e = recorder.assign(&tp, tp_epoch, Some(&c)).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    RangesError::GroupNotReformed { .. } | RangesError::TooLarge { .. }
+                ),
+                "{e}"
+            );
+        }
         let ours = Committed {
             offset: 100,
             metadata: ranges::encode(&[(10, 20), (90, 120), (121, 130)]),

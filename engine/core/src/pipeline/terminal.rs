@@ -381,12 +381,19 @@ impl ChunkBuffers {
     /// fit (budget or queue full). Never waits (D2).
     pub fn flush(&mut self) -> Flush {
         if let Some(eo) = &mut self.eo {
+            // Every former is flushed, even past one that is blocked: a
+            // former waiting for budget must not keep the others from
+            // handing over parts they already paid for, which is what
+            // frees that budget (a lane set deadlocked on it when the
+            // first former's refusal returned early: fixed seed 12641 of
+            // the effectively_once campaign, liveness).
             let mut result = Flush::Clear;
             for f in &mut eo.formers {
                 match f.flush(&self.pool, &self.budget) {
                     FormerFlush::Clear => {}
-                    FormerFlush::Waiting => result = Flush::Waiting,
-                    FormerFlush::Blocked => return Flush::Blocked,
+                    FormerFlush::Waiting if result == Flush::Clear => result = Flush::Waiting,
+                    FormerFlush::Waiting => {}
+                    FormerFlush::Blocked => result = Flush::Blocked,
                 }
             }
             if eo.formers.iter().any(Former::is_closed) {

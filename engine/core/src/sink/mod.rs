@@ -30,5 +30,5 @@ pub use chunk::{BatchRange, Chunk, Layout, SealedBatch};
 pub use config::{BatchConfig, BreakerConfig, ConfigError, ConfigWarning, RetryConfig, SinkConfig};
 pub use events::ShardReport;
 pub use pool::{DRAIN_GRACE, DrainReport, PoolHandle, ProbeReport, PushError, SinkPool};
-pub use token::{RunNonce, batch_token, range_token};
+pub use token::{GroupMember, RunNonce, batch_token, group_token, range_token};
 pub use writer::{Endpoint, WriteError, WriteErrorKind, Writer};

@@ -123,6 +123,101 @@ pub fn range_token(
     out
 }
 
+/// One member of a range group as its token names it: the partition, its
+/// inclusive range and the range's gap digest (`0`: the log held every
+/// offset of it; see `pipeline::eo`'s `range_gaps`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupMember<'a> {
+    /// The member's partition.
+    pub partition: &'a TopicPartition,
+    /// Its first offset.
+    pub first: Offset,
+    /// Its last offset (inclusive).
+    pub last: Offset,
+    /// Its gap digest (`0`: no gaps).
+    pub gaps: u64,
+}
+
+/// One splitmix64 step folding `v` into `h`: pure and stable across
+/// versions and platforms, as a token must be.
+fn mix(h: u64, v: u64) -> u64 {
+    let mut h = (h ^ v).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    h = (h ^ (h >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    h ^ (h >> 31)
+}
+
+/// The 64-bit digest of a group's composition: every member's topic,
+/// partition, bounds and gap digest, in member order.
+fn composition_digest(members: &[GroupMember<'_>]) -> u64 {
+    let mut h = mix(0, members.len() as u64);
+    for m in members {
+        let topic = m.partition.topic().as_bytes();
+        h = mix(h, topic.len() as u64);
+        for chunk in topic.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            h = mix(h, u64::from_le_bytes(word));
+        }
+        h = mix(h, m.partition.partition() as u64);
+        h = mix(h, m.first as u64);
+        h = mix(h, m.last as u64);
+        h = mix(h, m.gaps);
+    }
+    h
+}
+
+/// The token of one shard's part of a range group (ADR 0007) of two or more
+/// members, sorted by (topic, partition):
+/// `{pipeline}:{table}:{anchor topic}:{anchor partition}:{first}-{last}+g{n}.{digest}:{shard}`,
+/// the anchor being the first member and `digest` 16 hex digits of a stable
+/// hash over every member's topic, partition, bounds and gap digest.
+///
+/// A pure function of the composition (no run nonce), so a re-formed group
+/// gets the token it was first written with (D9). Injective where it must
+/// be: a partition's recorded ranges are disjoint, so the anchor's exact
+/// range names one recorded group of a pipeline and table; the digest tells
+/// apart compositions with the same anchor (a re-formation that lost a
+/// member, a log that lost records), so such an insert is another insert,
+/// never dropped as the first one's duplicate (ADR 0007, C6). A group of
+/// one member is a range: use [`range_token`].
+pub fn group_token(
+    pipeline: &str,
+    table: &str,
+    members: &[GroupMember<'_>],
+    shard: usize,
+) -> String {
+    debug_assert!(members.len() >= 2, "D9: a group of one member is a range");
+    debug_assert!(
+        members.windows(2).all(|w| w[0].partition < w[1].partition),
+        "D9: group members are not sorted by partition, or repeat one"
+    );
+    debug_assert!(
+        members.iter().all(|m| m.first <= m.last),
+        "D9: a group member's range is empty"
+    );
+    let anchor = &members[0];
+    let mut out = range_token(
+        pipeline,
+        table,
+        anchor.partition,
+        anchor.first,
+        anchor.last,
+        shard,
+    );
+    // Insert the group's suffix before the shard, keeping six fields.
+    let cut = out.rfind(':').expect("a range token has fields");
+    let digest = composition_digest(members);
+    let suffix = format!("+g{}.{digest:016x}", members.len());
+    out.insert_str(cut, &suffix);
+    debug_assert_eq!(
+        out.matches(':').count(),
+        5,
+        "D4: group token {out} is not six `:`-separated fields"
+    );
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,6 +246,38 @@ mod tests {
             range_token("p", "t", &tp, 0, 0, 0),
             range_token("p", "t", &tp, 0, 0, 1)
         );
+    }
+
+    #[test]
+    fn group_token_layout_and_composition() {
+        let a = TopicPartition::new("flights", 0);
+        let b = TopicPartition::new("flights", 1);
+        let c = TopicPartition::new("other", 1);
+        let m = |p, first, last, gaps| GroupMember {
+            partition: p,
+            first,
+            last,
+            gaps,
+        };
+        let g = [m(&a, 10, 19, 0), m(&b, 0, 4, 0)];
+        let t = group_token("p", "db.t", &g, 1);
+        assert!(t.starts_with("p:db.t:flights:0:10-19+g2."), "{t}");
+        assert!(t.ends_with(":1"), "{t}");
+        assert_eq!(t.len(), "p:db.t:flights:0:10-19+g2.:1".len() + 16, "{t}");
+        assert_eq!(t, group_token("p", "db.t", &g, 1), "pure");
+        assert_ne!(t, group_token("p", "db.t", &g, 0), "the shard");
+        // Every part of the composition changes the token.
+        for other in [
+            vec![m(&a, 10, 19, 0), m(&b, 0, 5, 0)],
+            vec![m(&a, 10, 19, 0), m(&b, 1, 4, 0)],
+            vec![m(&a, 10, 19, 0), m(&b, 0, 4, 7)],
+            vec![m(&a, 10, 19, 0), m(&c, 0, 4, 0)],
+            vec![m(&a, 10, 19, 0), m(&b, 0, 4, 0), m(&c, 0, 0, 0)],
+        ] {
+            assert_ne!(t, group_token("p", "db.t", &other, 1), "{other:?}");
+        }
+        // Never the token of the anchor's range alone.
+        assert_ne!(t, range_token("p", "db.t", &a, 10, 19, 1));
     }
 
     #[test]
