@@ -31,8 +31,8 @@
 //! runs count duplicates (printed, not asserted); the effectively_once runs
 //! assert 0 on every replica.
 //!
-//! The runs share the servers and two cores: they take [`serial`] and run
-//! alone (one at a time, and no test on any server beside them).
+//! The runs share the servers and two cores: they take [`serial`] (one at a
+//! time; other modules' tests beside them).
 
 use crate::common;
 
@@ -47,10 +47,18 @@ use spate_clickhouse::dedup::{Dedup, DedupMatch};
 use spate_clickhouse::writer::{HttpWriter, HttpWriterConfig, InsertFormat};
 use spate_core::sink::Endpoint;
 
-/// One run at a time, and no test on any server beside it (shared servers,
-/// two cores).
-fn serial() -> spate_testkit::serial::Alone {
-    spate_testkit::serial::alone(&Resource::ALL)
+/// One of these runs at a time (each drives its producer and up to three
+/// `spate run` processes on two cores). Tests of other modules run beside
+/// it; the server claims its helpers take (`clickhouse_shards()`,
+/// `RealKafka::from_env()`) keep out the ones that freeze or kill a server
+/// it uses (spate_testkit::serial). Taken first, before any such claim, so a
+/// test waiting here holds none.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The delivery mode a run asks for.
@@ -804,6 +812,7 @@ fn kill9_run(
 }
 
 fn kill9_replicated(mode: Mode) {
+    let _one = serial();
     let Some(shards) = clickhouse_shards() else {
         return;
     };
@@ -825,7 +834,6 @@ fn kill9_replicated(mode: Mode) {
     {
         return;
     }
-    let _one = serial();
     // 10,000 inserts: at 8 partitions x 2 shards sealing every 100 ms the
     // window holds two minutes of inserts per shard.
     let table = replicated_with_window(
@@ -860,6 +868,7 @@ fn kill_9_three_times_200k_rows_2x2_replicated_effectively_once_stores_each_row_
 }
 
 fn kill9_chdb(mode: Mode) {
+    let _one = serial();
     let Some(urls) = chdb_urls() else {
         return;
     };
@@ -882,7 +891,6 @@ fn kill9_chdb(mode: Mode) {
     {
         return;
     }
-    let _one = serial();
     let table = Table::create(
         &urls[0],
         &format!("eok9chdb{}", mode.key().replace('_', "")),
@@ -909,6 +917,7 @@ fn kill_9_three_times_plain_merge_tree_with_window_on_the_current_engine_effecti
 /// while a producer writes; then the log end is committed and every id is
 /// on its shard.
 fn group_run(mode: Mode) -> Option<u64> {
+    let _one = serial();
     let shards = clickhouse_shards()?;
     let kafka = RealKafka::from_env()?;
     if mode == Mode::EffectivelyOnce
@@ -926,7 +935,6 @@ fn group_run(mode: Mode) -> Option<u64> {
     {
         return None;
     }
-    let _one = serial();
     let table = replicated_with_window(
         &shards,
         &format!("eogrp{}", mode.key().replace('_', "")),

@@ -28,10 +28,11 @@
 //! (D1), the group's committed offsets at the log end of every partition,
 //! SIGTERM exits 0; duplicates are printed, not asserted (at least once).
 //!
-//! The scenarios share one cluster and one of them kills a broker, so they
-//! run one at a time (a lock, taken before anything else), each on its own
-//! topic, group and table; the two that kill brokers also run alone on the
-//! cluster (`spate_testkit::serial::alone`: no test of another module on it
+//! The scenarios share one cluster, each on its own topic, group and table.
+//! Two locks, each taken before anything else, keep at most two of them
+//! running: one that moves the group or the cluster (scale out and in, the
+//! broker failures) and one steady one. The two that kill brokers also run
+//! alone on the cluster (`spate_testkit::serial::alone`: no other test on it
 //! meanwhile).
 
 use crate::common;
@@ -42,11 +43,23 @@ use std::time::{Duration, Instant};
 use common::real::{RealKafka, Steady, kafka_sh};
 use common::*;
 
-/// One scenario at a time (shared cluster; a broker is killed in one).
+/// The scenarios that move the group or the cluster (scale out and in,
+/// broker failures): one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
+/// The steady scenarios (volume, transactions, compaction, retention, dead
+/// letters): one at a time, beside at most one of [`SERIAL`]'s.
+static STEADY: Mutex<()> = Mutex::new(());
+
+fn lock(chain: &'static Mutex<()>) -> std::sync::MutexGuard<'static, ()> {
+    chain.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+    lock(&SERIAL)
+}
+
+fn steady() -> std::sync::MutexGuard<'static, ()> {
+    lock(&STEADY)
 }
 
 /// Both real components, or `None` after printing why the test is skipped.
@@ -62,9 +75,11 @@ fn unique(what: &str) -> String {
 }
 
 /// One test's real-cluster setup, or `None` when skipped (as
-/// [`components`]): both components, the serial guard, topic
-/// [`unique`]`(what)` of `partitions` partitions (RF 3) and table `table`.
+/// [`components`]): both components, the guard of `chain` ([`SERIAL`] or
+/// [`STEADY`]), topic [`unique`]`(what)` of `partitions` partitions (RF 3)
+/// and table `table`.
 fn setup(
+    chain: &'static Mutex<()>,
     what: &str,
     partitions: i32,
     table: &str,
@@ -75,7 +90,7 @@ fn setup(
     String,
     Table,
 )> {
-    let serial = serial();
+    let serial = lock(chain);
     let (kafka, url) = components()?;
     let topic = unique(what);
     kafka.create_topic(&topic, partitions, 3, &[]);
@@ -218,7 +233,7 @@ fn volume_rows() -> u64 {
 
 #[test]
 fn volume_over_12_partitions_rf3_lands_every_row_and_commits_the_log_end() {
-    let _serial = serial();
+    let _serial = steady();
     let Some((kafka, url)) = components() else {
         return;
     };
@@ -272,7 +287,7 @@ fn volume_over_12_partitions_rf3_lands_every_row_and_commits_the_log_end() {
 fn kill_9_of_the_busiest_leader_mid_stream_loses_nothing_and_spate_keeps_going() {
     let partitions = 12;
     let Some((kafka, url, _serial, topic, table)) =
-        setup("brokerfail", partitions, "realbrokerfail")
+        setup(&SERIAL, "brokerfail", partitions, "realbrokerfail")
     else {
         return;
     };
@@ -615,7 +630,8 @@ fn scale_out_and_in_kip848_consumer_protocol() {
 fn transactions_aborted_never_land_and_commits_step_over_control_records() {
     use rdkafka::producer::Producer;
     let partitions = 3;
-    let Some((kafka, url, _serial, topic, table)) = setup("txn", partitions, "realtxn") else {
+    let Some((kafka, url, _serial, topic, table)) = setup(&STEADY, "txn", partitions, "realtxn")
+    else {
         return;
     };
     let p: rdkafka::producer::BaseProducer = rdkafka::ClientConfig::new()
@@ -717,7 +733,7 @@ fn read_ids(
 #[test]
 fn compacted_topic_with_gaps_lands_exactly_the_surviving_records() {
     use rdkafka::producer::Producer;
-    let _serial = serial();
+    let _serial = steady();
     let Some((kafka, url)) = components() else {
         return;
     };
@@ -840,7 +856,8 @@ fn compacted_topic_with_gaps_lands_exactly_the_surviving_records() {
 #[test]
 fn records_deleted_past_the_commit_while_stopped_are_logged_counted_and_reset() {
     let partitions = 2;
-    let Some((kafka, url, _serial, topic, table)) = setup("retention", partitions, "realretention")
+    let Some((kafka, url, _serial, topic, table)) =
+        setup(&STEADY, "retention", partitions, "realretention")
     else {
         return;
     };
@@ -899,7 +916,7 @@ fn records_deleted_past_the_commit_while_stopped_are_logged_counted_and_reset() 
 #[test]
 fn dead_letters_read_back_with_headers_and_commit_metadata_round_trips() {
     use rdkafka::consumer::{CommitMode, Consumer};
-    let _serial = serial();
+    let _serial = steady();
     let Some((kafka, url)) = components() else {
         return;
     };
