@@ -1250,6 +1250,8 @@ impl Config {
     pub fn pipeline_config(&self) -> PipelineConfig {
         let ch = &self.sink.clickhouse;
         let mut sink = SinkConfig::new(self.pipeline.name.clone(), ch.shards.clone());
+        // Issue 31: a tripped breaker follows its replica, not the last write.
+        sink.probe_tripped = true;
         let batch = BatchConfig::default();
         sink.batch = BatchConfig {
             max_rows: ch.batch.max_rows.unwrap_or(batch.max_rows),
