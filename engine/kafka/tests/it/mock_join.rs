@@ -130,3 +130,63 @@ fn first_message(lane: &mut spate_kafka::KafkaLane, since: Instant) -> Duration 
         assert!(since.elapsed() < Duration::from_secs(200), "no message");
     }
 }
+
+/// Issue 31: a join that lasts longer than `session.timeout.ms` +
+/// [`spate_kafka::JOIN_GRACE`] reads not ready, and says so, while a
+/// normal join is ready (waiting for an assignment is not a fault). The
+/// mock answers every JoinGroup with COORDINATOR_LOAD_IN_PROGRESS, so the
+/// join never ends; the session is 1 s, so the limit is 16 s.
+#[test]
+fn a_join_longer_than_the_session_and_its_grace_reads_not_ready() {
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    let (topic, group) = ("stuck", "g-stuck");
+    let (mock, bootstrap) = mock(topic, 2);
+    mock.request_errors(
+        RDKafkaApiKey::JoinGroup,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS; 5000],
+    );
+    let mut config = source_config(&bootstrap, topic, group, "range");
+    config.set("session.timeout.ms", "1000");
+    config.set("heartbeat.interval.ms", "100");
+    let mut source = KafkaSource::new(config).unwrap();
+    let limit = Duration::from_secs(1) + spate_kafka::JOIN_GRACE;
+    let start = Instant::now();
+    while start.elapsed() < limit - Duration::from_secs(2) {
+        assert!(
+            source
+                .poll_event(Duration::from_millis(100))
+                .unwrap()
+                .is_none(),
+            "assigned although every JoinGroup fails"
+        );
+        assert!(
+            source.consumer_ready(),
+            "not ready {:?} into a join: {}",
+            start.elapsed(),
+            source.consumer_not_ready_reason()
+        );
+    }
+    assert!(
+        source
+            .consumer_status()
+            .starts_with("joining the group since")
+    );
+    while start.elapsed() < limit + Duration::from_millis(500) {
+        assert!(
+            source
+                .poll_event(Duration::from_millis(100))
+                .unwrap()
+                .is_none()
+        );
+    }
+    assert!(
+        !source.consumer_ready(),
+        "still ready after {limit:?} of join"
+    );
+    let why = source.consumer_not_ready_reason();
+    assert!(
+        why.starts_with("stuck in the group join: joining the group since"),
+        "{why}"
+    );
+    mock.clear_request_errors(RDKafkaApiKey::JoinGroup);
+}
