@@ -35,6 +35,13 @@
 //! settings themselves are plain librdkafka properties (the workspace README,
 //! "Kafka security", has a config example).
 //!
+//! - The group's lag as the brokers see it, for every subscribed partition
+//!   (`spate_group_lag`, [`LagReader`], `lag.rs`), read by a client and
+//!   thread of its own; progress (`spate_last_progress_timestamp_seconds`)
+//!   and a join longer than `session.timeout.ms` + [`JOIN_GRACE`] reading
+//!   not ready; a close during the first join waits up to
+//!   [`JOIN_WAIT_AT_CLOSE`] so the group is left (issue 31).
+//!
 //! Beside the source: [`KafkaDeadLetter`] (`dead_letter.rs`), the producer
 //! behind `on_error.dead_letter`; [`sample`], the non-committing reader of
 //! `spate check --sample`; and [`tools`], the helpers of local work and
@@ -50,7 +57,8 @@
 //! down, a stalled sink, eviction, regex subscription, an out-of-range
 //! committed offset; `tests/it/mock_metrics.rs` the lag gauge, the
 //! committed-offset gauge before the first commit, and the first commit;
-//! `tests/it/mock_report.rs` a pattern matching no topic yet and librdkafka's
+//! `tests/it/mock_join.rs` the stop during the first join and the stuck
+//! join; `tests/it/mock_report.rs` a pattern matching no topic yet and librdkafka's
 //! debug lines after the join; `tests/it/throughput.rs` (ignored) measures lane
 //! throughput.
 // `unsafe` only in `native.rs`: librdkafka's batch consume (see there why).
