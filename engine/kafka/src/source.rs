@@ -729,7 +729,9 @@ impl KafkaSource {
     /// follows can leave the group (see there). The context applies the
     /// assignment at once while closing.
     fn wait_for_first_join(&mut self) {
-        if self.ever_assigned {
+        // Nothing to leave when the brokers were unreachable a moment ago:
+        // the wait would only delay the exit.
+        if self.ever_assigned || self.last_error.is_some() {
             return;
         }
         let started = Instant::now();
@@ -764,7 +766,11 @@ impl KafkaSource {
                 );
                 return;
             }
-            let _ = self.consumer.poll(Duration::from_millis(50));
+            if let Some(Err(e)) = self.consumer.poll(Duration::from_millis(50)) {
+                // A broker unreachable: no join to wait for, nothing to leave.
+                tracing::info!(error = %e, "closing during the first group join; the consumer reports an error, not waiting for the join");
+                return;
+            }
         }
         self.ever_assigned = true;
         tracing::info!(
