@@ -94,19 +94,28 @@ ROWS = [
          "short", "ts"),
     ]),
     ("Kafka: lag and commits", [
-        ("Consumer lag per partition",
-         "Messages between each partition's high watermark and the group's committed offset "
-         "(spate_consumer_lag, from librdkafka's statistics). Growing lag: spate reads or writes "
-         "slower than producers write, or a shard is down and commits wait for it. Stale values are left "
-         "out (a partition revoked from a process keeps its last lag there; a leader down freezes it: "
-         "see Lag freshness). While a shard is down and intake is paused the value stays put (librdkafka "
-         "refreshes the high watermark with fetches): Commit age keeps growing then.",
-         [(f"sum by (topic, partition) ({LAG})", "{{topic}}/{{partition}}")],
+        ("Group lag per partition",
+         "Messages between each partition's log end and the group's committed offset, read from the "
+         "brokers (spate_group_lag, every source.kafka.lag_interval): every subscribed partition, "
+         "assigned to a process or not, paused or not, before the group's first commit too (counted "
+         "from where auto_offset_reset starts). Every process reports the same value: the max over "
+         "them. Growing lag: spate reads or writes slower than producers write, or a shard is down and "
+         "commits wait for it; it keeps growing during an outage.",
+         [(f"max by (topic, partition) (spate_group_lag{{{P}}})", "{{topic}}/{{partition}}")],
          "short", "ts"),
-        ("Total consumer lag",
-         "The lag summed over every partition the pipeline's processes own (stale values left out, as "
-         "above): the backlog in messages.",
-         [(f"sum({LAG})", "total")], "short", "ts"),
+        ("Total group lag",
+         "The group's lag summed over every subscribed partition (spate_group_total_lag, max over "
+         "processes): the backlog in messages. librdkafka's own view (spate_consumer_lag: this "
+         "process's partitions only, frozen while they are paused, absent before a commit) for "
+         "comparison.",
+         [(f"max(spate_group_total_lag{{{P}}})", "group (brokers)"),
+          (f"sum({LAG})", "librdkafka statistics")], "short", "ts"),
+        ("Time without progress",
+         "Seconds since any process last committed an advance "
+         "(time() - spate_last_progress_timestamp_seconds, the youngest over processes; the run's start "
+         "until the first). Growing while the group lag is above 0: nothing moves "
+         "(SpateNoProgressWhileLagging; /readyz says why on its second line).",
+         [(f"min(time() - spate_last_progress_timestamp_seconds{{{P}}})", "no progress")], "s", "ts"),
         ("Commit age per partition",
          "Seconds since the last successful commit that included the partition "
          "(time() - spate_last_commit_timestamp_seconds). A partition with no new data is not "
@@ -136,10 +145,10 @@ ROWS = [
           (f"sum by (kind) (rate(spate_source_errors_total{{{P}}}[{RI}]))", "source errors {{kind}}")],
          "ops", "ts"),
         ("Partitions and rebalances",
-         "Partitions this process owns (spate_consumer_assigned_partitions) and rebalances that gave "
+         "Partitions this process owns (spate_assigned_partitions) and rebalances that gave "
          "or took partitions (spate_consumer_rebalances_total). Frequent rebalances: members joining "
          "and leaving, or sessions timing out.",
-         [(f"sum by (instance) (spate_consumer_assigned_partitions{{{P}}})", "assigned {{instance}}"),
+         [(f"sum by (instance) (spate_assigned_partitions{{{P}}})", "assigned {{instance}}"),
           (f"sum by (kind) (increase(spate_consumer_rebalances_total{{{P}}}[{RI}]))", "rebalances {{kind}}")],
          "short", "ts"),
     ]),

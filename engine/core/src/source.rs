@@ -258,6 +258,16 @@ pub trait Source: Send {
         "the consumer reports an error".to_owned()
     }
 
+    /// What the consumer is doing, for the body of `/readyz` and
+    /// `/healthz?verbose` whether ready or not (e.g. `joining the group
+    /// since 2.0 s ago`, `assigned 8 partition(s); no progress for 40 s
+    /// while lag is 1200`); empty (the default) when the source has
+    /// nothing to say. Called at most every
+    /// [`crate::pipeline::STATUS_REFRESH`].
+    fn consumer_status(&self) -> String {
+        String::new()
+    }
+
     /// Commits `offsets` synchronously.
     ///
     /// # Errors

@@ -84,6 +84,12 @@ pub struct KafkaSourceConfig {
     /// without them (`false`, the default: `at_least_once` only uses them for
     /// the out-of-range report).
     pub committed_required: bool,
+    /// How often the group's lag is read from the brokers for every
+    /// partition of the subscription (`spate_group_lag`, `lag.rs`), by a
+    /// client and thread of its own; `None` (the default here; spate's
+    /// `source.kafka.lag_interval` defaults to
+    /// [`crate::DEFAULT_LAG_INTERVAL`]) reads nothing.
+    pub lag_interval: Option<std::time::Duration>,
 }
 
 impl KafkaSourceConfig {
@@ -99,6 +105,7 @@ impl KafkaSourceConfig {
             properties: BTreeMap::new(),
             max_batch: DEFAULT_MAX_BATCH,
             committed_required: false,
+            lag_interval: None,
         }
     }
 

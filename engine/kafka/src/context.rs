@@ -100,6 +100,8 @@ pub(crate) fn lag_is_current(leader: i32, consumer_lag: i64, up_brokers: &[i32])
 pub(crate) struct Shared {
     rebalances: Mutex<Vec<Rebalance>>,
     closing: AtomicBool,
+    /// An assignment arrived (and was applied at once) while closing.
+    assigned_while_closing: AtomicBool,
     lag: Mutex<BTreeMap<(String, i32), LagGauges>>,
     /// librdkafka's text of the last `UnknownTopicOrPartition` error (it
     /// names the topic or pattern: "Subscribed topic not available:
@@ -125,6 +127,16 @@ impl Shared {
     /// From now on the callback applies rebalances itself.
     pub(crate) fn set_closing(&self) {
         self.closing.store(true, Ordering::Release);
+    }
+
+    /// Whether an assignment was applied while closing since the last
+    /// call.
+    pub(crate) fn take_assigned_while_closing(&self) -> bool {
+        self.assigned_while_closing.swap(false, Ordering::AcqRel)
+    }
+
+    pub(crate) fn note_assigned_while_closing(&self) {
+        self.assigned_while_closing.store(true, Ordering::Release);
     }
 
     fn is_closing(&self) -> bool {
@@ -277,6 +289,11 @@ impl ConsumerContext for SpateContext {
                 "rebalance while closing; applied at once"
             );
             apply_now(consumer, err, tpl);
+            if err == RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS {
+                self.shared
+                    .assigned_while_closing
+                    .store(true, Ordering::Release);
+            }
             return;
         }
         let cooperative = is_cooperative(consumer);

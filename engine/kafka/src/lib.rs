@@ -35,6 +35,13 @@
 //! settings themselves are plain librdkafka properties (the workspace README,
 //! "Kafka security", has a config example).
 //!
+//! - The group's lag as the brokers see it, for every subscribed partition
+//!   (`spate_group_lag`, [`LagReader`], `lag.rs`), read by a client and
+//!   thread of its own; progress (`spate_last_progress_timestamp_seconds`)
+//!   and a join longer than `session.timeout.ms` + [`JOIN_GRACE`] reading
+//!   not ready; a close during the first join waits up to
+//!   [`JOIN_WAIT_AT_CLOSE`] so the group is left (issue 31).
+//!
 //! Beside the source: [`KafkaDeadLetter`] (`dead_letter.rs`), the producer
 //! behind `on_error.dead_letter`; [`sample`], the non-committing reader of
 //! `spate check --sample`; and [`tools`], the helpers of local work and
@@ -50,7 +57,8 @@
 //! down, a stalled sink, eviction, regex subscription, an out-of-range
 //! committed offset; `tests/it/mock_metrics.rs` the lag gauge, the
 //! committed-offset gauge before the first commit, and the first commit;
-//! `tests/it/mock_report.rs` a pattern matching no topic yet and librdkafka's
+//! `tests/it/mock_join.rs` the stop during the first join and the stuck
+//! join; `tests/it/mock_report.rs` a pattern matching no topic yet and librdkafka's
 //! debug lines after the join; `tests/it/throughput.rs` (ignored) measures lane
 //! throughput.
 // `unsafe` only in `native.rs`: librdkafka's batch consume (see there why).
@@ -60,6 +68,7 @@ mod config;
 mod context;
 mod dead_letter;
 mod errors;
+mod lag;
 mod lane;
 mod native;
 mod offsets;
@@ -72,8 +81,14 @@ pub use context::SpateContext;
 pub use dead_letter::{
     DEAD_LETTER_DROPPED, DeadLetterError, KafkaDeadLetter, is_connection_property,
 };
+pub use lag::{
+    DEFAULT_LAG_INTERVAL, GROUP_LAG, GROUP_LAG_ERRORS, GROUP_LAG_TOTAL, GROUP_LAG_UPDATED,
+    LagReader, LagReading, PartitionLag, lag_client, partition_lag, read_group_lag,
+};
 pub use lane::{KafkaBatch, KafkaLane};
-pub use source::{CLOSE_TIMEOUT, COMMIT_TIMEOUT, CONSUMER_ERROR_HOLD, KafkaSource};
+pub use source::{
+    CLOSE_TIMEOUT, COMMIT_TIMEOUT, CONSUMER_ERROR_HOLD, JOIN_GRACE, JOIN_WAIT_AT_CLOSE, KafkaSource,
+};
 
 /// Gauge: consumer lag per `topic` and `partition`, in messages: the
 /// partition's high watermark minus this group's committed offset, as
@@ -119,6 +134,17 @@ pub const REBALANCES: &str = "spate_consumer_rebalances_total";
 /// after a revoke).
 pub const ASSIGNED_PARTITIONS: &str = "spate_consumer_assigned_partitions";
 
+/// Gauge: partitions this process owns now; the same value as
+/// [`ASSIGNED_PARTITIONS`], under the name the readiness text and the
+/// progress alert use (issue 31).
+pub const ASSIGNED: &str = "spate_assigned_partitions";
+
+/// Gauge: unix seconds of the last progress, a commit that moved some
+/// partition's committed offset forward (the start of the run until the
+/// first one). `time() -` it, while `spate_group_total_lag > 0`, is how long
+/// the group has waited on this process.
+pub const LAST_PROGRESS: &str = "spate_last_progress_timestamp_seconds";
+
 /// Registers the `# HELP` text and unit of every series this crate emits
 /// (the Prometheus exporter renders them). Call once after installing the
 /// recorder.
@@ -153,6 +179,36 @@ pub fn describe_metrics() {
         ASSIGNED_PARTITIONS,
         Unit::Count,
         "Partitions this process owns now."
+    );
+    describe_gauge!(
+        ASSIGNED,
+        Unit::Count,
+        "Partitions this process owns now (as spate_consumer_assigned_partitions)."
+    );
+    describe_gauge!(
+        LAST_PROGRESS,
+        Unit::Seconds,
+        "Unix time in seconds of the last commit that moved a committed offset forward (the run's start until the first)."
+    );
+    describe_gauge!(
+        GROUP_LAG,
+        Unit::Count,
+        "The group's lag per partition from the brokers: log end offset minus the committed offset (from where auto.offset.reset starts when none), for every subscribed partition, assigned here or not, paused or not."
+    );
+    describe_gauge!(
+        GROUP_LAG_TOTAL,
+        Unit::Count,
+        "spate_group_lag summed over every subscribed partition."
+    );
+    describe_gauge!(
+        GROUP_LAG_UPDATED,
+        Unit::Seconds,
+        "Unix time in seconds of the last complete spate_group_lag reading."
+    );
+    describe_counter!(
+        GROUP_LAG_ERRORS,
+        Unit::Count,
+        "Group lag readings that failed (the gauges keep their last values)."
     );
     describe_counter!(
         COMMITTED_OUT_OF_RANGE,

@@ -65,9 +65,10 @@ use spate_core::source::{AssignmentEvent, CommitOffset, Committed, Source, Sourc
 use crate::config::{ConfigError, KafkaSourceConfig};
 use crate::context::{Rebalance, Shared, SpateContext};
 use crate::errors;
+use crate::lag::LagReader;
 use crate::lane::KafkaLane;
 use crate::offsets;
-use crate::{ASSIGNED_PARTITIONS, REBALANCES, SOURCE_ERRORS};
+use crate::{ASSIGNED, ASSIGNED_PARTITIONS, LAST_PROGRESS, REBALANCES, SOURCE_ERRORS};
 
 /// Bound on the consumer-queue events one [`KafkaSource::poll_event`] serves
 /// before returning, so the controller's loop keeps turning even when
@@ -96,6 +97,26 @@ pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(5);
 /// reporting within the window and readiness stays off, while one error
 /// that librdkafka recovered from clears by itself.
 pub const CONSUMER_ERROR_HOLD: Duration = Duration::from_secs(10);
+
+/// How much longer than `session.timeout.ms` a join (from the subscribe,
+/// or from the end of a revoke that left nothing assigned, to the next
+/// assignment) may take before [`Source::consumer_ready`] reads false: a
+/// join normally ends within one session timeout (a member that left
+/// without a LeaveGroup is dropped by then), so one that takes longer is
+/// stuck, and `/readyz` says so (issue 31).
+pub const JOIN_GRACE: Duration = Duration::from_secs(15);
+
+/// librdkafka's default `session.timeout.ms`.
+const DEFAULT_SESSION_TIMEOUT_MS: u64 = 45_000;
+
+/// How long closing a source that has not yet been given its first
+/// assignment waits for the join to end before it closes the consumer. A
+/// LeaveGroup sent while the JoinGroup is outstanding is held back behind
+/// it and times out, so the group keeps the departed member until its
+/// session expires and the next start waits that long for its partitions;
+/// once the join has ended, the close leaves the group cleanly. Bounded:
+/// a stop never waits longer than this for it (issue 31).
+pub const JOIN_WAIT_AT_CLOSE: Duration = Duration::from_secs(5);
 
 /// A revoke waiting for the controller to release its partitions.
 #[derive(Debug)]
@@ -167,6 +188,24 @@ pub struct KafkaSource {
     /// [`crate::KafkaSourceConfig::committed_required`].
     committed_required: bool,
     closed: bool,
+    /// The group's lag from the brokers' side (`lag.rs`), when
+    /// `lag_interval` is set; published on each `poll_event`.
+    lag: Option<LagReader>,
+    /// Since when this member waits for an assignment: from the subscribe,
+    /// and again from a revoke that left it nothing; `None` once assigned.
+    joining_since: Option<Instant>,
+    /// Whether any assignment (an empty one included) ever arrived.
+    ever_assigned: bool,
+    /// `session.timeout.ms` + [`JOIN_GRACE`]: a longer join is not ready.
+    join_limit: Duration,
+    /// `spate_last_progress_timestamp_seconds`, and when that was.
+    progress: Gauge,
+    last_progress: Instant,
+    /// The last committed offset per partition known here (the group's at
+    /// assignment, then each commit): a commit past it is progress.
+    progress_offsets: BTreeMap<TopicPartition, i64>,
+    /// `spate_assigned_partitions`: `owned.len()`.
+    assigned: Gauge,
 }
 
 impl std::fmt::Debug for KafkaSource {
@@ -210,6 +249,17 @@ impl KafkaSource {
         }
         let consumer: BaseConsumer<SpateContext> =
             client.create_with_context(SpateContext::new(Arc::clone(&shared)))?;
+        let lag = match config.lag_interval {
+            Some(interval) if !interval.is_zero() => Some(LagReader::spawn(&config, interval)?),
+            _ => None,
+        };
+        let session_ms = config
+            .properties
+            .get("session.timeout.ms")
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(DEFAULT_SESSION_TIMEOUT_MS);
+        let progress = metrics::gauge!(LAST_PROGRESS);
+        progress.set(unix_now().floor());
         let topics: Vec<&str> = config.topics.iter().map(String::as_str).collect();
         consumer.subscribe(&topics)?;
         tracing::info!(group = config.group_id(), ?topics, "subscribed");
@@ -252,6 +302,14 @@ impl KafkaSource {
             offset_resets: Vec::new(),
             committed_required: config.committed_required,
             closed: false,
+            lag,
+            joining_since: Some(Instant::now()),
+            ever_assigned: false,
+            join_limit: Duration::from_millis(session_ms) + JOIN_GRACE,
+            progress,
+            last_progress: Instant::now(),
+            progress_offsets: BTreeMap::new(),
+            assigned: metrics::gauge!(ASSIGNED),
         })
     }
 
@@ -288,11 +346,14 @@ impl KafkaSource {
     /// Sets `spate_last_commit_timestamp_seconds` of every partition in
     /// `list` (just committed) to now, in unix seconds. Once per commit.
     fn stamp_commits(&mut self, list: &TopicPartitionList) {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64());
+        let now = unix_now();
+        let mut advanced = false;
         for elem in list.elements() {
             let tp = TopicPartition::new(elem.topic(), elem.partition());
+            if let KafkaOffset::Offset(offset) = elem.offset() {
+                let before = self.progress_offsets.insert(tp.clone(), offset);
+                advanced |= before.is_none_or(|b| offset > b);
+            }
             self.commit_stamps
                 .entry(tp)
                 .or_insert_with(|| {
@@ -302,6 +363,17 @@ impl KafkaSource {
                 })
                 .set(now.floor());
         }
+        if advanced {
+            self.progress.set(now.floor());
+            self.last_progress = Instant::now();
+        }
+    }
+
+    /// The owned-partition gauges (`spate_consumer_assigned_partitions`
+    /// and `spate_assigned_partitions`).
+    fn set_assigned_gauges(&self) {
+        self.assigned_partitions.set(self.owned.len() as f64);
+        self.assigned.set(self.owned.len() as f64);
     }
 
     fn assign(
@@ -309,8 +381,11 @@ impl KafkaSource {
         partitions: &TopicPartitionList,
         cooperative: bool,
     ) -> Result<(), SourceError> {
-        // The group handed out partitions: whatever failed before is over.
+        // The group handed out partitions: whatever failed before is over,
+        // and so is the join.
         self.last_error = None;
+        self.joining_since = None;
+        self.ever_assigned = true;
         // The group's committed offsets and metadata, before the lanes are
         // handed out: effectively_once re-forms the ranges the metadata
         // records (D9). One OffsetFetch, reused by the range check below.
@@ -319,8 +394,11 @@ impl KafkaSource {
         if partitions.count() > 0 {
             self.assigned_events.increment(1);
         }
+        for (tp, c) in &committed {
+            self.progress_offsets.insert(tp.clone(), c.offset);
+        }
         self.open_lanes(partitions, committed, cooperative)?;
-        self.assigned_partitions.set(self.owned.len() as f64);
+        self.set_assigned_gauges();
         let result = if cooperative {
             self.consumer.incremental_assign(partitions)
         } else {
@@ -497,7 +575,12 @@ impl KafkaSource {
             self.owned
                 .remove(&TopicPartition::new(elem.topic(), elem.partition()));
         }
-        self.assigned_partitions.set(self.owned.len() as f64);
+        self.set_assigned_gauges();
+        if self.owned.is_empty() && !self.closed {
+            // Eager: the member rejoins now, and waits for its next
+            // assignment.
+            self.joining_since = Some(Instant::now());
+        }
         let result = if r.cooperative {
             self.consumer.incremental_unassign(&r.partitions)
         } else {
@@ -621,6 +704,7 @@ impl KafkaSource {
         if let Err(e) = self.finish_revoke_if_released() {
             tracing::warn!(error = %e, "completing the pending revoke at close failed");
         }
+        self.wait_for_first_join();
         // Lanes not yet handed out hold queue handles; drop them first.
         self.ready.clear();
         if let Err(e) = self.consumer.close_queue() {
@@ -639,6 +723,101 @@ impl KafkaSource {
         }
         tracing::info!(group = %self.group, "consumer closed");
     }
+
+    /// At close, before the first assignment: serves the consumer for at
+    /// most [`JOIN_WAIT_AT_CLOSE`] until the join ends, so the close that
+    /// follows can leave the group (see there). The context applies the
+    /// assignment at once while closing.
+    fn wait_for_first_join(&mut self) {
+        // Nothing to leave when the brokers were unreachable a moment ago:
+        // the wait would only delay the exit.
+        if self.ever_assigned || self.last_error.is_some() {
+            return;
+        }
+        let started = Instant::now();
+        let deadline = started + JOIN_WAIT_AT_CLOSE;
+        loop {
+            // An assignment recorded before the close began: apply it now.
+            for op in self.shared.take_rebalances() {
+                if let Rebalance::Assign {
+                    partitions,
+                    cooperative,
+                } = op
+                {
+                    let applied = if cooperative {
+                        self.consumer.incremental_assign(&partitions)
+                    } else {
+                        self.consumer.assign(&partitions)
+                    };
+                    if let Err(e) = applied {
+                        tracing::warn!(error = %e, "applying the first assignment at close failed");
+                    }
+                    self.shared.note_assigned_while_closing();
+                }
+            }
+            if self.shared.take_assigned_while_closing() {
+                break;
+            }
+            if Instant::now() >= deadline {
+                tracing::warn!(
+                    waited = ?JOIN_WAIT_AT_CLOSE,
+                    "closing during the first group join, which did not end in time; the \
+                     group may keep this member until its session.timeout.ms expires"
+                );
+                return;
+            }
+            if let Some(Err(e)) = self.consumer.poll(Duration::from_millis(50)) {
+                // A broker unreachable: no join to wait for, nothing to leave.
+                tracing::info!(error = %e, "closing during the first group join; the consumer reports an error, not waiting for the join");
+                return;
+            }
+        }
+        self.ever_assigned = true;
+        tracing::info!(
+            waited = ?started.elapsed(),
+            "closing during the first group join: waited for it to end so the close leaves the group"
+        );
+    }
+
+    /// What `/readyz` and `/healthz?verbose` add about the consumer:
+    /// joining since when, the partitions assigned, the group's lag and
+    /// the time since the last progress (a commit that advanced).
+    fn status_text(&self) -> String {
+        let mut parts = Vec::new();
+        match self.joining_since {
+            Some(at) => parts.push(format!(
+                "joining the group since {:.1} s ago (not ready after {} s)",
+                at.elapsed().as_secs_f64(),
+                self.join_limit.as_secs()
+            )),
+            None => parts.push(format!("assigned {} partition(s)", self.owned.len())),
+        }
+        if let Some(reading) = self.lag.as_ref().and_then(LagReader::last) {
+            let lag = reading.total();
+            let idle = self.last_progress.elapsed().as_secs_f64();
+            if lag > 0 {
+                parts.push(format!("no progress for {idle:.0} s while lag is {lag}"));
+            } else {
+                parts.push(format!("group lag 0; last progress {idle:.0} s ago"));
+            }
+        }
+        parts.join("; ")
+    }
+
+    /// Whether the join has lasted longer than `session.timeout.ms` +
+    /// [`JOIN_GRACE`].
+    fn join_stuck(&self) -> bool {
+        self.joining_since
+            .is_some_and(|at| at.elapsed() >= self.join_limit)
+    }
+}
+
+/// Unix time in seconds (for the timestamp gauges; this crate is not the
+/// deterministic core).
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 impl Drop for KafkaSource {
@@ -657,6 +836,11 @@ impl Source for KafkaSource {
     fn consumer_ready(&self) -> bool {
         self.last_error
             .is_none_or(|at| at.elapsed() >= CONSUMER_ERROR_HOLD)
+            && !self.join_stuck()
+    }
+
+    fn consumer_status(&self) -> String {
+        self.status_text()
     }
 
     /// The standing transient error, how long ago it came and when
@@ -665,6 +849,13 @@ impl Source for KafkaSource {
     /// ... all brokers are down`; with the partitions held.
     fn consumer_not_ready_reason(&self) -> String {
         let held = self.owned.len();
+        if self.join_stuck() && self.last_error.is_none() {
+            return format!(
+                "stuck in the group join: {} (a member that left without a LeaveGroup holds \
+                 the rebalance until its session expires)",
+                self.status_text()
+            );
+        }
         match self.last_error {
             Some(at) => format!(
                 "transient error {:.1} s ago (ready {} s after the last one, or at an \
@@ -688,6 +879,9 @@ impl Source for KafkaSource {
         &mut self,
         timeout: Duration,
     ) -> Result<Option<AssignmentEvent<KafkaLane>>, SourceError> {
+        if let Some(lag) = self.lag.as_mut() {
+            lag.publish();
+        }
         if let Some(e) = self.deferred.take() {
             return Err(e);
         }

@@ -100,8 +100,43 @@ impl AdminState {
     }
 }
 
+impl AdminState {
+    /// Each pipeline's consumer status (`Readiness::status`: joining since
+    /// when, partitions assigned, lag and time without progress), one line
+    /// each, `pipeline NAME: ` before it with several pipelines; empty
+    /// lines left out.
+    fn status_lines(&self) -> String {
+        let mut out = String::new();
+        if self.pipelines.is_empty() {
+            let status = self.ready.status();
+            if !status.is_empty() {
+                out.push_str(&status);
+                out.push('\n');
+            }
+            return out;
+        }
+        for (name, state) in &self.pipelines {
+            if let PipelineState::Running(r) = state {
+                let status = r.status();
+                if !status.is_empty() {
+                    out.push_str(&format!("pipeline {name}: {status}\n"));
+                }
+            }
+        }
+        out
+    }
+}
+
 /// The answer to one admin request (pure, so tests need no socket).
-pub fn respond(state: &AdminState, method: &Method, path: &str) -> (StatusCode, String) {
+/// `target` is the request's path with its query, if any: `/healthz?verbose`
+/// adds readiness and each consumer's status to `ok`.
+///
+/// `/readyz` answers `ready` or `not ready: <why>` on its first line (the
+/// meaning is unchanged) and what the consumer is doing on the next:
+/// `joining the group since 12.0 s ago (...)`, `assigned 8 partition(s)`,
+/// `no progress for 40 s while lag is 1200` (issue 31).
+pub fn respond(state: &AdminState, method: &Method, target: &str) -> (StatusCode, String) {
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
     if method != Method::GET && method != Method::HEAD {
         return (StatusCode::METHOD_NOT_ALLOWED, "GET only\n".into());
     }
@@ -112,12 +147,26 @@ pub fn respond(state: &AdminState, method: &Method, path: &str) -> (StatusCode, 
             }
             (StatusCode::OK, stable_order(&state.metrics.render()))
         }
+        "/healthz"
+            if query
+                .split('&')
+                .any(|q| q == "verbose" || q.starts_with("verbose=")) =>
+        {
+            let readiness = match state.check() {
+                Ok(()) => "ready".to_owned(),
+                Err(why) => format!("not ready: {why}"),
+            };
+            (
+                StatusCode::OK,
+                format!("ok\nreadiness: {readiness}\n{}", state.status_lines()),
+            )
+        }
         "/healthz" => (StatusCode::OK, "ok\n".into()),
         "/readyz" => match state.check() {
-            Ok(()) => (StatusCode::OK, "ready\n".into()),
+            Ok(()) => (StatusCode::OK, format!("ready\n{}", state.status_lines())),
             Err(why) => (
                 StatusCode::SERVICE_UNAVAILABLE,
-                format!("not ready: {why}\n"),
+                format!("not ready: {why}\n{}", state.status_lines()),
             ),
         },
         _ => (
@@ -199,7 +248,11 @@ async fn handle(
     state: AdminState,
     req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
-    let (status, body) = respond(&state, req.method(), req.uri().path());
+    let target = req
+        .uri()
+        .path_and_query()
+        .map_or_else(|| req.uri().path(), |p| p.as_str());
+    let (status, body) = respond(&state, req.method(), target);
     let content_type = if req.uri().path() == "/metrics" {
         "text/plain; version=0.0.4"
     } else {
@@ -338,6 +391,28 @@ mod tests {
         assert_eq!(stable_order(b), want);
     }
 
+    /// `/healthz?verbose` says readiness; a query never changes `/readyz`'s
+    /// status.
+    #[test]
+    fn healthz_verbose_says_readiness_and_readyz_ignores_queries() {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let state = AdminState {
+            metrics: recorder.handle(),
+            ready: Readiness::new(),
+            pipelines: Vec::new(),
+            collectors: Vec::new(),
+        };
+        assert_eq!(respond(&state, &Method::GET, "/healthz").1, "ok\n");
+        let (status, body) = respond(&state, &Method::GET, "/healthz?verbose");
+        assert_eq!(status, StatusCode::OK);
+        assert!(
+            body.starts_with("ok\nreadiness: not ready: starting"),
+            "{body}"
+        );
+        let (status, _) = respond(&state, &Method::GET, "/readyz?x=1");
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    }
+
     /// With several pipelines, `/readyz` names each one that is not ready
     /// with its reason (one that could not start included); the 200 when
     /// every one is ready is in `tests/it/multi.rs` (a Readiness is only set
@@ -361,7 +436,8 @@ mod tests {
             "{body}"
         );
         assert!(
-            body.ends_with("; pipeline b: could not start: no table\n"),
+            body.trim_end()
+                .ends_with("; pipeline b: could not start: no table"),
             "{body}"
         );
     }

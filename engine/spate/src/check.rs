@@ -295,7 +295,10 @@ fn print_mapping(config: &Config, plan: &service::Plan) {
         );
     }
     print_when_missing(plan);
-    println!("rows sent as {}", plan.row_format.name());
+    match service::insert_format(config, plan) {
+        Ok(format) => println!("{}", service::run_summary_line(config, format)),
+        Err(e) => println!("clickhouse: PROBLEM: {}", chain(&e)),
+    }
     if let Some(path) = &plan.explode {
         println!(
             "explode: /{} (one row per element; an empty array writes no row and counts as filtered)",

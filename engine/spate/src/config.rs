@@ -253,6 +253,11 @@ pub struct KafkaSection {
     /// Messages per lane poll (one ack handle each).
     #[serde(default)]
     pub max_batch: Option<usize>,
+    /// How often the group's lag is read from the brokers for every
+    /// subscribed partition (`spate_group_lag`); `0s` turns it off.
+    /// Default [`spate_kafka::DEFAULT_LAG_INTERVAL`].
+    #[serde(default)]
+    pub lag_interval: Option<Dur>,
     /// librdkafka properties passed through unchanged.
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
@@ -1234,6 +1239,10 @@ impl Config {
             c.max_batch = m;
         }
         c.committed_required = self.pipeline.delivery == DeliveryName::EffectivelyOnce;
+        c.lag_interval = Some(
+            k.lag_interval
+                .map_or(spate_kafka::DEFAULT_LAG_INTERVAL, |d| d.0),
+        );
         c
     }
 
@@ -1241,6 +1250,8 @@ impl Config {
     pub fn pipeline_config(&self) -> PipelineConfig {
         let ch = &self.sink.clickhouse;
         let mut sink = SinkConfig::new(self.pipeline.name.clone(), ch.shards.clone());
+        // Issue 31: a tripped breaker follows its replica, not the last write.
+        sink.probe_tripped = true;
         let batch = BatchConfig::default();
         sink.batch = BatchConfig {
             max_rows: ch.batch.max_rows.unwrap_or(batch.max_rows),

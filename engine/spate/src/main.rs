@@ -45,7 +45,9 @@ const KAFKA_RPC: Duration = Duration::from_secs(10);
 #[command(
     name = "spate",
     version,
-    about = "Kafka topics into ClickHouse, fast, at least once"
+    about = "Kafka topics into ClickHouse, fast: inserts as FORMAT Native (RowBinary where Native \
+             cannot carry the rows; sink.clickhouse.format), delivery at_least_once or \
+             effectively_once (pipeline.delivery)"
 )]
 struct Cli {
     /// Log format on stderr.

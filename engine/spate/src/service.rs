@@ -468,6 +468,40 @@ pub fn json_chain(
     }
 }
 
+/// What a run of `config` with `plan` does, in one line: the insert's
+/// `FORMAT` (as the writer planned it) and the delivery mode, e.g.
+/// `inserts: FORMAT Native into default.flights; delivery: at_least_once
+/// (...)`. `spate check` prints it and `spate run` logs it at start, so the
+/// two can be compared (issue 31).
+pub fn run_summary_line(config: &Config, insert_format: &str) -> String {
+    let ch = &config.sink.clickhouse;
+    let delivery = match config.pipeline.delivery {
+        crate::config::DeliveryName::AtLeastOnce => {
+            "at_least_once (nothing lost; a replay after a crash or rebalance may insert rows again \
+             where the table does not deduplicate)"
+        }
+        crate::config::DeliveryName::EffectivelyOnce => {
+            "effectively_once (per-partition ranges recorded in the commit metadata; a replay \
+             re-inserts the same bytes under the same token, dropped within the table's dedup window)"
+        }
+    };
+    format!(
+        "inserts: FORMAT {insert_format} into {}.{}; delivery: {delivery}",
+        ch.database, ch.table
+    )
+}
+
+/// The `FORMAT` the writer for `config` and `plan` inserts with (builds
+/// the writer, which needs no runtime to be built).
+///
+/// # Errors
+/// [`ServiceError`] from the writer's config (TLS, compression).
+pub fn insert_format(config: &Config, plan: &Plan) -> Result<&'static str, ServiceError> {
+    let mut wc = writer_config(config, plan.typed_columns())?;
+    wc.row_format = plan.row_format;
+    Ok(HttpWriter::new(wc).insert_format())
+}
+
 /// A pipeline assembled from a config, ready to run.
 pub type SpatePipeline =
     Pipeline<KafkaSource, HttpWriter, Box<dyn Fn(ChunkBuffers) -> Chain + Send + Sync>>;
@@ -496,6 +530,7 @@ pub fn build(
         wc.live = Some(Arc::clone(&live));
     }
     let writer = HttpWriter::new(wc);
+    tracing::info!("{}", run_summary_line(config, writer.insert_format()));
     let source = KafkaSource::new(config.kafka_config())?;
     let shard_spec = config.sink.clickhouse.shard_spec()?;
     let decoder = MessageDecoder::of(config);

@@ -430,6 +430,17 @@ impl HttpWriter {
         &self.config
     }
 
+    /// The `FORMAT` of this writer's inserts as planned at start: `Native`,
+    /// or `RowBinary` / `RowBinaryWithDefaults` where Native cannot carry
+    /// the rows (see `sink.clickhouse.format`). What `spate check` reports
+    /// and `spate run` logs at start (issue 31).
+    pub fn insert_format(&self) -> &'static str {
+        match self.config.format {
+            InsertFormat::Native => InsertFormat::Native.name(),
+            InsertFormat::RowBinary => self.config.row_format.name(),
+        }
+    }
+
     fn uri(&self, base: &str, query: &str, extra: &[(&str, &str)]) -> Result<Uri, WriteError> {
         let mut s = String::with_capacity(base.len() + query.len() + 64);
         s.push_str(base.trim_end_matches('/'));
@@ -1357,6 +1368,23 @@ impl HttpWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 31: what `spate check` and `spate run` report is the FORMAT
+    /// the writer plans: Native by default, RowBinary when asked, and
+    /// RowBinaryWithDefaults (not Native) when a column takes a per-row
+    /// server DEFAULT.
+    #[test]
+    fn insert_format_is_what_the_writer_planned() {
+        let columns = vec![("id".to_owned(), "UInt64".to_owned())];
+        let c = HttpWriterConfig::new("db", "t", columns.clone());
+        assert_eq!(HttpWriter::new(c).insert_format(), "Native");
+        let mut c = HttpWriterConfig::new("db", "t", columns.clone());
+        c.format = InsertFormat::RowBinary;
+        assert_eq!(HttpWriter::new(c).insert_format(), "RowBinary");
+        let mut c = HttpWriterConfig::new("db", "t", columns);
+        c.row_format = spate_row::schema::RowFormat::RowBinaryWithDefaults;
+        assert_eq!(HttpWriter::new(c).insert_format(), "RowBinaryWithDefaults");
+    }
 
     #[test]
     fn query_strings_are_percent_encoded() {

@@ -31,7 +31,7 @@ use crate::pipeline::eo::Recorder;
 use crate::pipeline::threads::{LaneEvent, LaneHost};
 use crate::pipeline::{
     ExitStatus, IdleBackoff, PipelineConfig, PipelineError, REASON_REFRESH, Readiness, RunReport,
-    Shutdown,
+    STATUS_REFRESH, Shutdown,
 };
 use crate::record::{Epoch, TopicPartition};
 use crate::sink::{DrainReport, PoolHandle, SinkPool, Writer};
@@ -84,8 +84,13 @@ impl<S: Source, W: Writer, H: LaneHost<S::Lane>> Controller<S, W, H> {
         let started = self.error.is_none();
         let mut backoff = IdleBackoff::new(self.config.idle_poll, self.config.idle_poll_max);
         let mut reason_at: Option<Instant> = None;
+        let mut status_at: Option<Instant> = None;
         while self.error.is_none() && !shutdown.is_triggered() {
             self.report_readiness(pool.as_ref(), started, &mut reason_at);
+            if status_at.is_none_or(|at| Instant::now() >= at) {
+                status_at = Some(Instant::now() + STATUS_REFRESH);
+                self.ready.set_status(self.source.consumer_status());
+            }
             let busy = self.host.step(Instant::now());
             self.take_events();
             self.checkpointer.apply_ready();

@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-pub use readiness::{REASON_REFRESH, Readiness};
+pub use readiness::{REASON_REFRESH, Readiness, STATUS_REFRESH};
 pub use runner::{Pipeline, PipelineBuilder};
 pub use signal::{trigger_on_signal, wait_for_signal};
 

@@ -17,11 +17,16 @@ use crate::metrics::Gauge;
 /// stays down (each refresh formats the shards' last errors).
 pub const REASON_REFRESH: Duration = Duration::from_millis(250);
 
+/// How often the controller rewrites the consumer's status text
+/// ([`Readiness::status`]).
+pub const STATUS_REFRESH: Duration = Duration::from_secs(1);
+
 /// A pipeline's readiness, shared with the admin server (cheap to clone).
 #[derive(Clone, Debug)]
 pub struct Readiness {
     flag: Arc<AtomicBool>,
     reason: Arc<Mutex<String>>,
+    status: Arc<Mutex<String>>,
     gauge: Gauge,
 }
 
@@ -41,6 +46,7 @@ impl Readiness {
             reason: Arc::new(Mutex::new(
                 "starting: probing every replica of every shard".to_owned(),
             )),
+            status: Arc::new(Mutex::new(String::new())),
             gauge,
         }
     }
@@ -57,6 +63,21 @@ impl Readiness {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// What the consumer is doing (`Source::consumer_status`, refreshed
+    /// every [`STATUS_REFRESH`]): joining since when, the partitions
+    /// assigned, the lag and the time without progress; empty when the
+    /// source says nothing.
+    pub fn status(&self) -> String {
+        self.status
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(crate) fn set_status(&self, status: String) {
+        *self.status.lock().unwrap_or_else(PoisonError::into_inner) = status;
     }
 
     /// `Ok(())` when ready, else `Err(reason)`: one consistent reading for

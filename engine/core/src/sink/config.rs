@@ -98,6 +98,16 @@ pub struct SinkConfig {
     pub breaker: BreakerConfig,
     /// Seed of the backoff jitter (D7). `None` derives it from the run nonce.
     pub seed: Option<u64>,
+    /// Whether a replica whose breaker tripped is probed in the background
+    /// (the writer's cheap probe, once per `breaker.cooldown`), so its
+    /// breaker, the `spate_sink_replica_breaker_open` gauge and readiness
+    /// follow the replica rather than the last write to it: without it a
+    /// replica that no write happens to pick stays open to the end (issue
+    /// 31). A probe that answers closes the breaker as a successful write
+    /// does; one that fails re-arms the cooldown. Off by default (the
+    /// simulator's schedules assume only writes reach a replica); the
+    /// `spate` binary turns it on.
+    pub probe_tripped: bool,
 }
 
 impl SinkConfig {
@@ -114,6 +124,7 @@ impl SinkConfig {
             retry: RetryConfig::default(),
             breaker: BreakerConfig::default(),
             seed: None,
+            probe_tripped: false,
         }
     }
 

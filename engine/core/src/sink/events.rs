@@ -166,6 +166,14 @@ impl ShardShared {
         errors[replica] = Some(err.to_string());
     }
 
+    /// The replicas whose breaker tripped (see `ReplicaSet::is_tripped`).
+    pub(crate) fn tripped_replicas(&self) -> Vec<usize> {
+        let set = self.replicas.lock().expect("replica set lock");
+        (0..self.endpoints.len())
+            .filter(|&r| set.is_tripped(r))
+            .collect()
+    }
+
     /// Sets every breaker gauge and the shard's readiness gauge from `set`.
     fn publish_breakers(&self, set: &ReplicaSet) {
         let mut any_closed = false;

@@ -165,6 +165,9 @@ pub struct ProbeReport {
 struct WorkerSlot {
     join: JoinHandle<()>,
     drain: Option<oneshot::Sender<Instant>>,
+    /// The background prober of tripped breakers
+    /// ([`SinkConfig::probe_tripped`]), aborted at the drain.
+    prober: Option<JoinHandle<()>>,
 }
 
 /// The sink pool: one worker task per shard on a tokio runtime.
@@ -238,11 +241,19 @@ impl<W: Writer> SinkPool<W> {
                 },
                 seed: shard_seed(seed, shard),
             }));
+            let prober = config.probe_tripped.then(|| {
+                runtime.spawn(worker::probe_tripped(
+                    Arc::clone(&s),
+                    Arc::clone(&writer),
+                    Arc::clone(&config),
+                ))
+            });
             senders.push(tx);
             shared.push(s);
             workers.push(WorkerSlot {
                 join,
                 drain: Some(drain_tx),
+                prober,
             });
         }
         Ok(Self {
@@ -294,6 +305,9 @@ impl<W: Writer> SinkPool<W> {
     /// by `deadline + DRAIN_GRACE` (D5), with the totals of the pool's life.
     pub async fn drain(mut self, deadline: Instant) -> DrainReport {
         for w in &mut self.workers {
+            if let Some(p) = w.prober.take() {
+                p.abort();
+            }
             if let Some(tx) = w.drain.take() {
                 // An error means the worker already ended (input closed).
                 let _ = tx.send(deadline);

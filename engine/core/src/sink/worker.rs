@@ -15,6 +15,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use rand::rngs::SmallRng;
@@ -123,6 +124,44 @@ pub(crate) async fn run<W: Writer>(args: WorkerArgs<W>) {
             },
             () = async { sleep_until(linger_at.expect("guarded")).await }, if linger_at.is_some() => {
                 batches.seal(shared.shard, None);
+            }
+        }
+    }
+}
+
+/// The background prober of one shard ([`SinkConfig::probe_tripped`]):
+/// every `breaker.cooldown`, each replica whose breaker tripped gets one
+/// probe (the writer's cheap query, bounded by the cooldown or
+/// `write_timeout`, whichever is shorter); an answer closes its breaker
+/// (gauge and readiness follow), a failure re-arms its cooldown and keeps
+/// the error for `/readyz`. Probes nothing while every breaker is closed.
+/// Time from tokio's clock (D7).
+pub(crate) async fn probe_tripped<W: Writer>(
+    shared: Arc<ShardShared>,
+    writer: Arc<W>,
+    config: Arc<SinkConfig>,
+) {
+    let every = config.breaker.cooldown.max(Duration::from_millis(10));
+    let bound = every.min(config.write_timeout);
+    loop {
+        sleep(every).await;
+        for replica in shared.tripped_replicas() {
+            let endpoint = &shared.endpoints[replica];
+            let result = match tokio::time::timeout(bound, writer.probe(endpoint)).await {
+                Ok(r) => r,
+                Err(_) => Err(WriteError::retryable(format!(
+                    "background probe of {endpoint} got no answer within {bound:?}"
+                ))),
+            };
+            match result {
+                Ok(()) => {
+                    tracing::info!(%endpoint, "background probe answered; breaker closed");
+                    shared.replica_succeeded(replica);
+                }
+                Err(e) => {
+                    tracing::debug!(%endpoint, error = %e, "background probe failed; breaker stays open");
+                    shared.replica_failed(replica, Instant::now(), &e);
+                }
             }
         }
     }

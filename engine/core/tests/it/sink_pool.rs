@@ -81,6 +81,9 @@ struct FakeWriter {
     reseal_to: Option<u64>,
     gate: tokio::sync::watch::Sender<bool>,
     thread_gate: Arc<(Mutex<bool>, Condvar)>,
+    /// While true, [`Writer::probe`] fails; every probe is counted.
+    probe_down: std::sync::atomic::AtomicBool,
+    probes: std::sync::atomic::AtomicUsize,
 }
 
 impl FakeWriter {
@@ -91,6 +94,8 @@ impl FakeWriter {
             reseal_to: None,
             gate: tokio::sync::watch::channel(false).0,
             thread_gate: Arc::new((Mutex::new(false), Condvar::new())),
+            probe_down: std::sync::atomic::AtomicBool::new(false),
+            probes: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 
@@ -171,7 +176,13 @@ impl Writer for FakeWriter {
     }
 
     fn probe(&self, _endpoint: &Endpoint) -> impl Future<Output = Result<(), WriteError>> + Send {
-        std::future::ready(Ok(()))
+        use std::sync::atomic::Ordering;
+        self.probes.fetch_add(1, Ordering::SeqCst);
+        std::future::ready(if self.probe_down.load(Ordering::SeqCst) {
+            Err(WriteError::retryable("probe: still down"))
+        } else {
+            Ok(())
+        })
     }
 
     fn reseal(&self, batch: &SealedBatch) -> Result<SealedBatch, WriteError> {
@@ -627,6 +638,58 @@ async fn rotation_skips_replica_whose_breaker_is_open() {
         report.shards[0].retries, 3,
         "one retry per replica-0 failure"
     );
+}
+
+/// Issue 31: with `probe_tripped`, a tripped breaker follows its replica
+/// without any write going to it. Both replicas of the shard fail their
+/// writes until both breakers trip (the shard unreachable); then no write
+/// comes. While the probe fails too the shard stays unreachable and each
+/// cooldown brings one probe per replica; once the probe answers, the next
+/// cooldown closes both breakers and the shard reads reachable again. No
+/// write was attempted meanwhile. Without `probe_tripped` nothing probes
+/// and the shard stays unreachable for an hour.
+#[tokio::test(start_paused = true)]
+async fn a_tripped_breaker_is_probed_in_the_background_and_closes_when_the_replica_answers() {
+    use std::sync::atomic::Ordering;
+    for probe_tripped in [true, false] {
+        let writer = FakeWriter::new(|_| Step::Fail(WriteError::retryable("down")));
+        writer.probe_down.store(true, Ordering::SeqCst);
+        let mut c = config(1, 2);
+        c.breaker = BreakerConfig {
+            failure_threshold: 1,
+            cooldown: Duration::from_secs(5),
+        };
+        c.retry.max_attempts = 2;
+        c.probe_tripped = probe_tripped;
+        let pool = start(c, &writer);
+        let mut feed = Feed::new(0);
+        send(&pool, 0, feed.chunk(b"x", 1));
+        until("the batch abandoned", || !feed.resolutions().is_empty()).await;
+        let handle = pool.handle();
+        assert!(!handle.reachable(), "both breakers tripped");
+        let writes = writer.attempts().len();
+        sleep(Duration::from_secs(12)).await;
+        assert!(!handle.reachable(), "the probe fails: still unreachable");
+        let probes = writer.probes.load(Ordering::SeqCst);
+        if probe_tripped {
+            assert!(probes >= 4, "one probe per replica and cooldown: {probes}");
+        } else {
+            assert_eq!(probes, 0);
+        }
+        writer.probe_down.store(false, Ordering::SeqCst);
+        sleep(Duration::from_secs(6)).await;
+        assert_eq!(
+            handle.reachable(),
+            probe_tripped,
+            "probe_tripped={probe_tripped}: the breakers follow the replica"
+        );
+        if !probe_tripped {
+            sleep(Duration::from_secs(3600)).await;
+            assert!(!handle.reachable(), "no write, no probe: stale");
+        }
+        assert_eq!(writer.attempts().len(), writes, "no write was attempted");
+        pool.drain(Instant::now() + Duration::from_secs(1)).await;
+    }
 }
 
 async fn sleep_until_after(t: Instant) {

@@ -14,6 +14,7 @@ mod common;
 mod mock_cluster;
 mod mock_commits;
 mod mock_faults;
+mod mock_join;
 mod mock_metrics;
 mod mock_report;
 mod throughput;

@@ -22,7 +22,10 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use spate_core::metrics::{COMMIT_FAILURES, COMMITTED_OFFSET};
 use spate_core::pipeline::ExitStatus;
-use spate_kafka::{CONSUMER_LAG, CONSUMER_LAG_STALE, CONSUMER_LAG_UPDATED, KafkaSource};
+use spate_kafka::{
+    ASSIGNED, CONSUMER_LAG, CONSUMER_LAG_STALE, CONSUMER_LAG_UPDATED, GROUP_LAG, GROUP_LAG_TOTAL,
+    KafkaSource, LAST_PROGRESS,
+};
 use spate_testkit::{CaptureWriter, WriterMode};
 
 use crate::common;
@@ -49,6 +52,15 @@ impl Values {
             .unwrap()
             .get(&format!("{name}{{}}"))
             .map_or(0, |c| c.load(Ordering::SeqCst))
+    }
+
+    /// The unlabelled gauge `name` (0 when not registered).
+    fn gauge(&self, name: &str) -> f64 {
+        self.0
+            .lock()
+            .unwrap()
+            .get(&format!("{name}{{}}"))
+            .map_or(0.0, |c| f64::from_bits(c.load(Ordering::SeqCst)))
     }
 
     /// The gauge `name{topic=..,partition=..}` per partition of `topic`.
@@ -278,4 +290,93 @@ fn a_fresh_groups_first_commit_follows_the_first_ack() {
         0,
         "commits failed"
     );
+}
+
+/// Issue 31: `spate_group_lag{topic,partition}` is the group's lag as the
+/// brokers see it, for every partition, before the group's first commit
+/// (where librdkafka's statistics show nothing) and while the sink hangs
+/// and the lanes are paused (where the statistics froze): a new group
+/// with 50 messages waiting per partition reads 50 each (counted from
+/// `auto.offset.reset: earliest`), 200 in total; 50 more per partition
+/// produced while nothing is written read 100 each; once the sink accepts,
+/// 0 each, the progress timestamp moves and `spate_assigned_partitions`
+/// reads 4.
+#[test]
+fn group_lag_covers_every_partition_before_the_first_commit_and_grows_while_paused() {
+    let (values, _serial) = recorder();
+    let (topic, group) = ("glag", "g-glag");
+    let (_mock, bootstrap) = mock(topic, 4);
+    produce(&bootstrap, topic, 4, 0..200);
+    let writer = CaptureWriter::new();
+    writer.set_mode(WriterMode::Hang);
+    let mut config = source_config(&bootstrap, topic, group, "range");
+    config.lag_interval = Some(Duration::from_millis(200));
+    let source = KafkaSource::new(config).unwrap();
+    let started = values.gauge(LAST_PROGRESS);
+    let running = run(source, writer.clone(), 2);
+    let each = |n: f64| -> BTreeMap<i32, f64> { (0..4).map(|p| (p, n)).collect() };
+    until("the group lag before any commit", || {
+        values.gauges(GROUP_LAG, topic) == each(50.0) && values.gauge(GROUP_LAG_TOTAL) == 200.0
+    });
+    assert!(
+        committed(&bootstrap, group, topic, 4)
+            .values()
+            .all(Option::is_none),
+        "the group committed something while the sink hung"
+    );
+    produce(&bootstrap, topic, 4, 200..400);
+    until("the group lag to grow while nothing is written", || {
+        values.gauges(GROUP_LAG, topic) == each(100.0) && values.gauge(GROUP_LAG_TOTAL) == 400.0
+    });
+    assert_eq!(values.gauge(LAST_PROGRESS), started, "no progress yet");
+    writer.set_mode(WriterMode::Accept);
+    let ends = end_offsets(&bootstrap, topic, 4);
+    await_committed(&bootstrap, group, topic, &ends);
+    until("the group lag to reach 0", || {
+        values.gauges(GROUP_LAG, topic) == each(0.0) && values.gauge(GROUP_LAG_TOTAL) == 0.0
+    });
+    assert!(values.gauge(LAST_PROGRESS) >= started, "progress stamped");
+    assert!(values.gauge(LAST_PROGRESS) > 0.0);
+    assert_eq!(values.gauge(ASSIGNED), 4.0);
+    let report = running.stop();
+    assert_eq!(report.status, ExitStatus::Clean, "{}", report.summary());
+}
+
+/// Issue 31: the reading itself, with no member in the group at all (the
+/// partitions are assigned to nobody): from the low watermark under
+/// `earliest`, 0 under `latest`, and from the committed offset once there
+/// is one.
+#[test]
+fn group_lag_of_a_group_with_no_member_counts_from_the_reset_or_the_commit() {
+    let (topic, group) = ("glag-idle", "g-glag-idle");
+    let (_mock, bootstrap) = mock(topic, 2);
+    produce(&bootstrap, topic, 2, 0..60);
+    let mut config = source_config(&bootstrap, topic, group, "range");
+    let client = spate_kafka::lag_client(&config).unwrap();
+    let subscription = vec![topic.to_owned()];
+    let read = |reset: &str| {
+        let r = spate_kafka::read_group_lag(&client, &subscription, reset, RPC).unwrap();
+        r.partitions
+            .iter()
+            .map(|(tp, p)| (tp.partition(), p.lag))
+            .collect::<BTreeMap<i32, i64>>()
+    };
+    assert_eq!(read("earliest"), BTreeMap::from([(0, 30), (1, 30)]));
+    assert_eq!(read("latest"), BTreeMap::from([(0, 0), (1, 0)]));
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("group.id", group)
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Offset(25))
+        .unwrap();
+    c.commit(&tpl, CommitMode::Sync).expect("commit");
+    assert_eq!(read("earliest"), BTreeMap::from([(0, 5), (1, 30)]));
+    assert_eq!(read("latest"), BTreeMap::from([(0, 5), (1, 0)]));
+    // A pattern subscription covers the topics it matches.
+    config.topics = vec!["^glag-i.*".to_owned()];
+    let client = spate_kafka::lag_client(&config).unwrap();
+    let r = spate_kafka::read_group_lag(&client, &config.topics, "earliest", RPC).unwrap();
+    assert_eq!(r.total(), 35);
 }

@@ -648,3 +648,28 @@ fn zero_limits_name_the_key_the_user_wrote() {
         assert!(e.contains("greater than 0"), "{section}: {e}");
     }
 }
+
+/// Issue 31: `source.kafka.lag_interval` defaults to 10 s, takes a
+/// duration, `0s` turns the group-lag reader off; the binary probes
+/// tripped breakers in the background.
+#[test]
+fn lag_interval_defaults_to_10_s_and_breakers_are_probed() {
+    let c = Config::from_yaml(MINIMAL, no_env).unwrap();
+    assert_eq!(
+        c.kafka_config().lag_interval,
+        Some(spate_kafka::DEFAULT_LAG_INTERVAL)
+    );
+    assert!(c.pipeline_config().sink.probe_tripped);
+    let c = Config::from_yaml(
+        &MINIMAL.replace("group_id: g", "group_id: g, lag_interval: 2s"),
+        no_env,
+    )
+    .unwrap();
+    assert_eq!(c.kafka_config().lag_interval, Some(Duration::from_secs(2)));
+    let c = Config::from_yaml(
+        &MINIMAL.replace("group_id: g", "group_id: g, lag_interval: 0s"),
+        no_env,
+    )
+    .unwrap();
+    assert_eq!(c.kafka_config().lag_interval, Some(Duration::ZERO));
+}

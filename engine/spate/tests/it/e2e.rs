@@ -754,11 +754,22 @@ fn default_columns_epoch_units_and_empty_strings_through_the_binary() {
         text.contains("column ms has DEFAULT now(), computed per row"),
         "{text}"
     );
-    assert!(text.contains("rows sent as RowBinary"), "{text}");
+    // Issue 31: check says what the run does (the insert's FORMAT and the
+    // delivery mode), and the run logs the same line at start.
+    let claim = text
+        .lines()
+        .find(|l| l.starts_with("inserts: FORMAT "))
+        .unwrap_or_else(|| panic!("no inserts line: {text}"))
+        .to_owned();
+    assert!(claim.contains("delivery: at_least_once"), "{claim}");
 
     let spate = Spate::start("defaults", &yaml);
     feed.await_commits(&spate);
     let logs = spate.logs();
+    assert!(
+        logs.contains(&claim),
+        "check said `{claim}`; the run logged otherwise: {logs}"
+    );
     assert!(
         logs.contains("DEFAULT is computed per row") && logs.contains("ms"),
         "the start-up warning names the column: {logs}"

@@ -19,6 +19,7 @@ mod common;
 mod avro;
 mod chdb;
 mod check_sample;
+mod cli_text;
 // Needs the `containers` feature (testcontainers); `bash ci/test.sh` always
 // enables it.
 #[cfg(feature = "containers")]
