@@ -251,6 +251,8 @@ pub struct LagReader {
     updated: Option<Gauge>,
     errors_seen: u64,
     last: Option<Arc<LagReading>>,
+    /// When [`LagReader::last`] was published.
+    published: Option<std::time::Instant>,
 }
 
 impl std::fmt::Debug for LagReader {
@@ -298,6 +300,7 @@ impl LagReader {
             updated: None,
             errors_seen: 0,
             last: None,
+            published: None,
         })
     }
 
@@ -343,11 +346,17 @@ impl LagReader {
             .get_or_insert_with(|| metrics::gauge!(GROUP_LAG_UPDATED))
             .set(at.floor());
         self.last = Some(reading);
+        self.published = Some(std::time::Instant::now());
     }
 
     /// The last reading published, if any.
     pub fn last(&self) -> Option<&LagReading> {
         self.last.as_deref()
+    }
+
+    /// How long ago [`LagReader::last`] was published, if ever.
+    pub fn age(&self) -> Option<Duration> {
+        self.published.map(|at| at.elapsed())
     }
 }
 

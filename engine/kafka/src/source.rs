@@ -792,13 +792,24 @@ impl KafkaSource {
             )),
             None => parts.push(format!("assigned {} partition(s)", self.owned.len())),
         }
-        if let Some(reading) = self.lag.as_ref().and_then(LagReader::last) {
-            let lag = reading.total();
-            let idle = self.last_progress.elapsed().as_secs_f64();
-            if lag > 0 {
-                parts.push(format!("no progress for {idle:.0} s while lag is {lag}"));
+        if let Some(lag) = &self.lag
+            && let (Some(reading), Some(age)) = (lag.last(), lag.age())
+        {
+            let total = reading.total();
+            let idle = self.last_progress.elapsed();
+            // "No progress while lag is L" only when L was read after the
+            // last progress: an older reading says nothing about now.
+            if total > 0 && age < idle {
+                parts.push(format!(
+                    "no progress for {:.0} s while lag is {total}",
+                    idle.as_secs_f64()
+                ));
             } else {
-                parts.push(format!("group lag 0; last progress {idle:.0} s ago"));
+                parts.push(format!(
+                    "group lag {total} as read {:.0} s ago; last progress {:.0} s ago",
+                    age.as_secs_f64(),
+                    idle.as_secs_f64()
+                ));
             }
         }
         parts.join("; ")

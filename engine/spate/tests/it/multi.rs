@@ -287,7 +287,8 @@ fn three_pipelines_land_apart_one_failing_leaves_the_others_and_sigterm_drains_a
     }
     await_until(&spate, "/readyz naming pipeline c", || {
         get(port, "/readyz").is_some_and(|(s, body)| {
-            s == 503 && body.contains("pipeline c") && !body.contains("pipeline a")
+            let why = body.lines().next().unwrap_or("");
+            s == 503 && why.contains("pipeline c") && !why.contains("pipeline a")
         })
     });
     let c = &lanes[2];
@@ -470,7 +471,8 @@ fn a_pipeline_that_cannot_start_is_reported_and_the_others_run() {
     let (status, body) = get(port, "/readyz").expect("/readyz");
     assert_eq!(status, 503, "{body}");
     assert!(
-        body.starts_with("not ready: pipeline c: could not start: ") && !body.contains("; "),
+        body.starts_with("not ready: pipeline c: could not start: ")
+            && !body.lines().next().unwrap_or("").contains("; "),
         "{body}"
     );
     // The gauge alerts and the dashboard read agrees: c is not ready.
