@@ -1015,7 +1015,7 @@ class Bench:
             raise BenchError(f"{' '.join(cmd)} failed (exit {r.returncode})")
         return r.stdout
 
-    def wait_file(self, p, path, seconds, what):
+    def wait_file(self, p, path, seconds, what, log_path):
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             if os.path.exists(path) and os.path.getsize(path) > 0:
@@ -1024,7 +1024,7 @@ class Bench:
                 if line:
                     return line
             if p.poll() is not None:
-                raise BenchError(f"{what} exited: {tail(self.path(os.path.basename(path)[:-4] + '.log'), 5)}")
+                raise BenchError(f"{what} exited: {tail(log_path, 5)}")
             time.sleep(0.1)
         raise BenchError(f"{what} did not answer in {seconds} s")
 
@@ -1104,7 +1104,7 @@ class Bench:
         name = f"broker-{topic}" if topic != self.topic else "broker"
         p = self.popen([self.spate, "broker", "--topic", topic, "--partitions", str(partitions)], name,
                        group=True)
-        return self.wait_file(p, self.path(f"{name}.out"), 10, "spate broker")
+        return self.wait_file(p, self.path(f"{name}.out"), 10, "spate broker", self.path(f"{name}.log"))
 
     # -------------------------------------------------------- the arm runner
 
@@ -1119,9 +1119,10 @@ class Bench:
         url, spid = self.servers[a.endpoint]
         target = s.rows if a.workload == "flights" else self.expect_kept
         topic = self.topic if a.workload == "flights" else self.sensor_topic
+        self.check_retention(topic, s.rows if a.workload == "flights" else s.sensor_messages,
+                             "the Kafka engine" if a.kind == "kafka-engine"
+                             else "the Python loop" if a.kind == "python" else a.name)
         if a.workload == "flights":
-            self.check_retention(topic, s.rows, "the Kafka engine" if a.kind == "kafka-engine"
-                                 else "the Python loop" if a.kind == "python" else a.name)
             self.fresh_table(table, rep)
         else:
             self.sensor_table(url, table)
@@ -1574,7 +1575,8 @@ class Bench:
             p = self.popen([python3, "ci/chdb_server.py", "--port", "0", "--data", self.path(f"{name}-data"), *flags],
                            name, group=True)
             os.replace(self.path(f"{name}.out"), self.path(f"{name}.urls"))  # the open file follows
-            url = self.wait_file(p, self.path(f"{name}.urls"), wait * 0.5, f"ci/chdb_server.py {' '.join(flags)}")
+            url = self.wait_file(p, self.path(f"{name}.urls"), wait * 0.5,
+                                 f"ci/chdb_server.py {' '.join(flags)}".strip(), self.path(f"{name}.log"))
             self.servers[endpoint] = (url, p.pid)
         chdb_version = self.ch("SELECT version()", self.servers["chdb"][0]).strip()
         log(f"chdb endpoint {self.servers['chdb'][0]} (engine {chdb_version})")
@@ -1587,6 +1589,8 @@ class Bench:
         if s.profile:
             self.run_arm(arm("sensor", "spate"), "profile", profile_to=self.path("profile-sensor-spate"))
             self.run_arm(arm("sensor", "upstream"), "profile", profile_to=self.path("profile-sensor-upstream"))
+        # Retention must still be intact: otherwise a short count could be the broker's.
+        self.check_retention(self.sensor_topic, s.sensor_messages, "the end")
         tee()
         tee(f"Sensor workload: {s.sensor_messages} SensorBatch messages (100 events each, {s.sensor_messages * 100} "
             f"candidate rows, {self.expect_kept} kept by the filters) of Confluent-framed Avro in "
