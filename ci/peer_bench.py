@@ -942,7 +942,7 @@ def log(msg):
     print(f"peer-bench: {msg}", file=sys.stderr, flush=True)
 
 
-def http(url, body=None, timeout=60):
+def http_call(url, body=None, timeout=60):
     """(status, text) of a GET (body None) or POST; status 0 when it did not
     connect."""
     req = urllib.request.Request(url, data=body.encode() if isinstance(body, str) else body)
@@ -1043,17 +1043,17 @@ class Bench:
     # -------------------------------------------------------- ClickHouse
 
     def ch(self, sql, url=None):
-        status, text = http((url or self.servers["ch18"][0]) + "/", sql)
+        status, text = http_call((url or self.servers["ch18"][0]) + "/", sql)
         if status != 200:
             raise BenchError(f"ClickHouse {status}: {sql[:120]}: {text.strip()[:500]}")
         return text
 
     def count(self, url, table):
-        status, text = http(url + "/", f"SELECT count() FROM {table}")
+        status, text = http_call(url + "/", f"SELECT count() FROM {table}")
         return int(text) if status == 200 and text.strip().isdigit() else 0
 
     def metric(self, name):
-        status, text = http(f"http://127.0.0.1:{self.s.admin_port}/metrics", timeout=5)
+        status, text = http_call(f"http://127.0.0.1:{self.s.admin_port}/metrics", timeout=5)
         return metric_sum(text, name) if status == 200 else 0.0
 
     def fresh_table(self, table, rep):
@@ -1072,7 +1072,7 @@ class Bench:
 
     def inserts(self, url, table):
         """The endpoint's account of the inserts into TABLE (ci/chdb_server.py)."""
-        _, text = http(url + "/_chdb/inserts")
+        _, text = http_call(url + "/_chdb/inserts")
         out = []
         for line in text.splitlines():
             try:
@@ -1133,17 +1133,18 @@ class Bench:
         s_cpu0 = cpu_of(spid)
         prefix = ["perf", "record", "-F", "999", "-o", f"{profile_to}.data", "--"] if profile_to else []
         proc = start(a, ctx, prefix)
-        first = None
-        if a.first_metric:
-            def first():
-                return time.time() if self.metric(a.first_metric) > 0 else None
-        elif a.kind == "python":
-            def first():
-                try:
-                    with open(ctx["first_file"]) as f:
-                        return float(f.read().strip())
-                except (OSError, ValueError):
-                    return None
+
+        def first_by_metric():
+            return time.time() if self.metric(a.first_metric) > 0 else None
+
+        def first_by_file():
+            try:
+                with open(ctx["first_file"]) as f:
+                    return float(f.read().strip())
+            except (OSError, ValueError):
+                return None
+
+        first = first_by_metric if a.first_metric else first_by_file if a.kind == "python" else None
         if a.ack_metric:
             def count():
                 return int(self.metric(a.ack_metric))
