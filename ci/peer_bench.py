@@ -492,6 +492,8 @@ Measures, per run:
 Environment (defaults keep clear of ci/test.sh's ports):
   CARGO_TARGET_DIR=<repo>/target
   SPATE_CH_DIR=/tmp/spate-ch-peer-bench  SPATE_CH_BASE_PORT=17123
+  SPATE_ZK_PORT                 ci/clickhouse.sh's ZooKeeper port (default 2181;
+                                set it when another ZooKeeper holds 2181)
   PEER_BENCH_ADMIN_PORT=17190   the arm's /metrics during its run
   PEER_BENCH_TIMEOUT=300        seconds each run gets
   PEER_BENCH_STALL=60           seconds without a new row = stalled
