@@ -244,6 +244,7 @@ cargo fmt --all -- --check
 step design "docs/DESIGN.md: every test, oracle and planted bug under 'Checked by' exists"
 python3 ci/check_design.py
 python3 ci/check_docs.py  # links, anchors, scripts, cargo targets, alert/dashboard tables, config keys (self-test first)
+python3 -m unittest -q ci/test_peer_bench.py  # ci/peer_bench.py: the arm table, /proc parsing, the watch loop, gates, summary
 
 step servers "the servers, started in the background (each is waited for before the tests)"
 # Debian's prometheus package (prometheus and promtool) if missing; one
