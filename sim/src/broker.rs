@@ -21,7 +21,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use spate_core::record::{Epoch, Offset, TopicPartition};
-use spate_core::source::{AssignmentEvent, CommitOffset, Committed, Source, SourceError};
+use spate_core::source::{
+    AssignmentEvent, CommitOffset, Committed, RANGE_LANE_EPOCH, Source, SourceError,
+};
 use spate_testkit::lane::{self, LaneFeed, LaneState, MemLane};
 
 use crate::config::FaultKind;
@@ -59,6 +61,36 @@ fn metadata(c: &CommitOffset) -> &str {
 impl Source for SimSource {
     type Lane = SimLane;
 
+    fn reads_ranges(&self) -> bool {
+        true
+    }
+
+    fn read_range(
+        &mut self,
+        partition: &TopicPartition,
+        first: Offset,
+        last: Offset,
+    ) -> Result<SimLane, SourceError> {
+        if first > last || first < 0 {
+            return Err(SourceError::Fatal {
+                context: format!("read range {partition} {first}..={last}"),
+                message: "empty range".into(),
+            });
+        }
+        let mut w = self.world.lock();
+        w.trace(format!("read range p{} {first}..={last}", index(partition)));
+        let feed = WorldFeed {
+            world: self.world.clone(),
+            range_last: Some(last),
+        };
+        Ok(MemLane::new(
+            partition.clone(),
+            RANGE_LANE_EPOCH,
+            first,
+            feed,
+        ))
+    }
+
     fn poll_event(
         &mut self,
         _timeout: Duration,
@@ -79,6 +111,7 @@ impl Source for SimSource {
                 let partition = TopicPartition::new(Arc::clone(&self.topic), p as i32);
                 let feed = WorldFeed {
                     world: self.world.clone(),
+                    range_last: None,
                 };
                 lane::assigned(partition, epoch, position, committed, feed)
             }
@@ -213,6 +246,9 @@ pub type SimLane = MemLane<WorldFeed>;
 #[derive(Debug)]
 pub struct WorldFeed {
     world: Shared,
+    /// A range lane's last offset ([`Source::read_range`]); `None`: an
+    /// assigned lane.
+    range_last: Option<Offset>,
 }
 
 impl LaneFeed for WorldFeed {
@@ -227,8 +263,16 @@ impl LaneFeed for WorldFeed {
             });
         }
         let unavailable = w.fault_active(FaultKind::PartitionUnavailable, |t, _| t % n == p);
+        if lane.paused || unavailable {
+            return Ok(());
+        }
+        if let Some(last) = self.range_last {
+            // A range lane reads outside the assignment: no epoch to own.
+            read_range_batch(&w, lane, p, last);
+            return Ok(());
+        }
         let fenced = !w.fenced.is_empty() && w.fenced.contains(&(p, lane.epoch));
-        if !lane.paused && !unavailable && !fenced && w.epochs[p] == lane.epoch {
+        if !fenced && w.epochs[p] == lane.epoch {
             let end = w.ids[p].len() as Offset;
             if lane.position > end || lane.position < w.log_start[p] {
                 // OFFSET_OUT_OF_RANGE: librdkafka resets per
@@ -243,26 +287,43 @@ impl LaneFeed for WorldFeed {
                 }
                 lane.position = to;
             }
-            // Gaps (control, aborted, compacted records) are skipped; a
-            // batch holds consecutive offsets, so it ends at the next gap.
-            let ids = &w.ids[p];
-            let mut start = lane.position as usize;
-            let gap = ids.get(start) == Some(&GAP);
-            while ids.get(start) == Some(&GAP) {
-                start += 1;
-            }
-            if gap
-                && start < ids.len()
-                && crate::planted::planted(crate::planted::SimBug::GapSkipsRecord)
-            {
-                start += 1;
-            }
-            let stop = ids.len().min(start + w.cfg.max_poll);
-            let len = ids[start..stop].iter().take_while(|&&id| id != GAP).count();
+            let (start, len) = batch_at(&w, p, lane.position, w.ids[p].len());
             lane.take(start as Offset, &w.logs[p][start..start + len]);
             let fetched = &mut w.fetched_end[p];
             *fetched = (*fetched).max(lane.position);
         }
         Ok(())
     }
+}
+
+/// The batch a fetch at `position` of partition `p` returns, as (start,
+/// len), stopping before index `stop`: gaps (control, aborted, compacted
+/// records) before it are skipped, and since a batch holds consecutive
+/// offsets it ends at the next gap.
+fn batch_at(w: &World, p: usize, position: Offset, stop: usize) -> (usize, usize) {
+    let ids = &w.ids[p];
+    let mut start = position as usize;
+    let gap = ids.get(start) == Some(&GAP);
+    while ids.get(start) == Some(&GAP) {
+        start += 1;
+    }
+    if gap && start < ids.len() && crate::planted::planted(crate::planted::SimBug::GapSkipsRecord) {
+        start += 1;
+    }
+    let stop = stop.min(ids.len()).min(start + w.cfg.max_poll).max(start);
+    let len = ids[start..stop].iter().take_while(|&&id| id != GAP).count();
+    (start, len)
+}
+
+/// One poll of a range lane over `..=last` of partition `p`: what the log
+/// still holds of it from the lane's position (an offset below the log
+/// start is gone and skipped; nothing past `last`, nor past the log end).
+fn read_range_batch(w: &World, lane: &mut LaneState, p: usize, last: Offset) {
+    let end = w.ids[p].len() as Offset;
+    lane.position = lane.position.max(w.log_start[p]);
+    if lane.position > last || lane.position >= end {
+        return;
+    }
+    let (start, len) = batch_at(w, p, lane.position, (last + 1) as usize);
+    lane.take(start as Offset, &w.logs[p][start..start + len]);
 }

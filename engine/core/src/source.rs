@@ -284,7 +284,50 @@ pub trait Source: Send {
     fn take_offset_resets(&mut self) -> Vec<OffsetReset> {
         Vec::new()
     }
+
+    /// Whether [`Source::read_range`] can read a recorded range of a
+    /// partition outside this member's assignment (docs/adr/0007-range-groups.md).
+    /// `delivery: effectively_once` forms range groups (several partitions'
+    /// ranges in one insert) only when this is true, since a replay after a
+    /// reassignment that split a recorded group must read the members it
+    /// does not hold; a source that cannot forms one range per partition
+    /// (solos) only, so it never records a group it could not re-form.
+    /// `false` by default (and, for now, for the Kafka source).
+    fn reads_ranges(&self) -> bool {
+        false
+    }
+
+    /// A *range lane*: a [`Lane`] over `partition`'s offsets
+    /// `first..=last` only, read outside the group's assignment (for Kafka
+    /// an unassigned fetch; never committed, acknowledged to the group or
+    /// moved by it). Its epoch is [`RANGE_LANE_EPOCH`], which no assignment
+    /// has, so acks issued for it name no epoch the tracker commits. Its
+    /// polls return the records the log holds in the range, in offset
+    /// order (gaps skipped, as any lane's), then nothing once past `last`;
+    /// offsets the log no longer holds (retention, truncation) are never
+    /// returned. The pipeline polls it on a pipeline thread like any lane
+    /// (the I/O stays in the source's client, D2).
+    ///
+    /// # Errors
+    /// [`SourceError::Fatal`] when the source cannot read ranges
+    /// ([`Source::reads_ranges`] is false: the default) or `first > last`.
+    fn read_range(
+        &mut self,
+        partition: &TopicPartition,
+        first: Offset,
+        last: Offset,
+    ) -> Result<Self::Lane, SourceError> {
+        Err(SourceError::Fatal {
+            context: format!("read range {partition} {first}..={last}"),
+            message: "this source cannot read a recorded range on demand (reads_ranges is false)"
+                .to_owned(),
+        })
+    }
 }
+
+/// The epoch of every range lane ([`Source::read_range`]): larger than any
+/// epoch an assignment has, so it names no assignment and nothing commits it.
+pub const RANGE_LANE_EPOCH: Epoch = Epoch::MAX;
 
 /// Errors from a source or a lane, with the context they happened in.
 #[derive(Debug, thiserror::Error)]

@@ -49,6 +49,8 @@ struct ScriptState {
     rows_read: u64,
     bytes_read: u64,
     shutdown_after: Option<(u64, Shutdown)>,
+    /// Whether the source answers [`Source::reads_ranges`] true.
+    reads_ranges: bool,
 }
 
 /// A test handle on a [`ScriptedSource`]: append records, script assignment
@@ -120,6 +122,13 @@ impl ScriptHandle {
         self.lock().released.clone()
     }
 
+    /// Makes the source read recorded ranges on demand
+    /// ([`Source::reads_ranges`] true, [`Source::read_range`] served from the
+    /// log), as the simulator's does; off by default, as for Kafka.
+    pub fn read_ranges(&self, on: bool) {
+        self.lock().reads_ranges = on;
+    }
+
     /// Makes the next `n` commits fail with a transient error.
     pub fn fail_commits(&self, n: u32) {
         self.lock().fail_commits = n;
@@ -188,6 +197,34 @@ impl ScriptedSource {
 impl Source for ScriptedSource {
     type Lane = ScriptedLane;
 
+    fn reads_ranges(&self) -> bool {
+        self.handle.lock().reads_ranges
+    }
+
+    fn read_range(
+        &mut self,
+        partition: &TopicPartition,
+        first: Offset,
+        last: Offset,
+    ) -> Result<ScriptedLane, SourceError> {
+        if !self.reads_ranges() || first > last || first < 0 {
+            return Err(SourceError::Fatal {
+                context: format!("read range {partition} {first}..={last}"),
+                message: "not enabled (ScriptHandle::read_ranges) or an empty range".into(),
+            });
+        }
+        let feed = ScriptFeed {
+            handle: self.handle.clone(),
+            range_last: Some(last),
+        };
+        Ok(MemLane::new(
+            partition.clone(),
+            spate_core::source::RANGE_LANE_EPOCH,
+            first,
+            feed,
+        ))
+    }
+
     fn poll_event(
         &mut self,
         _timeout: Duration,
@@ -209,6 +246,7 @@ impl Source for ScriptedSource {
                 drop(s);
                 let feed = ScriptFeed {
                     handle: self.handle.clone(),
+                    range_last: None,
                 };
                 lane::assigned(partition, epoch, position, committed, feed)
             }
@@ -294,6 +332,9 @@ pub type ScriptedLane = MemLane<ScriptFeed>;
 #[derive(Debug)]
 pub struct ScriptFeed {
     handle: ScriptHandle,
+    /// A range lane's last offset ([`Source::read_range`]): it reads the
+    /// log outside any epoch, up to that offset. `None`: an assigned lane.
+    range_last: Option<Offset>,
 }
 
 impl LaneFeed for ScriptFeed {
@@ -307,10 +348,17 @@ impl LaneFeed for ScriptFeed {
         if let Some(log) = s
             .logs
             .get(&lane.partition)
-            .filter(|l| l.epoch == lane.epoch)
+            .filter(|l| self.range_last.is_some() || l.epoch == lane.epoch)
         {
             let start = lane.position as usize;
-            let end = log.values.len().min(start + self.handle.max_batch);
+            let stop = self
+                .range_last
+                .map_or(usize::MAX, |last| (last + 1).max(0) as usize);
+            let end = log
+                .values
+                .len()
+                .min(start + self.handle.max_batch)
+                .min(stop);
             let values = &log.values[start.min(end)..end];
             bytes = values.iter().map(|v| v.len() as u64).sum::<u64>();
             lane.take(lane.position, values);

@@ -232,3 +232,53 @@ fn a_zombies_inserts_land_after_it_rejoined() {
         "seed {seed}: the zombie never tried to commit"
     );
 }
+
+/// Polls `lane` until a poll returns nothing, collecting the offsets.
+fn drain_offsets(lane: &mut spate_sim::broker::SimLane) -> Vec<i64> {
+    use spate_core::source::{Lane, PollBatch};
+    let mut got = Vec::new();
+    loop {
+        let batch = lane.poll(Duration::ZERO).expect("poll");
+        if batch.is_empty() {
+            return got;
+        }
+        got.extend((0..batch.len()).map(|i| batch.payload(i).offset));
+    }
+}
+
+#[test]
+fn a_range_lane_reads_exactly_the_range_outside_the_assignment() {
+    use spate_core::source::{Lane, RANGE_LANE_EPOCH};
+    let mut w = world();
+    for o in 0..12 {
+        if o == 5 {
+            w.append_gap(1);
+        } else {
+            w.append_record(1);
+        }
+    }
+    // Partition 1 is not assigned to this member: a range lane reads it
+    // all the same (issue 38, ADR 0007: a split group's missing member).
+    let shared = Shared::new(w);
+    let mut source = SimSource::new(shared.clone());
+    assert!(source.reads_ranges());
+    let p1 = TopicPartition::new(Arc::<str>::from(TOPIC), 1);
+    let mut lane = source.read_range(&p1, 3, 8).expect("range lane");
+    assert_eq!(lane.epoch(), RANGE_LANE_EPOCH);
+    assert_eq!(drain_offsets(&mut lane), vec![3, 4, 6, 7, 8]);
+    // Past its last offset it returns nothing, also as the log grows.
+    shared.lock().append_record(1);
+    assert!(drain_offsets(&mut lane).is_empty());
+    // A paused range lane reads nothing until resumed (D8 backpressure).
+    let mut lane = source.read_range(&p1, 0, 2).expect("range lane");
+    lane.pause().expect("pause");
+    assert!(drain_offsets(&mut lane).is_empty());
+    lane.resume().expect("resume");
+    assert_eq!(drain_offsets(&mut lane), vec![0, 1, 2]);
+    // Offsets retention removed are never returned; an empty range is
+    // refused.
+    shared.lock().log_start[1] = 7;
+    let mut lane = source.read_range(&p1, 3, 9).expect("range lane");
+    assert_eq!(drain_offsets(&mut lane), vec![7, 8, 9]);
+    assert!(source.read_range(&p1, 4, 3).is_err());
+}

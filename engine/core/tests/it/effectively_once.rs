@@ -514,3 +514,37 @@ async fn rows_refused_by_keep_are_left_out_of_their_ranges_and_still_commit() {
         "each kept row once"
     );
 }
+
+/// The scripted source's range lane (issue 38, ADR 0007's seam): off by
+/// default (as for Kafka: refused), and when on it reads `first..=last` of a
+/// partition this member was never assigned, in poll batches of its size,
+/// then nothing, also as the log grows; its epoch names no assignment.
+#[test]
+fn a_scripted_range_lane_reads_its_range_outside_the_assignment() {
+    use spate_core::source::{Lane, PollBatch, RANGE_LANE_EPOCH, Source};
+    fn offsets(lane: &mut impl Lane) -> Vec<Offset> {
+        let mut got = Vec::new();
+        loop {
+            let b = lane.poll(Duration::ZERO).expect("poll");
+            if b.is_empty() {
+                return got;
+            }
+            got.extend((0..b.len()).map(|i| b.payload(i).offset));
+        }
+    }
+    let (mut source, script) = ScriptedSource::new(2);
+    let other = TopicPartition::new("t", 7);
+    for i in 0..10 {
+        script.append(&other, format!("r{i}"));
+    }
+    assert!(!source.reads_ranges());
+    assert!(source.read_range(&other, 2, 6).is_err());
+    script.read_ranges(true);
+    assert!(source.reads_ranges());
+    let mut lane = source.read_range(&other, 2, 6).expect("range lane");
+    assert_eq!(lane.epoch(), RANGE_LANE_EPOCH);
+    assert_eq!(offsets(&mut lane), vec![2, 3, 4, 5, 6]);
+    script.append(&other, "r10");
+    assert!(offsets(&mut lane).is_empty());
+    assert!(source.read_range(&other, 6, 2).is_err());
+}
