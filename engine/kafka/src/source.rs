@@ -795,22 +795,7 @@ impl KafkaSource {
         if let Some(lag) = &self.lag
             && let (Some(reading), Some(age)) = (lag.last(), lag.age())
         {
-            let total = reading.total();
-            let idle = self.last_progress.elapsed();
-            // "No progress while lag is L" only when L was read after the
-            // last progress: an older reading says nothing about now.
-            if total > 0 && age < idle {
-                parts.push(format!(
-                    "no progress for {:.0} s while lag is {total}",
-                    idle.as_secs_f64()
-                ));
-            } else {
-                parts.push(format!(
-                    "group lag {total} as read {:.0} s ago; last progress {:.0} s ago",
-                    age.as_secs_f64(),
-                    idle.as_secs_f64()
-                ));
-            }
+            parts.push(lag_text(reading.total(), age, self.last_progress.elapsed()));
         }
         parts.join("; ")
     }
@@ -820,6 +805,25 @@ impl KafkaSource {
     fn join_stuck(&self) -> bool {
         self.joining_since
             .is_some_and(|at| at.elapsed() >= self.join_limit)
+    }
+}
+
+/// The lag part of the consumer's status line: the group's `total` lag read
+/// `age` ago, and `idle`, the time since this process last committed an
+/// advance. "No progress while lag is L" only when L was read after the last
+/// progress: an older reading says nothing about now.
+fn lag_text(total: i64, age: Duration, idle: Duration) -> String {
+    if total > 0 && age < idle {
+        format!(
+            "no progress for {:.0} s while lag is {total}",
+            idle.as_secs_f64()
+        )
+    } else {
+        format!(
+            "group lag {total} as read {:.0} s ago; last progress {:.0} s ago",
+            age.as_secs_f64(),
+            idle.as_secs_f64()
+        )
     }
 }
 
@@ -1103,4 +1107,29 @@ fn committed_by_partition(
         }
     }
     committed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lag_text;
+    use std::time::Duration;
+
+    /// "No progress while lag is L" needs a reading taken after the last
+    /// progress; a reading from before it, or no lag, says when each was.
+    #[test]
+    fn no_progress_is_said_only_on_a_lag_read_after_the_last_progress() {
+        let s = Duration::from_secs;
+        assert_eq!(
+            lag_text(1200, s(3), s(40)),
+            "no progress for 40 s while lag is 1200"
+        );
+        assert_eq!(
+            lag_text(1500, s(8), s(0)),
+            "group lag 1500 as read 8 s ago; last progress 0 s ago"
+        );
+        assert_eq!(
+            lag_text(0, s(1), s(30)),
+            "group lag 0 as read 1 s ago; last progress 30 s ago"
+        );
+    }
 }

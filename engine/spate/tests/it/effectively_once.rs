@@ -433,12 +433,15 @@ fn the_insert_rate_outrunning_the_window_is_measured_and_warned_once() {
             i += 1;
             std::thread::sleep(Duration::from_millis(50));
         }
-        rates.push(w.insert_rates());
+        // The rate this loop achieved: the server's answer time sets it
+        // (about 18/s on a quiet machine, 3/s under load).
+        let achieved = i as f64 / t0.elapsed().as_secs_f64();
+        rates.push((w.insert_rates(), achieved));
         let text = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
         let warnings = text.matches("its dedup window").count();
         println!(
             "effectively_once={eo}: {i} inserts, rates {:?}, {warnings} warning(s)",
-            rates.last()
+            rates.last().map(|r| &r.0)
         );
         assert_eq!(
             warnings, 1,
@@ -450,12 +453,14 @@ fn the_insert_rate_outrunning_the_window_is_measured_and_warned_once() {
             "{text}"
         );
     }
-    for r in &rates {
+    // Measured over the last full interval, the rate is the loop's own
+    // (within a third: the interval leaves out the first and last inserts).
+    for (r, achieved) in &rates {
         let (shard, per_sec) = r[0];
         assert_eq!(shard, 0);
         assert!(
-            (5.0..=25.0).contains(&per_sec),
-            "measured {per_sec} inserts/s"
+            (per_sec - achieved).abs() <= achieved / 3.0,
+            "measured {per_sec} inserts/s, the loop made {achieved:.2}/s"
         );
     }
 }
