@@ -67,7 +67,24 @@ pub const PREFIX_V2: &str = "spate2:";
 const MAX_DIGITS: usize = 13;
 
 /// The most bytes one range can take: two numbers, a `.` and a `,`.
-const MAX_RANGE_BYTES: usize = 2 * MAX_DIGITS + 2;
+pub(crate) const MAX_RANGE_BYTES: usize = 2 * MAX_DIGITS + 2;
+
+/// The most bytes one other member of a group adds to an item of version 2:
+/// `@`, a topic index (at most 2 base-36 digits: groups name fewer than
+/// 1,296 topics), a partition (an `i32`: at most 6), two numbers and three
+/// `.`.
+pub(crate) const MAX_MEMBER_BYTES: usize = 1 + 2 + 6 + 2 * MAX_DIGITS + 3;
+
+/// The bytes a lane's pending items may take in its record: what
+/// [`MAX_PENDING_RANGES`] solos take, so a lane of solos holds as many as
+/// before groups existed.
+pub(crate) const RECORD_CAPACITY: usize = MAX_PENDING_RANGES * MAX_RANGE_BYTES;
+
+/// The most bytes an item of a group of `members` partitions takes in each
+/// member's record (a solo: `members == 1`).
+pub(crate) const fn item_weight(members: usize) -> usize {
+    MAX_RANGE_BYTES + members.saturating_sub(1) * MAX_MEMBER_BYTES
+}
 
 /// How many ranges a partition may hold pending: the most whose encoding
 /// fits [`MAX_METADATA_BYTES`] whatever their offsets (146). A lane with this
@@ -563,6 +580,42 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    /// [`item_weight`] bounds what an item takes in the worst case: the
+    /// largest offsets, partitions and topic indices a group can have.
+    #[test]
+    fn an_item_never_takes_more_than_its_weight() {
+        let topics: Vec<String> = (0..40).map(|i| format!("t{i:02}")).collect();
+        let own = TopicPartition::new(topics[0].as_str(), i32::MAX);
+        let far = i64::MAX - 1;
+        let mut group: Vec<Member> = (1..17)
+            .map(|i| Member {
+                partition: TopicPartition::new(topics[39 - i % 2].as_str(), i32::MAX - i as i32),
+                first: 0,
+                last: far,
+            })
+            .collect();
+        group.push(Member {
+            partition: own.clone(),
+            first: 0,
+            last: far,
+        });
+        group.sort();
+        let n = group.len();
+        let item = Recorded {
+            first: 0,
+            last: far,
+            group,
+        };
+        let record = encode_record(&own, std::slice::from_ref(&item));
+        let table = record[PREFIX_V2.len()..].find(';').unwrap();
+        let items = record.len() - PREFIX_V2.len() - table - 2;
+        assert!(
+            items <= item_weight(n),
+            "{items} bytes for {n} members, weight {}",
+            item_weight(n)
+        );
+    }
 
     /// Sorted, disjoint ranges, offsets anywhere in `0..=i64::MAX`.
     fn ranges(max: usize) -> impl Strategy<Value = Vec<(Offset, Offset)>> {

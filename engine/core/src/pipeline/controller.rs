@@ -605,9 +605,12 @@ impl<S: Source> RangeCommits<'_, S> {
                     self.failures.increment(1);
                     tracing::warn!(%partition, epoch, %message, "commit rejected; that epoch records no more ranges, its unrecorded ones are never written");
                     recorder.rejected(&partition, epoch);
+                    // Listed again: the rejected lane records nothing more,
+                    // and the groups it is a member of that no commit
+                    // recorded are recorded by no member (ADR 0007).
                     let before = commits.len();
-                    commits.retain(|c| !(c.partition == partition && c.epoch == epoch));
-                    if commits.len() == before {
+                    commits = recorder.commits(&watermarks, dirty_too);
+                    if commits.len() >= before {
                         return;
                     }
                 }

@@ -37,7 +37,7 @@ use tokio::time::Instant;
 
 use crate::ack::AckSet;
 use crate::budget::{Budget, BudgetPermit};
-use crate::checkpoint::ranges::{self, MAX_PENDING_RANGES, RangesError};
+use crate::checkpoint::ranges::{self, Member, RECORD_CAPACITY, RangesError, Recorded};
 use crate::pipeline::chain::RecordError;
 use crate::record::{Epoch, Offset, TopicPartition};
 use crate::sink::{Chunk, PoolHandle, PushError, range_token};
@@ -52,6 +52,10 @@ pub(crate) struct RangeGate {
     recorded: AtomicU64,
     /// Ranges sealed (or replayed) and not yet passed by the watermark.
     pending: AtomicUsize,
+    /// What those ranges take of the lane's record, in bytes
+    /// ([`ranges::item_weight`]): a lane seals nothing its record could not
+    /// hold within [`ranges::MAX_METADATA_BYTES`].
+    weight: AtomicUsize,
     /// The epoch ended (released after a revoke): drop what is not written.
     closed: AtomicBool,
     /// What the thread's flush last stopped on ([`Waits`] as a byte), for
@@ -89,9 +93,16 @@ impl RangeGate {
             || seq < self.recorded.load(Ordering::Acquire)
     }
 
-    /// Whether the lane holds as many pending ranges as the metadata fits.
+    /// Whether the lane holds as many pending ranges as the metadata fits
+    /// (no room for one more solo).
     pub(crate) fn is_full(&self) -> bool {
-        self.pending.load(Ordering::Acquire) >= MAX_PENDING_RANGES
+        !self.has_room(ranges::item_weight(1), RECORD_CAPACITY)
+    }
+
+    /// Whether an item of `weight` bytes fits the lane's record beside what
+    /// it holds, within `capacity`.
+    fn has_room(&self, weight: usize, capacity: usize) -> bool {
+        self.weight.load(Ordering::Acquire) + weight <= capacity
     }
 
     /// Whether the epoch ended.
@@ -107,13 +118,38 @@ impl RangeGate {
         }
     }
 
-    /// A free range was sealed.
-    pub(crate) fn sealed(&self) {
+    /// A free range taking `weight` bytes of the record was sealed.
+    pub(crate) fn sealed(&self, weight: usize) {
         self.pending.fetch_add(1, Ordering::AcqRel);
+        self.weight.fetch_add(weight, Ordering::AcqRel);
+    }
+
+    /// `n` ranges taking `weight` bytes left the record (passed by the
+    /// watermark, or a group never recorded).
+    fn retired(&self, n: usize, weight: usize) {
+        let pending = self.pending.fetch_sub(n, Ordering::AcqRel);
+        let held = self.weight.fetch_sub(weight, Ordering::AcqRel);
+        debug_assert!(
+            pending >= n && held >= weight,
+            "D9: a gate retires more ranges ({n}, {weight} bytes) than it counts ({pending}, {held} bytes)"
+        );
     }
 }
 
-/// A free range a thread sealed, for the controller to record.
+/// A recorded range to re-form first: a solo, or one member of a group.
+#[derive(Clone, Debug)]
+pub(crate) struct ReplayItem {
+    pub(crate) first: Offset,
+    pub(crate) last: Offset,
+    /// The recorded group it is a member of: every member, sorted by
+    /// partition, this lane's among them.
+    pub(crate) group: Option<Arc<[Member]>>,
+}
+
+/// A free range a thread sealed, for the controller to record. The members
+/// of one group travel in one message ([`Sealed`]), so the controller never
+/// commits a record naming the group in some members and not in the others
+/// (ADR 0007, C5).
 #[derive(Debug)]
 pub(crate) struct SealedRange {
     pub(crate) partition: TopicPartition,
@@ -121,23 +157,45 @@ pub(crate) struct SealedRange {
     pub(crate) seq: u64,
     pub(crate) first: Offset,
     pub(crate) last: Offset,
+    /// The group the range is a member of (`None`: a solo).
+    pub(crate) group: Option<Arc<[Member]>>,
 }
+
+/// What one seal sends the controller: a solo's range, or every member of
+/// a group.
+pub(crate) type Sealed = Vec<SealedRange>;
 
 /// What a lane's thread needs to form its ranges, made by the controller at
 /// assignment.
 #[derive(Debug)]
 pub struct LanePlan {
     pub(crate) gate: Arc<RangeGate>,
-    pub(crate) tx: UnboundedSender<SealedRange>,
+    pub(crate) tx: UnboundedSender<Sealed>,
     /// Recorded ranges to re-form first, in offset order (D9).
-    pub(crate) replay: VecDeque<(Offset, Offset)>,
+    pub(crate) replay: VecDeque<ReplayItem>,
+}
+
+/// One range of a lane's record the watermark has not passed.
+#[derive(Debug)]
+struct PendingItem {
+    last: Offset,
+    /// The free range's seq; `None` if replayed (recorded before this run).
+    seq: Option<u64>,
+    /// The group it is a member of (`None`: a solo).
+    group: Option<Arc<[Member]>>,
+}
+
+impl PendingItem {
+    fn weight(&self) -> usize {
+        ranges::item_weight(self.group.as_ref().map_or(1, |g| g.len()))
+    }
 }
 
 #[derive(Debug)]
 struct LaneRecord {
     gate: Arc<RangeGate>,
-    /// Pending ranges by first offset: (last, free seq or None if replayed).
-    ranges: BTreeMap<Offset, (Offset, Option<u64>)>,
+    /// Pending ranges by first offset.
+    ranges: BTreeMap<Offset, PendingItem>,
     /// Highest free seq received + 1.
     received: u64,
     /// The offset committed last (or found committed at assignment).
@@ -165,42 +223,49 @@ pub(crate) struct RecordCommit {
 /// The controller's side: every lane's pending ranges (D9).
 #[derive(Debug)]
 pub(crate) struct Recorder {
-    tx: UnboundedSender<SealedRange>,
-    rx: UnboundedReceiver<SealedRange>,
+    tx: UnboundedSender<Sealed>,
+    rx: UnboundedReceiver<Sealed>,
     lanes: BTreeMap<(TopicPartition, Epoch), LaneRecord>,
+    /// Whether lanes re-form recorded groups ([`crate::source::Source::reads_ranges`]);
+    /// if not, a record holding one fails the partition.
+    groups: bool,
 }
 
 impl Recorder {
-    pub(crate) fn new() -> Self {
+    /// A recorder; `groups`: lanes re-form recorded range groups (the
+    /// source reads ranges, ADR 0007).
+    pub(crate) fn new(groups: bool) -> Self {
         let (tx, rx) = unbounded_channel();
         Self {
             tx,
             rx,
             lanes: BTreeMap::new(),
+            groups,
         }
     }
 
     /// A new lane: decodes the group's metadata into the ranges to replay.
     ///
     /// # Errors
-    /// The metadata is not ours (or malformed): the caller fails the
-    /// partition naming it (never read as "no ranges", D9).
+    /// The metadata is not ours (or malformed, or holds a group while this
+    /// pipeline re-forms none): the caller fails the partition naming it
+    /// (never read as "no ranges", D9).
     pub(crate) fn assign(
         &mut self,
         partition: &TopicPartition,
         epoch: Epoch,
         committed: Option<&Committed>,
     ) -> Result<LanePlan, RangesError> {
-        let mut replay: VecDeque<(Offset, Offset)> = match committed {
+        let mut replay = match committed {
             Some(_) if crate::planted::active(crate::planted::Bug::ReplayIgnoresRanges) => {
                 VecDeque::new()
             }
-            Some(c) => ranges::decode_solos(&c.metadata, partition)?.into(),
+            Some(c) => self.decode(&c.metadata, partition)?,
             None => VecDeque::new(),
         };
         let offset = committed.map(|c| c.offset);
         // Ranges wholly behind the committed offset are done.
-        replay.retain(|&(_, last)| offset.is_none_or(|o| last >= o));
+        replay.retain(|r| offset.is_none_or(|o| r.last >= o));
         debug_assert!(
             !self.lanes.contains_key(&(partition.clone(), epoch)),
             "D9: {partition} epoch {epoch} assigned twice"
@@ -209,14 +274,27 @@ impl Recorder {
             replay
                 .iter()
                 .zip(replay.iter().skip(1))
-                .all(|(a, b)| a.1 < b.0),
+                .all(|(a, b)| a.last < b.first),
             "D9: the recorded ranges of {partition} to re-form are not sorted and disjoint"
         );
         let gate = Arc::new(RangeGate::default());
-        gate.pending.store(replay.len(), Ordering::Release);
+        let ranges: BTreeMap<Offset, PendingItem> = replay
+            .iter()
+            .map(|r| {
+                let item = PendingItem {
+                    last: r.last,
+                    seq: None,
+                    group: r.group.clone(),
+                };
+                (r.first, item)
+            })
+            .collect();
+        let weight = ranges.values().map(PendingItem::weight).sum();
+        gate.pending.store(ranges.len(), Ordering::Release);
+        gate.weight.store(weight, Ordering::Release);
         let record = LaneRecord {
             gate: Arc::clone(&gate),
-            ranges: replay.iter().map(|&(f, l)| (f, (l, None))).collect(),
+            ranges,
             received: 0,
             committed: offset,
             dirty: false,
@@ -232,10 +310,39 @@ impl Recorder {
         })
     }
 
-    /// The epoch was released: the thread drops what it holds unwritten.
+    /// The items of `partition`'s record, solos and group members.
+    fn decode(
+        &self,
+        metadata: &str,
+        partition: &TopicPartition,
+    ) -> Result<VecDeque<ReplayItem>, RangesError> {
+        if !self.groups {
+            let solos = ranges::decode_solos(metadata, partition)?;
+            return Ok(solos
+                .into_iter()
+                .map(|(first, last)| ReplayItem {
+                    first,
+                    last,
+                    group: None,
+                })
+                .collect());
+        }
+        Ok(ranges::decode_record(metadata, partition)?
+            .into_iter()
+            .map(|r| ReplayItem {
+                first: r.first,
+                last: r.last,
+                group: (!r.group.is_empty()).then(|| r.group.into()),
+            })
+            .collect())
+    }
+
+    /// The epoch was released: the thread drops what it holds unwritten,
+    /// and groups of it no commit recorded yet are recorded by no member.
     pub(crate) fn release(&mut self, partition: &TopicPartition, epoch: Epoch) {
         if let Some(r) = self.lanes.remove(&(partition.clone(), epoch)) {
             r.gate.closed.store(true, Ordering::Release);
+            self.drop_unrecorded_groups(partition);
         }
     }
 
@@ -243,22 +350,41 @@ impl Recorder {
     /// record.
     pub(crate) fn receive(&mut self) -> bool {
         let mut any = false;
-        while let Ok(s) = self.rx.try_recv() {
-            let Some(r) = self.lanes.get_mut(&(s.partition, s.epoch)) else {
-                continue; // released meanwhile: the thread drops it
-            };
-            debug_assert_eq!(s.seq, r.received, "D9: free ranges arrive in order");
-            debug_assert!(
-                s.first <= s.last && !overlaps(&r.ranges, s.first, s.last),
-                "D9: sealed range {}..={} of epoch {} is empty or overlaps a pending one",
-                s.first,
-                s.last,
-                s.epoch
-            );
-            r.ranges.insert(s.first, (s.last, Some(s.seq)));
-            r.received = s.seq + 1;
-            r.dirty = true;
-            any |= !r.rejected;
+        while let Ok(sealed) = self.rx.try_recv() {
+            // A group whose member lane is gone or rejected can be recorded
+            // in none of them (one request, ADR 0007): the thread never
+            // writes it, its acks fail with it.
+            let whole = sealed.iter().all(|s| {
+                self.lanes
+                    .get(&(s.partition.clone(), s.epoch))
+                    .is_some_and(|r| !r.rejected)
+            });
+            for s in sealed {
+                let Some(r) = self.lanes.get_mut(&(s.partition.clone(), s.epoch)) else {
+                    continue; // released meanwhile: the thread drops it
+                };
+                debug_assert_eq!(s.seq, r.received, "D9: free ranges arrive in order");
+                r.received = s.seq + 1;
+                let item = PendingItem {
+                    last: s.last,
+                    seq: Some(s.seq),
+                    group: s.group,
+                };
+                if !whole {
+                    r.gate.retired(1, item.weight());
+                    continue;
+                }
+                debug_assert!(
+                    s.first <= s.last && !overlaps(&r.ranges, s.first, s.last),
+                    "D9: sealed range {}..={} of epoch {} is empty or overlaps a pending one",
+                    s.first,
+                    s.last,
+                    s.epoch
+                );
+                r.ranges.insert(s.first, item);
+                r.dirty = true;
+                any |= !r.rejected;
+            }
         }
         any
     }
@@ -269,62 +395,28 @@ impl Recorder {
     }
 
     /// The commits to make: every lane in `watermarks` (its new committable
-    /// offset) and, when `dirty_too`, every lane with unrecorded ranges (at
-    /// its committed offset). Every one carries the lane's pending ranges.
+    /// offset) and, when `dirty_too` or when a listed lane holds a group
+    /// not yet recorded, every lane with unrecorded ranges (at its
+    /// committed offset): the members of a group are recorded in one
+    /// request (ADR 0007). Every one carries the lane's pending ranges.
     pub(crate) fn commits(
         &self,
         watermarks: &BTreeMap<(TopicPartition, Epoch), Offset>,
         dirty_too: bool,
     ) -> Vec<RecordCommit> {
+        let dirty_groups = self.lanes.iter().any(|(k, r)| {
+            watermarks.contains_key(k) && !r.rejected && r.dirty && r.holds_unrecorded_group()
+        });
+        let dirty_too = dirty_too || dirty_groups;
         let mut out = Vec::new();
         for ((p, e), r) in &self.lanes {
             let moved = watermarks.get(&(p.clone(), *e)).copied();
             if r.rejected || (moved.is_none() && !(dirty_too && r.dirty)) {
                 continue;
             }
-            // The watermark, else what is committed, else (nothing ever
-            // committed) the first range's start: nothing before it was read.
-            // Never below what is committed (a watermark over filtered
-            // payloads can trail a first range's start).
-            let Some(offset) = moved
-                .max(r.committed)
-                .or_else(|| r.ranges.keys().next().copied())
-            else {
-                continue;
-            };
-            // Never into a pending range (the watermark passes a range's
-            // offsets as their rows' shard parts are acknowledged): a replay
-            // reads from the committed offset, and must re-form the whole
-            // range, the same rows under the same token (D9; the
-            // simulator's D4 oracle found a replay of a range cut short).
-            let offset = r
-                .ranges
-                .iter()
-                .find(|&(&f, &(l, _))| f < offset && l >= offset)
-                .map_or(offset, |(&f, _)| f);
-            let list: Vec<(Offset, Offset)> = r
-                .ranges
-                .iter()
-                .filter(|(_, (last, _))| *last >= offset)
-                .map(|(&f, &(l, _))| (f, l))
-                .collect();
-            debug_assert!(
-                !r.ranges
-                    .iter()
-                    .any(|(&f, &(l, _))| f < offset && offset <= l),
-                "D9: the commit {offset} of {p} stops inside a pending range, so a replay would cut it short"
-            );
-            debug_assert!(
-                list.first().is_none_or(|&(f, _)| f >= offset),
-                "D9: the commit {offset} of {p} lists a range it has passed"
-            );
-            out.push(RecordCommit {
-                partition: p.clone(),
-                epoch: *e,
-                offset,
-                metadata: ranges::encode(&list),
-                received: r.received,
-            });
+            if let Some(c) = r.commit(p, *e, moved) {
+                out.push(c);
+            }
         }
         out
     }
@@ -346,15 +438,16 @@ impl Recorder {
                 "D9: a commit of {} settles ranges the recorder never received",
                 c.partition
             );
-            let before = r.ranges.len();
-            r.ranges.retain(|_, (last, _)| *last >= c.offset);
-            let retired = before - r.ranges.len();
-            let pending = r.gate.pending.fetch_sub(retired, Ordering::AcqRel);
-            debug_assert!(
-                pending >= before,
-                "D9: the gate of {} counts fewer pending ranges ({pending}) than the recorder holds ({before})",
-                c.partition
-            );
+            let (mut n, mut weight) = (0, 0);
+            r.ranges.retain(|_, item| {
+                let keep = item.last >= c.offset;
+                if !keep {
+                    n += 1;
+                    weight += item.weight();
+                }
+                keep
+            });
+            r.gate.retired(n, weight);
             // D9: raised only after the commit listing them returned Ok.
             r.gate.recorded.fetch_max(c.received, Ordering::AcqRel);
             r.dirty = r.received > c.received;
@@ -376,7 +469,8 @@ impl Recorder {
             }
             r.reported = true;
             named += 1;
-            let (first, (last, _)) = r.ranges.iter().next().expect("not empty");
+            let (first, item) = r.ranges.iter().next().expect("not empty");
+            let last = item.last;
             let on = if r.rejected {
                 "nothing more: a commit of this epoch was rejected (fenced or evicted); it waits for the revoke"
             } else if r.dirty {
@@ -401,20 +495,116 @@ impl Recorder {
 
     /// The group rejected a commit of `partition` at `epoch` (fenced,
     /// evicted): this member records nothing more for it, so its unrecorded
-    /// ranges are never written (they stay unacknowledged, D1).
+    /// ranges are never written (they stay unacknowledged, D1), and neither
+    /// are the groups it is a member of that no commit recorded yet: the
+    /// other members' next commits list them no more (ADR 0007).
     pub(crate) fn rejected(&mut self, partition: &TopicPartition, epoch: Epoch) {
         if let Some(r) = self.lanes.get_mut(&(partition.clone(), epoch)) {
             r.rejected = true;
+            self.drop_unrecorded_groups(partition);
+        }
+    }
+
+    /// Forgets, in every lane, the groups holding `partition` that no
+    /// accepted commit recorded: their parts wait on a gate that never
+    /// opens and drop with the epoch (their acks fail, D1).
+    fn drop_unrecorded_groups(&mut self, partition: &TopicPartition) {
+        for r in self.lanes.values_mut() {
+            let recorded = r.gate.recorded.load(Ordering::Acquire);
+            let (mut n, mut weight) = (0, 0);
+            r.ranges.retain(|_, item| {
+                let drop = item.seq.is_some_and(|s| s >= recorded)
+                    && item
+                        .group
+                        .as_ref()
+                        .is_some_and(|g| g.iter().any(|m| m.partition == *partition));
+                if drop {
+                    n += 1;
+                    weight += item.weight();
+                }
+                !drop
+            });
+            r.gate.retired(n, weight);
         }
     }
 }
 
+impl LaneRecord {
+    /// Whether a range sealed as a group member is not yet recorded.
+    fn holds_unrecorded_group(&self) -> bool {
+        let recorded = self.gate.recorded.load(Ordering::Acquire);
+        self.ranges
+            .values()
+            .any(|i| i.group.is_some() && i.seq.is_some_and(|s| s >= recorded))
+    }
+
+    /// The commit of this lane at its watermark `moved` (else what is
+    /// committed, else its first range's start), listing its pending items.
+    fn commit(&self, p: &TopicPartition, e: Epoch, moved: Option<Offset>) -> Option<RecordCommit> {
+        // The watermark, else what is committed, else (nothing ever
+        // committed) the first range's start: nothing before it was read.
+        // Never below what is committed (a watermark over filtered
+        // payloads can trail a first range's start).
+        let offset = moved
+            .max(self.committed)
+            .or_else(|| self.ranges.keys().next().copied())?;
+        // Never into a pending range (the watermark passes a range's
+        // offsets as their rows' shard parts are acknowledged): a replay
+        // reads from the committed offset, and must re-form the whole
+        // range, the same rows under the same token (D9; the
+        // simulator's D4 oracle found a replay of a range cut short).
+        let offset = self
+            .ranges
+            .iter()
+            .find(|&(&f, i)| f < offset && i.last >= offset)
+            .map_or(offset, |(&f, _)| f);
+        let items: Vec<Recorded> = self
+            .ranges
+            .iter()
+            .filter(|(_, i)| i.last >= offset)
+            .map(|(&first, i)| Recorded {
+                first,
+                last: i.last,
+                group: i
+                    .group
+                    .as_deref()
+                    .map(<[Member]>::to_vec)
+                    .unwrap_or_default(),
+            })
+            .collect();
+        debug_assert!(
+            !self
+                .ranges
+                .iter()
+                .any(|(&f, i)| f < offset && offset <= i.last),
+            "D9: the commit {offset} of {p} stops inside a pending range, so a replay would cut it short"
+        );
+        debug_assert!(
+            items.first().is_none_or(|i| i.first >= offset),
+            "D9: the commit {offset} of {p} lists a range it has passed"
+        );
+        let metadata = ranges::encode_record(p, &items);
+        debug_assert!(
+            metadata.len() <= ranges::MAX_METADATA_BYTES,
+            "D9: the record of {p} is {} bytes, over the broker's limit",
+            metadata.len()
+        );
+        Some(RecordCommit {
+            partition: p.clone(),
+            epoch: e,
+            offset,
+            metadata,
+            received: self.received,
+        })
+    }
+}
+
 /// Whether `first..=last` shares an offset with a range in `ranges` (by
-/// first offset: (last, seq)).
-fn overlaps(ranges: &BTreeMap<Offset, (Offset, Option<u64>)>, first: Offset, last: Offset) -> bool {
+/// first offset).
+fn overlaps(ranges: &BTreeMap<Offset, PendingItem>, first: Offset, last: Offset) -> bool {
     let before = ranges.range(..=first).next_back();
     let after = ranges.range(first..).next();
-    before.is_some_and(|(_, &(l, _))| l >= first) || after.is_some_and(|(&f, _)| f <= last)
+    before.is_some_and(|(_, i)| i.last >= first) || after.is_some_and(|(&f, _)| f <= last)
 }
 
 /// What a thread needs to seal ranges: the token's names and the size and
@@ -485,14 +675,21 @@ impl OpenRange {
         self.next = offset + 1;
     }
 
+    /// The range's gap digest (0: the log held every offset `first..=last`
+    /// as the range was formed).
+    fn gap_digest(&self) -> u64 {
+        if self.next <= self.last {
+            // A replayed range whose last records are gone.
+            range_gaps(self.gaps, self.next, self.last + 1)
+        } else {
+            self.gaps
+        }
+    }
+
     /// The token suffix naming the range's composition: empty when the log
     /// held every offset `first..=last` as the range was formed.
     fn composition(&self) -> String {
-        let mut gaps = self.gaps;
-        if self.next <= self.last {
-            // A replayed range whose last records are gone.
-            gaps = range_gaps(gaps, self.next, self.last + 1);
-        }
+        let gaps = self.gap_digest();
         if gaps == 0 {
             String::new()
         } else {
@@ -577,8 +774,8 @@ pub(crate) struct Former {
     pub(crate) partition: TopicPartition,
     pub(crate) epoch: Epoch,
     gate: Arc<RangeGate>,
-    tx: UnboundedSender<SealedRange>,
-    replay: VecDeque<(Offset, Offset)>,
+    tx: UnboundedSender<Sealed>,
+    replay: VecDeque<ReplayItem>,
     next_seq: u64,
     open: Option<OpenRange>,
     sealed: VecDeque<SealedParts>,
@@ -589,14 +786,16 @@ pub(crate) struct Former {
 impl Former {
     pub(crate) fn new(partition: TopicPartition, epoch: Epoch, plan: LanePlan) -> Self {
         debug_assert!(
-            plan.replay.iter().all(|&(f, l)| f <= l),
+            plan.replay
+                .iter()
+                .all(|r| r.first <= r.last && r.group.is_none()),
             "D9: {partition} replays an empty recorded range"
         );
         debug_assert!(
             plan.replay
                 .iter()
                 .zip(plan.replay.iter().skip(1))
-                .all(|(a, b)| a.1 < b.0),
+                .all(|(a, b)| a.last < b.first),
             "D9: {partition} replays recorded ranges out of offset order"
         );
         Self {
@@ -628,7 +827,7 @@ impl Former {
             } else {
                 // A free range ends before the next recorded one whatever its
                 // size; by size only while the pending list has room.
-                self.replay.front().is_some_and(|r| offset >= r.0)
+                self.replay.front().is_some_and(|r| offset >= r.first)
                     || (o.is_full(cfg) && !self.gate.is_full())
             };
             if seal {
@@ -636,13 +835,14 @@ impl Former {
             }
         }
         if self.open.is_none() {
-            while self.replay.front().is_some_and(|r| r.1 < offset) {
+            while self.replay.front().is_some_and(|r| r.last < offset) {
                 // Nothing of it came back (its records are gone): nothing to
                 // write; the watermark retires it.
                 self.replay.pop_front();
             }
             let (first, last, fixed) = match self.replay.front() {
-                Some(&(f, l)) if f <= offset => {
+                Some(r) if r.first <= offset => {
+                    let (f, l) = (r.first, r.last);
                     self.replay.pop_front();
                     (f, l, true)
                 }
@@ -663,7 +863,7 @@ impl Former {
             o.last
         );
         debug_assert!(
-            o.fixed || self.replay.front().is_none_or(|r| o.last < r.0),
+            o.fixed || self.replay.front().is_none_or(|r| o.last < r.first),
             "D9: free range {}..={} of {} reaches into the next recorded range",
             o.first,
             o.last,
@@ -895,7 +1095,7 @@ impl Former {
         );
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.gate.sealed();
+        self.gate.sealed(ranges::item_weight(1));
         debug_assert!(
             !self.gate.is_recorded(seq)
                 || crate::planted::active(crate::planted::Bug::InsertBeforeRecord),
@@ -904,13 +1104,14 @@ impl Former {
         );
         // D2: unbounded, never waits. An error means the controller is
         // gone: nothing is recorded, so nothing of it is written.
-        let _ = self.tx.send(SealedRange {
+        let _ = self.tx.send(vec![SealedRange {
             partition: self.partition.clone(),
             epoch: self.epoch,
             seq,
             first,
             last,
-        });
+            group: None,
+        }]);
         seq
     }
 
@@ -1104,7 +1305,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_stalled_lane_is_reported_once_per_stall() {
         let tp = TopicPartition::new("t", 0);
-        let mut recorder = Recorder::new();
+        let mut recorder = Recorder::new(false);
         let committed = Committed {
             offset: 10,
             metadata: ranges::encode(&[(10, 19), (20, 29)]),
@@ -1126,6 +1327,131 @@ mod tests {
             "a new stall"
         );
         commits.clear();
+    }
+
+    /// Two lanes of `recorder` (partitions 0 and 1 of `t`, epoch 1), and a
+    /// group of their ranges 0..=9 and 0..=4 sealed into its channel, as a
+    /// thread sends one (both members in one message).
+    fn two_lanes_and_a_group(recorder: &mut Recorder) -> [(TopicPartition, LanePlan); 2] {
+        let (a, b) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
+        let pa = recorder.assign(&a, 1, None).unwrap();
+        let pb = recorder.assign(&b, 1, None).unwrap();
+        let group: Arc<[Member]> = vec![
+            Member {
+                partition: a.clone(),
+                first: 0,
+                last: 9,
+            },
+            Member {
+                partition: b.clone(),
+                first: 0,
+                last: 4,
+            },
+        ]
+        .into();
+        let member = |p: &TopicPartition, last| SealedRange {
+            partition: p.clone(),
+            epoch: 1,
+            seq: 0,
+            first: 0,
+            last,
+            group: Some(Arc::clone(&group)),
+        };
+        let weight = ranges::item_weight(2);
+        pa.gate.sealed(weight);
+        pb.gate.sealed(weight);
+        pa.tx.send(vec![member(&a, 9), member(&b, 4)]).unwrap();
+        [(a, pa), (b, pb)]
+    }
+
+    /// ADR 0007: a group is recorded by every member in one request (a
+    /// commit listing one member lists them all, even when only one
+    /// member's watermark moved), each member's record names the whole
+    /// group, and the gates open only once that request was accepted.
+    #[tokio::test(start_paused = true)]
+    async fn a_group_is_recorded_by_every_member_in_one_request() {
+        let mut recorder = Recorder::new(true);
+        let [(a, pa), (b, pb)] = two_lanes_and_a_group(&mut recorder);
+        assert!(recorder.receive());
+        let commits = recorder.commits(&BTreeMap::from([((a.clone(), 1), 0)]), false);
+        let listed: Vec<&TopicPartition> = commits.iter().map(|c| &c.partition).collect();
+        assert_eq!(listed, [&a, &b], "both members in the one request");
+        for c in &commits {
+            let items = ranges::decode_record(&c.metadata, &c.partition).unwrap();
+            assert_eq!(items.len(), 1, "{}", c.metadata);
+            assert_eq!(
+                items[0].group.len(),
+                2,
+                "the record names the group: {}",
+                c.metadata
+            );
+        }
+        assert!(
+            !pa.gate.is_recorded(0) && !pb.gate.is_recorded(0),
+            "not before Ok"
+        );
+        recorder.accepted(&commits);
+        assert!(pa.gate.is_recorded(0) && pb.gate.is_recorded(0));
+        // The watermark passing a member's range retires it, with its weight.
+        recorder.accepted(&recorder.commits(&BTreeMap::from([((b.clone(), 1), 5)]), false));
+        assert_eq!(pb.gate.weight.load(Ordering::Acquire), 0);
+        assert_eq!(
+            pa.gate.weight.load(Ordering::Acquire),
+            ranges::item_weight(2)
+        );
+    }
+
+    /// ADR 0007: a member rejected (fenced, evicted) before the group was
+    /// recorded leaves it recorded by no member: the others' next commit
+    /// lists it no more, and their gates give back what it took.
+    #[tokio::test(start_paused = true)]
+    async fn a_rejected_member_leaves_its_unrecorded_group_recorded_by_none() {
+        let mut recorder = Recorder::new(true);
+        let [(a, pa), (b, _)] = two_lanes_and_a_group(&mut recorder);
+        assert!(recorder.receive());
+        recorder.rejected(&b, 1);
+        let commits = recorder.commits(&BTreeMap::new(), true);
+        assert!(commits.is_empty(), "nothing left to record: {commits:?}");
+        assert_eq!(pa.gate.weight.load(Ordering::Acquire), 0);
+        assert_eq!(pa.gate.pending.load(Ordering::Acquire), 0);
+        let commits = recorder.commits(&BTreeMap::from([((a.clone(), 1), 0)]), false);
+        assert_eq!(commits.len(), 1);
+        assert_eq!(commits[0].metadata, "", "A's record names no group");
+    }
+
+    /// ADR 0007: a group whose member was released before the controller
+    /// received it is recorded by none of its members.
+    #[tokio::test(start_paused = true)]
+    async fn a_group_of_a_released_member_is_recorded_by_none() {
+        let mut recorder = Recorder::new(true);
+        let [(_, pa), (b, _)] = two_lanes_and_a_group(&mut recorder);
+        recorder.release(&b, 1);
+        assert!(!recorder.receive(), "nothing to record");
+        assert!(!recorder.has_dirty());
+        assert_eq!(pa.gate.weight.load(Ordering::Acquire), 0);
+        assert!(!pa.gate.is_recorded(0));
+    }
+
+    /// A lane's record has room for as many solos as before groups, and
+    /// for fewer groups: an item takes [`ranges::item_weight`] of its
+    /// members, so no record passes the broker's limit.
+    #[test]
+    fn a_gate_counts_what_its_record_holds_in_bytes() {
+        let gate = RangeGate::default();
+        for _ in 0..ranges::MAX_PENDING_RANGES - 1 {
+            gate.sealed(ranges::item_weight(1));
+        }
+        assert!(!gate.is_full());
+        gate.sealed(ranges::item_weight(1));
+        assert!(gate.is_full(), "146 solos fill a record, as before");
+        let gate = RangeGate::default();
+        let groups = RECORD_CAPACITY / ranges::item_weight(16);
+        for _ in 0..groups {
+            gate.sealed(ranges::item_weight(16));
+        }
+        assert!(!gate.has_room(ranges::item_weight(16), RECORD_CAPACITY));
+        gate.retired(groups, groups * ranges::item_weight(16));
+        assert!(gate.has_room(ranges::item_weight(16), RECORD_CAPACITY));
     }
 
     /// Cuts `0..n` into consecutive pieces at the sorted, distinct `cuts`.
@@ -1205,11 +1531,11 @@ mod tests {
             let ranges_ = pieces(n, &range_cuts.into_iter().collect::<Vec<_>>());
             let polls = pieces(n, &poll_cuts.into_iter().collect::<Vec<_>>());
             let is_acked = |i: usize| acked[i];
-            let mut recorder = Recorder::new();
+            let mut recorder = Recorder::new(false);
             let plan = recorder.assign(&tp, 1, None).unwrap();
             for (seq, &(first, last)) in ranges_.iter().enumerate() {
-                plan.gate.sealed();
-                plan.tx.send(SealedRange { partition: tp.clone(), epoch: 1, seq: seq as u64, first, last }).unwrap();
+                plan.gate.sealed(ranges::item_weight(1));
+                plan.tx.send(vec![SealedRange { partition: tp.clone(), epoch: 1, seq: seq as u64, first, last, group: None }]).unwrap();
             }
             recorder.receive();
             let mut tracker = Tracker::new();
@@ -1270,7 +1596,7 @@ mod tests {
     /// D9: metadata that is not ours fails the assignment, naming why.
     #[test]
     fn foreign_metadata_fails_the_assignment() {
-        let mut recorder = Recorder::new();
+        let mut recorder = Recorder::new(false);
         let committed = Committed {
             offset: 5,
             metadata: "connect-state".into(),
@@ -1303,7 +1629,10 @@ mod tests {
         };
         let plan = recorder.assign(&tp, 2, Some(&ours)).unwrap();
         assert_eq!(
-            Vec::from(plan.replay),
+            plan.replay
+                .iter()
+                .map(|r| (r.first, r.last))
+                .collect::<Vec<_>>(),
             [(90, 120), (121, 130)],
             "passed ranges are done"
         );

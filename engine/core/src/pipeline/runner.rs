@@ -309,7 +309,10 @@ where
         events: tokio::sync::mpsc::UnboundedReceiver<crate::pipeline::threads::LaneEvent<S::Lane>>,
     ) -> Controller<S, W, H> {
         let (ack_tx, ack_rx) = ack_channel();
-        let recorder = (self.config.delivery == Delivery::EffectivelyOnce).then(Recorder::new);
+        // Range groups are recorded in one request (ADR 0007), but no
+        // thread forms them yet: a group record fails the partition.
+        let recorder =
+            (self.config.delivery == Delivery::EffectivelyOnce).then(|| Recorder::new(false));
         Controller {
             source: self.source,
             pool: Some(pool),
