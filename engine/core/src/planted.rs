@@ -1,7 +1,7 @@
 //! Planted bugs, for proving the simulator's oracles can fail
 //! (`spate-verify`'s `planted_bugs_are_caught` test).
 //!
-//! With the `planted-bugs` cargo feature, a test may [`plant`] one bug at a
+//! With the `planted-bugs` cargo feature, a test may `plant` one bug at a
 //! time; the engine then misbehaves at exactly one site. Without the feature
 //! [`active`] is a constant `false` and every site compiles away. Never enable
 //! the feature in a build that ships.
